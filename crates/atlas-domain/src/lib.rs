@@ -1,0 +1,24 @@
+//! ATLAS domain: memory types, pure policies and the ports adapters implement. No I/O lives here.
+//!
+//! Everything in this crate is deterministic given its inputs: no clock, no filesystem, no
+//! database, no network. Adapters (`atlas-store-*`, embedders, LLM clients) implement the traits
+//! in [`ports`]; `atlas-runtime` composes them.
+
+pub mod edge;
+pub mod error;
+pub mod filter;
+pub mod id;
+pub mod jsonl;
+pub mod memory;
+pub mod policy;
+pub mod ports;
+pub mod scope;
+pub mod time;
+
+pub use edge::{Edge, EdgeKind};
+pub use error::{AtlasError, Result};
+pub use filter::RecallFilter;
+pub use id::MemoryId;
+pub use memory::{Body, Memory, MemoryKind, NewMemory, Validity};
+pub use scope::Scope;
+pub use time::Timestamp;

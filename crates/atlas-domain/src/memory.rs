@@ -1,0 +1,244 @@
+//! Memory records: episodes, facts, entities, core memory and the three agent memories.
+
+use crate::{MemoryId, Scope, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The kinds of memory ATLAS stores. The kind follows from the [`Body`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    /// A raw conversation turn or tool step, written on the hot path.
+    Episode,
+    /// A semantic statement consolidated from episodes.
+    Fact,
+    /// A graph node: a person, place, project, thing.
+    Entity,
+    /// An entry of the small always-in-context profile.
+    Core,
+    /// A past task with its outcome and feedback (Experience memory).
+    Experience,
+    /// A reusable code pattern (Concept library).
+    Concept,
+    /// A situation → suggestion pattern with success statistics (Strategy bank).
+    Strategy,
+}
+
+impl MemoryKind {
+    pub const ALL: [MemoryKind; 7] = [
+        MemoryKind::Episode,
+        MemoryKind::Fact,
+        MemoryKind::Entity,
+        MemoryKind::Core,
+        MemoryKind::Experience,
+        MemoryKind::Concept,
+        MemoryKind::Strategy,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Episode => "episode",
+            MemoryKind::Fact => "fact",
+            MemoryKind::Entity => "entity",
+            MemoryKind::Core => "core",
+            MemoryKind::Experience => "experience",
+            MemoryKind::Concept => "concept",
+            MemoryKind::Strategy => "strategy",
+        }
+    }
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MemoryKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MemoryKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
+            let known: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("unknown memory kind {s:?} (known kinds: {})", known.join(", "))
+        })
+    }
+}
+
+/// Kind-specific content. The searchable text lives in [`Memory::text`]; the body holds the
+/// structure that each kind's policies need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Body {
+    Episode {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        speaker: Option<String>,
+    },
+    Fact {
+        subject: String,
+        predicate: String,
+        object: String,
+        /// Belief strength in [0, 1]; opinions decay, observed facts do not.
+        confidence: f32,
+    },
+    Entity {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        entity_type: Option<String>,
+    },
+    Core {
+        /// e.g. `user_profile`, `agent_persona`, `active_goal`.
+        category: String,
+    },
+    Experience {
+        task: String,
+        outcome: Outcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        feedback: Option<String>,
+    },
+    Concept {
+        name: String,
+        code: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        composed_of: Vec<MemoryId>,
+    },
+    Strategy {
+        situation: String,
+        suggestion: String,
+        successes: u32,
+        failures: u32,
+    },
+}
+
+/// How a remembered task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    Failure,
+    Partial,
+}
+
+impl Body {
+    pub fn kind(&self) -> MemoryKind {
+        match self {
+            Body::Episode { .. } => MemoryKind::Episode,
+            Body::Fact { .. } => MemoryKind::Fact,
+            Body::Entity { .. } => MemoryKind::Entity,
+            Body::Core { .. } => MemoryKind::Core,
+            Body::Experience { .. } => MemoryKind::Experience,
+            Body::Concept { .. } => MemoryKind::Concept,
+            Body::Strategy { .. } => MemoryKind::Strategy,
+        }
+    }
+
+    pub fn episode(speaker: Option<String>) -> Self {
+        Body::Episode { speaker }
+    }
+
+    pub fn speaker(&self) -> Option<&str> {
+        match self {
+            Body::Episode { speaker } => speaker.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Bi-temporal validity: when the world held this to be true. The transaction time (when ATLAS
+/// learned it) is [`Memory::recorded_at`]; the event time is [`Memory::event_time`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Validity {
+    pub valid_from: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<Timestamp>,
+}
+
+impl Validity {
+    pub fn from(t: Timestamp) -> Self {
+        Validity { valid_from: t, valid_until: None }
+    }
+
+    /// Valid at `t`: from is inclusive, until is exclusive.
+    pub fn holds_at(&self, t: Timestamp) -> bool {
+        self.valid_from <= t && self.valid_until.is_none_or(|u| t < u)
+    }
+}
+
+/// A memory as the caller hands it in, before the store assigns an id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMemory {
+    pub scope: Scope,
+    pub text: String,
+    /// When it happened (for an episode, when it was said).
+    pub event_time: Timestamp,
+    /// When ATLAS learned it.
+    pub recorded_at: Timestamp,
+    pub validity: Validity,
+    /// Free-form JSON object the caller owns (e.g. `{"dia_id": "D1:3"}`), returned verbatim.
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    pub body: Body,
+}
+
+impl NewMemory {
+    /// An episode said at `event_time`, learned at `recorded_at`, valid from when it was said.
+    pub fn episode(text: impl Into<String>, scope: Scope, speaker: Option<String>, event_time: Timestamp, recorded_at: Timestamp) -> Self {
+        NewMemory {
+            scope,
+            text: text.into(),
+            event_time,
+            recorded_at,
+            validity: Validity::from(event_time),
+            meta: serde_json::Map::new(),
+            body: Body::episode(speaker),
+        }
+    }
+
+    pub fn kind(&self) -> MemoryKind {
+        self.body.kind()
+    }
+
+    pub fn with_id(self, id: MemoryId) -> Memory {
+        Memory {
+            id,
+            scope: self.scope,
+            text: self.text,
+            event_time: self.event_time,
+            recorded_at: self.recorded_at,
+            validity: self.validity,
+            meta: self.meta,
+            body: self.body,
+        }
+    }
+}
+
+/// A stored memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memory {
+    pub id: MemoryId,
+    pub scope: Scope,
+    pub text: String,
+    pub event_time: Timestamp,
+    pub recorded_at: Timestamp,
+    pub validity: Validity,
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    pub body: Body,
+}
+
+impl Memory {
+    pub fn kind(&self) -> MemoryKind {
+        self.body.kind()
+    }
+
+    /// The record without its id, as it would be re-imported.
+    pub fn to_new(&self) -> NewMemory {
+        NewMemory {
+            scope: self.scope.clone(),
+            text: self.text.clone(),
+            event_time: self.event_time,
+            recorded_at: self.recorded_at,
+            validity: self.validity,
+            meta: self.meta.clone(),
+            body: self.body.clone(),
+        }
+    }
+}

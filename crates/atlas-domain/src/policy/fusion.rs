@@ -1,0 +1,153 @@
+//! Weighted reciprocal rank fusion of ranked lists from independent signals.
+
+use crate::MemoryId;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// The retrieval signals recall can fuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Full-text BM25.
+    Text,
+    /// Vector similarity.
+    Vector,
+}
+
+impl Signal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Text => "text",
+            Signal::Vector => "vector",
+        }
+    }
+}
+
+/// The reciprocal-rank constant from Cormack et al. (2009); damps the advantage of the top rank.
+pub const DEFAULT_RRF_K: f64 = 60.0;
+
+/// One signal's ranking, best first.
+#[derive(Debug, Clone)]
+pub struct RankedList {
+    pub signal: Signal,
+    pub weight: f64,
+    pub ids: Vec<MemoryId>,
+}
+
+/// A fused result: its score and the 1-based rank it had in each signal that found it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fused {
+    pub id: MemoryId,
+    pub score: f64,
+    pub ranks: BTreeMap<Signal, usize>,
+}
+
+/// score(d) = Σ over lists of weight / (k + rank(d)). A repeated id within one list counts at
+/// its first (best) rank only. Ties break by best single rank, then by id, so the output is a
+/// deterministic function of the input.
+pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
+    let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
+    for list in lists {
+        let mut rank = 0usize;
+        for id in &list.ids {
+            let entry = by_id.entry(*id).or_insert_with(|| Fused { id: *id, score: 0.0, ranks: BTreeMap::new() });
+            if entry.ranks.contains_key(&list.signal) {
+                continue;
+            }
+            rank += 1;
+            entry.ranks.insert(list.signal, rank);
+            entry.score += list.weight / (k + rank as f64);
+        }
+    }
+    let mut out: Vec<Fused> = by_id.into_values().collect();
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| best_rank(a).cmp(&best_rank(b)))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    out
+}
+
+fn best_rank(f: &Fused) -> usize {
+    f.ranks.values().copied().min().unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn list(signal: Signal, ids: &[i64]) -> RankedList {
+        RankedList { signal, weight: 1.0, ids: ids.iter().map(|i| MemoryId(*i)).collect() }
+    }
+
+    #[test]
+    fn agreement_beats_a_single_first_place() {
+        let fused = reciprocal_rank_fusion(&[list(Signal::Text, &[1, 2, 3]), list(Signal::Vector, &[4, 2, 5])], 60.0);
+        assert_eq!(fused[0].id, MemoryId(2));
+        assert_eq!(fused[0].ranks[&Signal::Text], 2);
+        assert_eq!(fused[0].ranks[&Signal::Vector], 2);
+        assert!((fused[0].score - 2.0 / 62.0).abs() < 1e-12);
+    }
+
+    fn arb_lists() -> impl Strategy<Value = Vec<RankedList>> {
+        let ids = proptest::collection::vec(1i64..40, 0..30);
+        (ids.clone(), ids, 0.1f64..3.0, 0.1f64..3.0).prop_map(|(a, b, wa, wb)| {
+            vec![
+                RankedList { signal: Signal::Text, weight: wa, ids: a.into_iter().map(MemoryId).collect() },
+                RankedList { signal: Signal::Vector, weight: wb, ids: b.into_iter().map(MemoryId).collect() },
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn output_is_the_union_without_duplicates_sorted_by_score(lists in arb_lists()) {
+            let fused = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
+            let expected: HashSet<MemoryId> = lists.iter().flat_map(|l| l.ids.iter().copied()).collect();
+            let got: Vec<MemoryId> = fused.iter().map(|f| f.id).collect();
+            let unique: HashSet<MemoryId> = got.iter().copied().collect();
+            prop_assert_eq!(unique.len(), got.len());
+            prop_assert_eq!(unique, expected);
+            for w in fused.windows(2) {
+                prop_assert!(w[0].score >= w[1].score);
+            }
+        }
+
+        #[test]
+        fn deterministic_under_input_order_of_signals(lists in arb_lists()) {
+            let forward = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
+            let reversed: Vec<RankedList> = lists.iter().rev().cloned().collect();
+            let backward = reciprocal_rank_fusion(&reversed, DEFAULT_RRF_K);
+            let ids = |v: &[Fused]| v.iter().map(|f| f.id).collect::<Vec<_>>();
+            prop_assert_eq!(ids(&forward), ids(&backward));
+        }
+
+        #[test]
+        fn monotone_moving_an_id_up_never_lowers_its_score(lists in arb_lists(), pick in 0usize..30) {
+            let mut lists = lists;
+            let text = &mut lists[0].ids;
+            text.dedup();
+            if pick < text.len() && pick > 0 {
+                let target = text[pick];
+                let before = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
+                let score_before = before.iter().find(|f| f.id == target).unwrap().score;
+                lists[0].ids.swap(pick, pick - 1);
+                let after = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
+                let score_after = after.iter().find(|f| f.id == target).unwrap().score;
+                prop_assert!(score_after >= score_before);
+            }
+        }
+
+        #[test]
+        fn adding_a_signal_that_finds_an_id_raises_it(ids in proptest::collection::vec(1i64..40, 1..20), extra in 1i64..40) {
+            let base = vec![list(Signal::Text, &ids)];
+            let mut more = base.clone();
+            more.push(list(Signal::Vector, &[extra]));
+            let score = |v: &[Fused]| v.iter().find(|f| f.id == MemoryId(extra)).map_or(0.0, |f| f.score);
+            prop_assert!(score(&reciprocal_rank_fusion(&more, DEFAULT_RRF_K)) > score(&reciprocal_rank_fusion(&base, DEFAULT_RRF_K)));
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Pure policies: query normalisation, rank fusion, input limits.
+
+pub mod fusion;
+pub mod limits;
+pub mod query;

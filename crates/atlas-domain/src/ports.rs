@@ -1,0 +1,119 @@
+//! Ports: the small async traits that storage, embedding and LLM adapters implement.
+//!
+//! A store implements [`MemoryStore`], [`TextIndex`] and [`VectorIndex`] (one adapter may
+//! implement all three over one database); `atlas-testing` runs one conformance suite over every
+//! implementation, the in-memory fake included.
+
+use crate::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Called with the number of records written so far, for progress bars on bulk writes.
+pub type ProgressFn = Arc<dyn Fn(usize) + Send + Sync>;
+
+/// A search hit from one signal: the memory and that signal's raw score (higher is better).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoredId {
+    pub id: MemoryId,
+    pub score: f64,
+}
+
+/// Counts a store reports about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub memories_by_kind: BTreeMap<MemoryKind, u64>,
+    pub edges: u64,
+    pub vectors: u64,
+    /// Memories still waiting for a vector.
+    pub pending_vectors: u64,
+    /// Bytes on disk, where the store has a disk.
+    pub bytes: Option<u64>,
+    pub schema_version: Option<i64>,
+    pub embedding_model: Option<EmbeddingModel>,
+}
+
+impl StoreStats {
+    pub fn memories(&self) -> u64 {
+        self.memories_by_kind.values().sum()
+    }
+}
+
+/// Which model made a store's vectors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingModel {
+    pub name: String,
+    pub dimension: usize,
+}
+
+/// Durable records and their edges.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Stores the batch atomically (all or nothing) and returns the new ids in input order; the
+    /// write is durable when this returns. Every episode with a session gets a `temporal` edge
+    /// from the episode of the same session that precedes it in (event time, id) order among
+    /// those stored before it. Every new memory joins the queue of memories awaiting a vector.
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>>;
+
+    async fn get(&self, id: MemoryId) -> Result<Option<Memory>>;
+
+    /// Fetches many at once; missing ids are skipped, the order follows `ids`.
+    async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>>;
+
+    /// Deletes a memory with its edges, text index entry and vector. Returns whether it existed.
+    async fn forget(&self, id: MemoryId) -> Result<bool>;
+
+    /// Up to `limit` memories with ids greater than `after`, in id order (for export and migration).
+    async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>>;
+
+    /// Edges that start or end at `id`.
+    async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>>;
+
+    async fn stats(&self) -> Result<StoreStats>;
+}
+
+/// Full-text search.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait TextIndex: Send + Sync {
+    /// Memories containing any of `terms` (plain words, already normalised by
+    /// [`crate::policy::query::terms`]; never query syntax), best first, at most `limit`.
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
+}
+
+/// Dense vectors of memories, made by one embedding model.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait VectorIndex: Send + Sync {
+    /// Binds the store to a model. The first binding is recorded; a later one with another name
+    /// or dimension fails with [`crate::AtlasError::ModelMismatch`].
+    async fn bind_model(&self, model: EmbeddingModel) -> Result<()>;
+
+    /// Up to `limit` memories awaiting a vector, oldest first, with their text.
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>>;
+
+    /// Stores vectors (replacing any) and takes their memories off the queue. Vectors of
+    /// memories forgotten in the meantime are dropped.
+    async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()>;
+
+    /// Nearest memories to `query` by cosine similarity (score = similarity), best first.
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
+}
+
+/// Turns text into unit-length vectors.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    fn model(&self) -> EmbeddingModel;
+
+    /// One vector per input, each of `model().dimension` floats and unit length.
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>>;
+}
+
+/// A language model, used off the hot path (consolidation), never on `remember`.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait Llm: Send + Sync {
+    async fn complete(&self, system: String, prompt: String) -> Result<String>;
+}
