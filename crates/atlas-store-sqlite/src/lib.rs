@@ -1,0 +1,493 @@
+//! The SQLite adapter: every storage port of `atlas-domain` over one database file.
+//!
+//! Records live in `memories` and `edges`; FTS5 indexes the text with external content kept in
+//! step by triggers; sqlite-vec's `vec0` table `memory_vectors` holds one vector per memory,
+//! linked by rowid. One writer thread serialises all writes ([`writer`]); reads run on pooled
+//! `query_only` connections ([`readers`]). WAL mode lets both proceed at once.
+
+mod error;
+pub mod migrations;
+mod readers;
+mod sql;
+mod writer;
+
+use crate::error::storage;
+use crate::readers::Readers;
+use crate::sql::{MEMORY_COLUMNS, filter_clause, json_columns, query_memories, vector_blob};
+use crate::writer::Writer;
+use async_trait::async_trait;
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
+use atlas_domain::{
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, Validity,
+};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once, RwLock};
+use std::time::Duration;
+
+/// How long a write waits for another process's lock before failing with a clear error.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How hard each commit is pushed to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = NORMAL` in WAL mode: a committed write survives a crash of the process;
+    /// the last commits can be lost only if the operating system or the power fails.
+    #[default]
+    Normal,
+    /// `synchronous = FULL`: every commit is fsynced and survives power loss, at a latency cost.
+    Full,
+}
+
+/// Options for [`SqliteStore::open`].
+#[derive(Debug, Clone, Default)]
+pub struct SqliteOptions {
+    pub durability: Durability,
+}
+
+/// The SQLite store.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: Arc<Readers>,
+    /// The model the vectors were made with, once known; `None` until an embedder binds.
+    model: Arc<RwLock<Option<EmbeddingModel>>>,
+}
+
+const VECTOR_TABLE: &str = "memory_vectors";
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it to the latest schema.
+    pub fn open(path: &Path, options: &SqliteOptions) -> Result<Self> {
+        register_sqlite_vec();
+        let shown = path.display().to_string();
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(AtlasError::invalid(
+                format!("database {shown}"),
+                format!("directory {} does not exist (create it first)", dir.display()),
+            ));
+        }
+        let mut conn = Connection::open(path)
+            .map_err(|e| AtlasError::Storage(format!("cannot open database {shown}: {e}")))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        let synchronous = match options.durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
+             PRAGMA cache_size = -32000; PRAGMA temp_store = MEMORY;"
+        ))
+        .map_err(|e| match storage(e) {
+            AtlasError::Storage(m) => AtlasError::Storage(format!("{shown}: {m}")),
+            other => other,
+        })?;
+        migrations::migrate(&mut conn, &shown)?;
+        let model = read_model(&conn)?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            writer: Writer::spawn(conn),
+            readers: Readers::new(path.to_path_buf()),
+            model: Arc::new(RwLock::new(model)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn bound_model(&self) -> Option<EmbeddingModel> {
+        self.model.read().expect("model lock").clone()
+    }
+}
+
+fn register_sqlite_vec() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sqlite3_vec_init has exactly the signature SQLite expects of an extension entry
+        // point; registering it once makes every connection opened afterwards load vec0.
+        unsafe {
+            #[allow(clippy::missing_transmute_annotations)]
+            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(sqlite_vec::sqlite3_vec_init as *const ())));
+        }
+    });
+}
+
+fn read_model(conn: &Connection) -> Result<Option<EmbeddingModel>> {
+    let get = |key: &str| -> Result<Option<String>> {
+        conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| r.get(0)).optional().map_err(storage)
+    };
+    match (get("embedding_model")?, get("embedding_dimension")?) {
+        (Some(name), Some(dim)) => {
+            let dimension = dim
+                .parse()
+                .map_err(|_| AtlasError::Storage(format!("settings.embedding_dimension is not a number: {dim:?}")))?;
+            Ok(Some(EmbeddingModel { name, dimension }))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn kind_of(text: &str) -> MemoryKind {
+    text.parse().unwrap_or(MemoryKind::Episode)
+}
+
+fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&ProgressFn>) -> Result<Vec<MemoryId>> {
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO memories (kind, text, speaker, scope_user, scope_agent, scope_session, event_time, \
+             recorded_at, valid_from, valid_until, meta, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .map_err(storage)?;
+    let mut previous = conn
+        .prepare_cached(
+            "SELECT id FROM memories WHERE scope_session = ?1 AND kind = 'episode' AND id <> ?3 \
+             AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)) ORDER BY event_time DESC, id DESC LIMIT 1",
+        )
+        .map_err(storage)?;
+    let mut link = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
+             VALUES (?, ?, 'temporal', 1.0, ?, NULL, ?)",
+        )
+        .map_err(storage)?;
+    let mut ids = Vec::with_capacity(batch.len());
+    for (i, m) in batch.iter().enumerate() {
+        let (meta, body) = json_columns(m)?;
+        insert
+            .execute(params![
+                m.kind().as_str(),
+                m.text,
+                m.body.speaker(),
+                m.scope.user,
+                m.scope.agent,
+                m.scope.session,
+                m.event_time.millis(),
+                m.recorded_at.millis(),
+                m.validity.valid_from.millis(),
+                m.validity.valid_until.map(Timestamp::millis),
+                meta,
+                body,
+            ])
+            .map_err(storage)?;
+        let id = conn.last_insert_rowid();
+        if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
+            let prev: Option<i64> =
+                previous.query_row(params![session, m.event_time.millis(), id], |r| r.get(0)).optional().map_err(storage)?;
+            if let Some(prev) = prev {
+                link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(storage)?;
+            }
+        }
+        ids.push(MemoryId(id));
+        if let Some(p) = progress {
+            if (i + 1) % 1000 == 0 {
+                p(i + 1);
+            }
+        }
+    }
+    if let Some(p) = progress {
+        p(batch.len());
+    }
+    Ok(ids)
+}
+
+fn vector_table_exists(conn: &Connection) -> Result<bool> {
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?", [VECTOR_TABLE], |r| r.get::<_, i64>(0))
+        .map(|n| n > 0)
+        .map_err(storage)
+}
+
+#[async_trait]
+impl MemoryStore for SqliteStore {
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await
+    }
+
+    async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
+        Ok(self.get_many(vec![id]).await?.pop())
+    }
+
+    async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
+        self.readers
+            .read(move |conn| {
+                let mut found = std::collections::HashMap::with_capacity(ids.len());
+                for chunk in ids.chunks(500) {
+                    let marks = vec!["?"; chunk.len()].join(", ");
+                    let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id IN ({marks})");
+                    let params: Vec<Value> = chunk.iter().map(|id| Value::Integer(id.0)).collect();
+                    for m in query_memories(conn, &sql, &params)? {
+                        found.insert(m.id, m);
+                    }
+                }
+                Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+            })
+            .await
+    }
+
+    async fn forget(&self, id: MemoryId) -> Result<bool> {
+        self.writer
+            .write(move |conn| {
+                if vector_table_exists(conn)? {
+                    conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [id.0]).map_err(storage)?;
+                }
+                let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
+                Ok(n > 0)
+            })
+            .await
+    }
+
+    async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
+        self.readers
+            .read(move |conn| {
+                let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?");
+                query_memories(conn, &sql, &[Value::Integer(after.map_or(0, |a| a.0)), Value::Integer(limit as i64)])
+            })
+            .await
+    }
+
+    async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT src, dst, kind, weight, valid_from, valid_until, recorded_at FROM edges WHERE src = ?1 \
+                         UNION ALL SELECT src, dst, kind, weight, valid_from, valid_until, recorded_at FROM edges \
+                         WHERE dst = ?1 AND src <> ?1",
+                    )
+                    .map_err(storage)?;
+                let rows = stmt
+                    .query_map([id.0], |r| {
+                        let kind: String = r.get(2)?;
+                        Ok((r.get(0)?, r.get(1)?, kind, r.get(3)?, r.get(4)?, r.get::<_, Option<i64>>(5)?, r.get(6)?))
+                    })
+                    .map_err(storage)?;
+                let mut edges = Vec::new();
+                for row in rows {
+                    let (src, dst, kind, weight, from, until, recorded): (i64, i64, String, f64, i64, Option<i64>, i64) =
+                        row.map_err(storage)?;
+                    edges.push(Edge {
+                        src: MemoryId(src),
+                        dst: MemoryId(dst),
+                        kind: kind.parse::<EdgeKind>().map_err(AtlasError::Storage)?,
+                        weight: weight as f32,
+                        validity: Validity { valid_from: Timestamp(from), valid_until: until.map(Timestamp) },
+                        recorded_at: Timestamp(recorded),
+                    });
+                }
+                Ok(edges)
+            })
+            .await
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let path = self.path.clone();
+        let model = self.bound_model();
+        self.readers
+            .read(move |conn| {
+                let mut stats = StoreStats { embedding_model: model, ..StoreStats::default() };
+                let mut stmt = conn.prepare_cached("SELECT kind, count(*) FROM memories GROUP BY kind").map_err(storage)?;
+                let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(storage)?;
+                for row in rows {
+                    let (kind, n) = row.map_err(storage)?;
+                    stats.memories_by_kind.insert(kind_of(&kind), n as u64);
+                }
+                let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map_err(storage);
+                stats.edges = count("SELECT count(*) FROM edges")? as u64;
+                stats.pending_vectors = count("SELECT count(*) FROM vector_queue")? as u64;
+                if vector_table_exists(conn)? {
+                    stats.vectors = count(&format!("SELECT count(*) FROM {VECTOR_TABLE}"))? as u64;
+                }
+                stats.schema_version = Some(migrations::current_version(conn)?);
+                let file_size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                let mut wal = path.clone().into_os_string();
+                wal.push("-wal");
+                stats.bytes = Some(file_size(path) + file_size(PathBuf::from(wal)));
+                Ok(stats)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl TextIndex for SqliteStore {
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
+        let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
+        self.readers
+            .read(move |conn| {
+                let (clause, filter_params) = filter_clause(&filter);
+                let sql = format!(
+                    "SELECT m.id, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts \
+                     JOIN memories m ON m.id = memories_fts.rowid \
+                     WHERE memories_fts MATCH ? AND {clause} ORDER BY rank LIMIT ?"
+                );
+                let mut params = vec![Value::Text(query)];
+                params.extend(filter_params);
+                params.push(Value::Integer(limit as i64));
+                let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                        // bm25() is lower-is-better; negate so that higher is better everywhere.
+                        Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
+                    })
+                    .map_err(storage)?;
+                rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl VectorIndex for SqliteStore {
+    async fn bind_model(&self, model: EmbeddingModel) -> Result<()> {
+        if let Some(bound) = self.bound_model() {
+            return check_same_model(&bound, &model);
+        }
+        let cache = Arc::clone(&self.model);
+        self.writer
+            .write(move |conn| {
+                if let Some(bound) = read_model(conn)? {
+                    check_same_model(&bound, &model)?;
+                } else {
+                    conn.execute(
+                        "INSERT INTO settings (key, value) VALUES ('embedding_model', ?), ('embedding_dimension', ?)",
+                        params![model.name, model.dimension.to_string()],
+                    )
+                    .map_err(storage)?;
+                    conn.execute_batch(&format!(
+                        "CREATE VIRTUAL TABLE IF NOT EXISTS {VECTOR_TABLE} USING vec0(embedding float[{}] distance_metric=cosine)",
+                        model.dimension
+                    ))
+                    .map_err(storage)?;
+                }
+                *cache.write().expect("model lock") = Some(model);
+                Ok(())
+            })
+            .await
+    }
+
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>> {
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached("SELECT m.id, m.text FROM vector_queue q JOIN memories m ON m.id = q.id ORDER BY q.id LIMIT ?")
+                    .map_err(storage)?;
+                let rows = stmt.query_map([limit as i64], |r| Ok((MemoryId(r.get(0)?), r.get(1)?))).map_err(storage)?;
+                rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+            })
+            .await
+    }
+
+    async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
+        let model = self.bound_model().ok_or_else(|| {
+            AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())
+        })?;
+        if let Some((id, v)) = vectors.iter().find(|(_, v)| v.len() != model.dimension) {
+            return Err(AtlasError::Embedding(format!(
+                "vector for memory {id} has {} dimensions, the store's model {} has {}",
+                v.len(),
+                model.name,
+                model.dimension
+            )));
+        }
+        self.writer
+            .write(move |conn| {
+                let mut exists = conn.prepare_cached("SELECT 1 FROM memories WHERE id = ?").map_err(storage)?;
+                let mut delete = conn.prepare_cached(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?")).map_err(storage)?;
+                let mut insert = conn
+                    .prepare_cached(&format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"))
+                    .map_err(storage)?;
+                let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
+                for (id, v) in &vectors {
+                    if !exists.exists([id.0]).map_err(storage)? {
+                        continue;
+                    }
+                    delete.execute([id.0]).map_err(storage)?;
+                    insert.execute(params![id.0, vector_blob(v)]).map_err(storage)?;
+                    dequeue.execute([id.0]).map_err(storage)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        let Some(model) = self.bound_model() else { return Ok(Vec::new()) };
+        if query.len() != model.dimension {
+            return Err(AtlasError::Embedding(format!(
+                "query vector has {} dimensions, the store's model {} has {}",
+                query.len(),
+                model.name,
+                model.dimension
+            )));
+        }
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.readers.read(move |conn| search_vector_sync(conn, &query, &filter, limit)).await
+    }
+}
+
+/// vec0's KNN cannot apply our filter itself, so it fetches more neighbours than asked and
+/// filters them; when that leaves too few while more neighbours exist, an exact scan over the
+/// filtered memories answers instead. Either way the answer is exact for the filter.
+fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+    /// vec0 refuses k above 4096.
+    const MAX_KNN: usize = 4096;
+    let blob = vector_blob(query);
+    let fetch = (limit * 8).clamp(64, MAX_KNN);
+    let (clause, filter_params) = filter_clause(filter);
+    let run = |sql: &str, params: Vec<Value>| -> Result<Vec<ScoredId>> {
+        let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                Ok(ScoredId { id: MemoryId(r.get(0)?), score: 1.0 - r.get::<_, f64>(1)? })
+            })
+            .map_err(storage)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+    };
+    let knn_sql = format!(
+        "WITH knn AS MATERIALIZED (SELECT rowid AS id, distance FROM {VECTOR_TABLE} WHERE embedding MATCH ? AND k = ?) \
+         SELECT knn.id, knn.distance FROM knn JOIN memories m ON m.id = knn.id WHERE {clause} \
+         ORDER BY knn.distance, knn.id LIMIT ?"
+    );
+    let mut params = vec![Value::Blob(blob.clone()), Value::Integer(fetch as i64)];
+    params.extend(filter_params.iter().cloned());
+    params.push(Value::Integer(limit as i64));
+    let hits = run(&knn_sql, params)?;
+    if hits.len() >= limit {
+        return Ok(hits);
+    }
+    let total: i64 = conn
+        .query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0))
+        .map_err(storage)?;
+    if (total as usize) <= fetch {
+        return Ok(hits);
+    }
+    let scan_sql = format!(
+        "SELECT m.id, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m \
+         JOIN {VECTOR_TABLE} v ON v.rowid = m.id WHERE {clause} ORDER BY distance, m.id LIMIT ?"
+    );
+    let mut params = vec![Value::Blob(blob)];
+    params.extend(filter_params);
+    params.push(Value::Integer(limit as i64));
+    run(&scan_sql, params)
+}
+
+fn check_same_model(bound: &EmbeddingModel, configured: &EmbeddingModel) -> Result<()> {
+    if bound == configured {
+        Ok(())
+    } else {
+        Err(AtlasError::ModelMismatch {
+            stored_model: bound.name.clone(),
+            stored_dim: bound.dimension,
+            configured_model: configured.name.clone(),
+            configured_dim: configured.dimension,
+        })
+    }
+}

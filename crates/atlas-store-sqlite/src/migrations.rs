@@ -1,0 +1,69 @@
+//! Schema migrations: the numbered SQL files of `migrations/`, embedded and applied in order.
+
+use atlas_domain::{AtlasError, Result};
+use rusqlite::Connection;
+
+/// One schema step. `version` is what `PRAGMA user_version` reads after it is applied.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration this build knows, in order; versions are 1, 2, 3… without gaps.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "0001_init", sql: include_str!("../../../migrations/0001_init.sql") },
+    Migration { version: 2, name: "0002_search", sql: include_str!("../../../migrations/0002_search.sql") },
+];
+
+/// The newest schema this build understands.
+pub fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// The schema version recorded in the database.
+pub fn current_version(conn: &Connection) -> Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(crate::error::storage)
+}
+
+/// Applies every migration newer than the database, each in its own transaction, and returns the
+/// versions applied. Refuses a database newer than this build. Running it twice is a no-op.
+pub fn migrate(conn: &mut Connection, path_for_errors: &str) -> Result<Vec<i64>> {
+    migrate_to(conn, path_for_errors, latest_version())
+}
+
+/// [`migrate`], stopping at `target` (used to build fixtures of older schemas).
+pub fn migrate_to(conn: &mut Connection, path_for_errors: &str, target: i64) -> Result<Vec<i64>> {
+    let found = current_version(conn)?;
+    if found > latest_version() {
+        return Err(AtlasError::SchemaTooNew { path: path_for_errors.to_owned(), found, known: latest_version() });
+    }
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| m.version > found && m.version <= target) {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(crate::error::storage)?;
+        tx.execute_batch(m.sql).map_err(|e| {
+            AtlasError::Storage(format!("migration {} failed on {path_for_errors}: {e}", m.name))
+        })?;
+        tx.pragma_update(None, "user_version", m.version).map_err(crate::error::storage)?;
+        tx.commit().map_err(crate::error::storage)?;
+        tracing::info!(migration = m.name, path = path_for_errors, "applied schema migration");
+        applied.push(m.version);
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_consecutive_from_one() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1, "{}", m.name);
+            assert!(m.name.starts_with(&format!("{:04}_", m.version)), "{}", m.name);
+        }
+    }
+}

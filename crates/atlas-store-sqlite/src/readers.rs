@@ -1,0 +1,51 @@
+//! Read connections: `query_only`, pooled, used from the blocking thread pool.
+
+use crate::error::storage;
+use atlas_domain::{AtlasError, Result};
+use rusqlite::Connection;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Idle read connections; a read takes one (or opens one) and gives it back. WAL lets any
+/// number of them read while the writer writes.
+pub struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    pub fn new(path: PathBuf) -> Arc<Self> {
+        Arc::new(Readers { path, idle: Mutex::new(Vec::new()) })
+    }
+
+    /// Runs `op` on a read connection off the async executor.
+    pub async fn read<T, F>(self: &Arc<Self>, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let readers = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let conn = readers.take()?;
+            let out = op(&conn);
+            readers.idle.lock().expect("reader pool lock").push(conn);
+            out
+        })
+        .await
+        .map_err(|e| AtlasError::Storage(format!("read task failed: {e}")))?
+    }
+
+    fn take(&self) -> Result<Connection> {
+        if let Some(conn) = self.idle.lock().expect("reader pool lock").pop() {
+            return Ok(conn);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(storage)?;
+        conn.busy_timeout(crate::BUSY_TIMEOUT).map_err(storage)?;
+        conn.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -16000;").map_err(storage)?;
+        Ok(conn)
+    }
+}

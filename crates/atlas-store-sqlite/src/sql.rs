@@ -1,0 +1,92 @@
+//! SQL pieces shared by the queries: the filter clause, row ↔ record mapping, vector encoding.
+
+use crate::error::storage;
+use atlas_domain::{
+    AtlasError, Body, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp, Validity,
+};
+use rusqlite::Row;
+use rusqlite::types::Value;
+
+/// The columns [`memory_from_row`] reads, qualified by the alias `m`.
+pub const MEMORY_COLUMNS: &str = "m.id, m.text, m.scope_user, m.scope_agent, m.scope_session, m.event_time, \
+     m.recorded_at, m.valid_from, m.valid_until, m.meta, m.body";
+
+/// `filter` as a boolean SQL expression over alias `m`, with its positional parameters.
+pub fn filter_clause(filter: &RecallFilter) -> (String, Vec<Value>) {
+    let mut parts: Vec<String> = vec!["1".into()];
+    let mut params: Vec<Value> = Vec::new();
+    for (column, value) in [
+        ("m.scope_user", &filter.scope.user),
+        ("m.scope_agent", &filter.scope.agent),
+        ("m.scope_session", &filter.scope.session),
+    ] {
+        if let Some(v) = value {
+            parts.push(format!("{column} = ?"));
+            params.push(Value::Text(v.clone()));
+        }
+    }
+    if !filter.kinds.is_empty() {
+        let marks = vec!["?"; filter.kinds.len()].join(", ");
+        parts.push(format!("m.kind IN ({marks})"));
+        params.extend(filter.kinds.iter().map(|k| Value::Text(k.as_str().into())));
+    }
+    if let Some(since) = filter.since {
+        parts.push("m.event_time >= ?".into());
+        params.push(Value::Integer(since.millis()));
+    }
+    if let Some(until) = filter.until {
+        parts.push("m.event_time < ?".into());
+        params.push(Value::Integer(until.millis()));
+    }
+    if let Some(at) = filter.valid_at {
+        parts.push("m.valid_from <= ? AND (m.valid_until IS NULL OR m.valid_until > ?)".into());
+        params.push(Value::Integer(at.millis()));
+        params.push(Value::Integer(at.millis()));
+    }
+    (parts.join(" AND "), params)
+}
+
+pub fn memory_from_row(row: &Row<'_>) -> rusqlite::Result<Memory> {
+    let id: i64 = row.get(0)?;
+    let meta_text: String = row.get(9)?;
+    let body_text: String = row.get(10)?;
+    let corrupt = |what: &str, e: serde_json::Error| {
+        rusqlite::Error::FromSqlConversionFailure(
+            10,
+            rusqlite::types::Type::Text,
+            format!("memory {id}: column {what} is not valid JSON: {e}").into(),
+        )
+    };
+    let meta = serde_json::from_str(&meta_text).map_err(|e| corrupt("meta", e))?;
+    let body: Body = serde_json::from_str(&body_text).map_err(|e| corrupt("body", e))?;
+    Ok(Memory {
+        id: MemoryId(id),
+        text: row.get(1)?,
+        scope: Scope { user: row.get(2)?, agent: row.get(3)?, session: row.get(4)? },
+        event_time: Timestamp(row.get(5)?),
+        recorded_at: Timestamp(row.get(6)?),
+        validity: Validity { valid_from: Timestamp(row.get(7)?), valid_until: row.get::<_, Option<i64>>(8)?.map(Timestamp) },
+        meta,
+        body,
+    })
+}
+
+/// Serialises the JSON columns of a new memory.
+pub fn json_columns(m: &NewMemory) -> Result<(String, String)> {
+    let meta = serde_json::to_string(&m.meta).map_err(|e| AtlasError::Storage(e.to_string()))?;
+    let body = serde_json::to_string(&m.body).map_err(|e| AtlasError::Storage(e.to_string()))?;
+    Ok((meta, body))
+}
+
+/// Little-endian f32s, the blob layout vec0 reads.
+pub fn vector_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn query_memories(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<Vec<Memory>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), memory_from_row)
+        .map_err(storage)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+}

@@ -1,0 +1,216 @@
+//! An in-memory store implementing every storage port, for tests of everything above storage.
+
+use crate::embedder::cosine;
+use async_trait::async_trait;
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
+use atlas_domain::{
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Validity,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct State {
+    last_id: i64,
+    memories: BTreeMap<MemoryId, Memory>,
+    edges: Vec<Edge>,
+    queue: BTreeSet<MemoryId>,
+    vectors: HashMap<MemoryId, Vec<f32>>,
+    model: Option<EmbeddingModel>,
+}
+
+/// The reference implementation of the storage ports: simple and obviously correct, not fast.
+#[derive(Default)]
+pub struct FakeStore {
+    state: Mutex<State>,
+}
+
+impl FakeStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+#[async_trait]
+impl MemoryStore for FakeStore {
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        let mut s = self.state.lock().unwrap();
+        let mut ids = Vec::with_capacity(batch.len());
+        for m in batch {
+            s.last_id += 1;
+            let id = MemoryId(s.last_id);
+            if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
+                let prev = s
+                    .memories
+                    .values()
+                    .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
+                    .filter(|o| o.event_time <= m.event_time)
+                    .max_by_key(|o| (o.event_time, o.id))
+                    .map(|o| o.id);
+                if let Some(prev) = prev {
+                    s.edges.push(Edge {
+                        src: prev,
+                        dst: id,
+                        kind: EdgeKind::Temporal,
+                        weight: 1.0,
+                        validity: Validity::from(m.event_time),
+                        recorded_at: m.recorded_at,
+                    });
+                }
+            }
+            s.queue.insert(id);
+            s.memories.insert(id, m.with_id(id));
+            ids.push(id);
+        }
+        if let Some(p) = progress {
+            p(ids.len());
+        }
+        Ok(ids)
+    }
+
+    async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
+        Ok(self.state.lock().unwrap().memories.get(&id).cloned())
+    }
+
+    async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
+        let s = self.state.lock().unwrap();
+        Ok(ids.iter().filter_map(|id| s.memories.get(id).cloned()).collect())
+    }
+
+    async fn forget(&self, id: MemoryId) -> Result<bool> {
+        let mut s = self.state.lock().unwrap();
+        s.edges.retain(|e| e.src != id && e.dst != id);
+        s.queue.remove(&id);
+        s.vectors.remove(&id);
+        Ok(s.memories.remove(&id).is_some())
+    }
+
+    async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
+        let s = self.state.lock().unwrap();
+        let start = after.map_or(MemoryId(0), |a| a);
+        Ok(s.memories.range(start..).filter(|(id, _)| **id > start).take(limit).map(|(_, m)| m.clone()).collect())
+    }
+
+    async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
+        let s = self.state.lock().unwrap();
+        Ok(s.edges.iter().filter(|e| e.src == id || e.dst == id).cloned().collect())
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let s = self.state.lock().unwrap();
+        let mut by_kind = BTreeMap::new();
+        for m in s.memories.values() {
+            *by_kind.entry(m.kind()).or_insert(0) += 1;
+        }
+        Ok(StoreStats {
+            memories_by_kind: by_kind,
+            edges: s.edges.len() as u64,
+            vectors: s.vectors.len() as u64,
+            pending_vectors: s.queue.len() as u64,
+            bytes: None,
+            schema_version: None,
+            embedding_model: s.model.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl TextIndex for FakeStore {
+    /// Scores by summed inverse document frequency of the matched terms (a BM25 without length
+    /// normalisation), which ranks the same way as BM25 on the conformance suite's cases.
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        let s = self.state.lock().unwrap();
+        let docs: Vec<(MemoryId, Vec<String>)> = s
+            .memories
+            .values()
+            .map(|m| {
+                let mut w = words(&m.text);
+                w.extend(m.body.speaker().map(words).unwrap_or_default());
+                (m.id, w)
+            })
+            .collect();
+        let n = docs.len() as f64;
+        let idf = |t: &String| {
+            let df = docs.iter().filter(|(_, w)| w.contains(t)).count() as f64;
+            ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+        };
+        let weights: Vec<(String, f64)> = terms.iter().map(|t| (t.clone(), idf(t))).collect();
+        let mut hits: Vec<ScoredId> = docs
+            .iter()
+            .filter(|(id, _)| filter.admits(&s.memories[id]))
+            .filter_map(|(id, w)| {
+                let score: f64 = weights.iter().filter(|(t, _)| w.contains(t)).map(|(_, idf)| idf).sum();
+                weights.iter().any(|(t, _)| w.contains(t)).then_some(ScoredId { id: *id, score })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+}
+
+#[async_trait]
+impl VectorIndex for FakeStore {
+    async fn bind_model(&self, model: EmbeddingModel) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        match &s.model {
+            None => {
+                s.model = Some(model);
+                Ok(())
+            }
+            Some(bound) if *bound == model => Ok(()),
+            Some(bound) => Err(AtlasError::ModelMismatch {
+                stored_model: bound.name.clone(),
+                stored_dim: bound.dimension,
+                configured_model: model.name,
+                configured_dim: model.dimension,
+            }),
+        }
+    }
+
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>> {
+        let s = self.state.lock().unwrap();
+        Ok(s.queue.iter().take(limit).map(|id| (*id, s.memories[id].text.clone())).collect())
+    }
+
+    async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        let dim = s.model.as_ref().map(|m| m.dimension).ok_or_else(|| AtlasError::Storage("no model bound".into()))?;
+        if let Some((id, v)) = vectors.iter().find(|(_, v)| v.len() != dim) {
+            return Err(AtlasError::Embedding(format!("vector for memory {id} has {} dimensions, expected {dim}", v.len())));
+        }
+        for (id, v) in vectors {
+            if s.memories.contains_key(&id) {
+                s.queue.remove(&id);
+                s.vectors.insert(id, v);
+            }
+        }
+        Ok(())
+    }
+
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        let s = self.state.lock().unwrap();
+        if let Some(model) = &s.model {
+            if model.dimension != query.len() {
+                return Err(AtlasError::Embedding(format!(
+                    "query vector has {} dimensions, expected {}",
+                    query.len(),
+                    model.dimension
+                )));
+            }
+        }
+        let mut hits: Vec<ScoredId> = s
+            .vectors
+            .iter()
+            .filter(|(id, _)| filter.admits(&s.memories[id]))
+            .map(|(id, v)| ScoredId { id: *id, score: cosine(&query, v) })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+}

@@ -1,0 +1,5 @@
+//! Runs the storage conformance suite against the in-memory fake, the reference for adapters.
+
+use atlas_testing::{FakeStore, Subject};
+
+atlas_testing::store_conformance!(fake, || Subject::new(FakeStore::new(), ()));
