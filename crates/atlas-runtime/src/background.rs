@@ -1,0 +1,90 @@
+//! The background embedder: fills vectors of new memories in batches, off the hot path.
+
+use crate::Parts;
+use atlas_domain::Result;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, Notify};
+use tokio::task::JoinHandle;
+
+/// Wakes on every write and drains the store's durable queue of memories awaiting a vector.
+/// Because the queue is in the store, work interrupted by a crash or exit resumes at next open.
+pub struct Background {
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    parts: Arc<Parts>,
+    batch: usize,
+    wake: Notify,
+    /// One drain at a time, so an `import` waiting for its vectors and the task never embed the
+    /// same memories twice.
+    draining: Mutex<()>,
+}
+
+impl Background {
+    pub fn start(parts: Arc<Parts>, batch: usize) -> Self {
+        let enabled = parts.embedder.is_some();
+        let shared = Arc::new(Shared { parts, batch, wake: Notify::new(), draining: Mutex::new(()) });
+        let task = enabled.then(|| {
+            let shared = Arc::clone(&shared);
+            // Pending work from an earlier run starts at once.
+            shared.wake.notify_one();
+            tokio::spawn(async move {
+                loop {
+                    shared.wake.notified().await;
+                    if let Err(e) = shared.drain().await {
+                        tracing::warn!(error = %e, "background embedding failed; will retry");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        shared.wake.notify_one();
+                    }
+                }
+            })
+        });
+        Background { shared, task }
+    }
+
+    pub fn wake(&self) {
+        if self.task.is_some() {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    pub async fn drain(&self) -> Result<usize> {
+        self.shared.drain().await
+    }
+}
+
+impl Shared {
+    async fn drain(&self) -> Result<usize> {
+        let Some(embedder) = &self.parts.embedder else { return Ok(0) };
+        let _one_at_a_time = self.draining.lock().await;
+        let mut done = 0;
+        loop {
+            let pending = self.parts.vectors.pending_vectors(self.batch).await?;
+            if pending.is_empty() {
+                return Ok(done);
+            }
+            let (ids, texts): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+            let vectors = embedder.embed(texts).await?;
+            if vectors.len() != ids.len() {
+                return Err(atlas_domain::AtlasError::Embedding(format!(
+                    "embedder returned {} vectors for {} texts",
+                    vectors.len(),
+                    ids.len()
+                )));
+            }
+            done += ids.len();
+            self.parts.vectors.put_vectors(ids.into_iter().zip(vectors).collect()).await?;
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

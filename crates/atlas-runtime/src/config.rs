@@ -1,0 +1,140 @@
+//! Configuration: a TOML file, then `ATLAS_*` environment overrides, then command-line flags.
+
+use atlas_domain::policy::fusion::DEFAULT_RRF_K;
+use atlas_domain::policy::limits::DEFAULT_MAX_TEXT_BYTES;
+use atlas_domain::{AtlasError, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Everything the runtime needs to compose an ATLAS instance.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The memory space: the SQLite file.
+    pub db: PathBuf,
+    pub storage: StorageKind,
+    pub durability: DurabilityKind,
+    /// Largest accepted text of one memory, in bytes.
+    pub max_text_bytes: usize,
+    pub embedder: EmbedderKind,
+    /// How many memories the background task embeds per batch.
+    pub embed_batch: usize,
+    pub recall: RecallConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageKind {
+    Sqlite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityKind {
+    /// Survives a crash of the process (WAL, synchronous = NORMAL).
+    Normal,
+    /// Also survives power loss: every commit is fsynced.
+    Full,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderKind {
+    /// No vectors: recall runs on full text and says so.
+    None,
+}
+
+/// Weights and sizes of hybrid recall.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecallConfig {
+    pub rrf_k: f64,
+    pub text_weight: f64,
+    pub vector_weight: f64,
+    /// Candidates each signal contributes before fusion (at least k).
+    pub candidates: usize,
+}
+
+impl Default for RecallConfig {
+    fn default() -> Self {
+        RecallConfig { rrf_k: DEFAULT_RRF_K, text_weight: 1.0, vector_weight: 1.0, candidates: 50 }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            db: PathBuf::from("atlas.db"),
+            storage: StorageKind::Sqlite,
+            durability: DurabilityKind::Normal,
+            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
+            embedder: EmbedderKind::None,
+            embed_batch: 64,
+            recall: RecallConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path` (if given) and applies environment overrides from `env`.
+    pub fn load(path: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut config = match path {
+            None => Config::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| AtlasError::Config(format!("cannot read {}: {e}", p.display())))?;
+                Self::from_toml(&text, &p.display().to_string())?
+            }
+        };
+        config.apply_env(env)?;
+        Ok(config)
+    }
+
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config> {
+        toml::from_str(text).map_err(|e| AtlasError::Config(format!("{origin}: {e}")))
+    }
+
+    /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`).
+    pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
+        if let Some(db) = env("ATLAS_DB") {
+            self.db = PathBuf::from(db);
+        }
+        if let Some(v) = env("ATLAS_MAX_TEXT_BYTES") {
+            self.max_text_bytes = v.trim().parse().map_err(|_| {
+                AtlasError::Config(format!("ATLAS_MAX_TEXT_BYTES: expected a number of bytes, got {v:?}"))
+            })?;
+        }
+        if let Some(v) = env("ATLAS_DURABILITY") {
+            self.durability = match v.trim() {
+                "normal" => DurabilityKind::Normal,
+                "full" => DurabilityKind::Full,
+                other => {
+                    return Err(AtlasError::Config(format!("ATLAS_DURABILITY: expected normal or full, got {other:?}")));
+                }
+            };
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_then_env() {
+        let config = Config::from_toml("db = \"x.db\"\nmax_text_bytes = 10\n[recall]\nrrf_k = 30.0\n", "t.toml").unwrap();
+        assert_eq!((config.db.to_str(), config.max_text_bytes, config.recall.rrf_k), (Some("x.db"), 10, 30.0));
+        let mut config = config;
+        config.apply_env(|k| (k == "ATLAS_DURABILITY").then(|| "full".to_string())).unwrap();
+        assert_eq!(config.durability, DurabilityKind::Full);
+    }
+
+    #[test]
+    fn errors_name_the_origin_and_key() {
+        let err = Config::from_toml("max_text_byte = 3", "atlas.toml").unwrap_err().to_string();
+        assert!(err.contains("atlas.toml") && err.contains("max_text_byte"), "{err}");
+        let err = Config::default().apply_env(|_| Some("lots".into())).unwrap_err().to_string();
+        assert!(err.contains("ATLAS_MAX_TEXT_BYTES"), "{err}");
+    }
+}

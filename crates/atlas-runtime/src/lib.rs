@@ -1,0 +1,221 @@
+//! The ATLAS runtime: the only crate that knows which adapters exist. It composes them from a
+//! [`Config`] and exposes the Rust API: [`Atlas::open`], `remember`, `import`, `recall`, `get`,
+//! `forget`, `stats`, `export`.
+
+mod background;
+pub mod config;
+mod recall;
+
+pub use config::Config;
+pub use recall::{Hit, Recall, RecallRequest, SignalReport};
+
+use atlas_domain::jsonl;
+use atlas_domain::policy::limits::validate;
+use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, StoreStats, TextIndex, VectorIndex};
+use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
+use background::Background;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The adapters an [`Atlas`] runs on. [`Atlas::open`] builds them from configuration; tests and
+/// embedders with their own adapters pass them to [`Atlas::from_parts`].
+pub struct Parts {
+    pub store: Arc<dyn MemoryStore>,
+    pub text: Arc<dyn TextIndex>,
+    pub vectors: Arc<dyn VectorIndex>,
+    pub embedder: Option<Arc<dyn Embedder>>,
+}
+
+impl Parts {
+    /// One adapter that implements every storage port.
+    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + 'static>(store: Arc<S>, embedder: Option<Arc<dyn Embedder>>) -> Self {
+        Parts { store: store.clone(), text: store.clone(), vectors: store, embedder }
+    }
+}
+
+/// An episode for the hot path; the runtime stamps it with the time it was learned.
+#[derive(Debug, Clone, Default)]
+pub struct Remember {
+    pub text: String,
+    pub speaker: Option<String>,
+    pub scope: Scope,
+    /// When it was said; defaults to now.
+    pub time: Option<Timestamp>,
+    pub meta: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A memory with the edges that touch it.
+#[derive(Debug, Clone)]
+pub struct MemoryDetail {
+    pub memory: Memory,
+    pub edges: Vec<Edge>,
+}
+
+/// What `stats` reports.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub store: StoreStats,
+    pub embedder: Option<String>,
+}
+
+/// An ATLAS memory space.
+pub struct Atlas {
+    parts: Arc<Parts>,
+    config: Config,
+    background: Background,
+}
+
+/// The current time.
+pub fn now() -> Timestamp {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp(since_epoch.as_millis() as i64)
+}
+
+impl Atlas {
+    /// Opens the memory space `config.db` with the adapters this build was compiled with.
+    pub async fn open(config: Config) -> Result<Atlas> {
+        let embedder: Option<Arc<dyn Embedder>> = match config.embedder {
+            config::EmbedderKind::None => None,
+        };
+        let parts = match config.storage {
+            config::StorageKind::Sqlite => open_sqlite(&config, embedder)?,
+        };
+        Atlas::from_parts(parts, config).await
+    }
+
+    /// Composes an instance from explicit adapters; binds the embedder's model to the store (a
+    /// different model is an error) and starts the background embedding of pending memories.
+    pub async fn from_parts(parts: Parts, config: Config) -> Result<Atlas> {
+        if let Some(embedder) = &parts.embedder {
+            parts.vectors.bind_model(embedder.model()).await?;
+        }
+        let parts = Arc::new(parts);
+        let background = Background::start(Arc::clone(&parts), config.embed_batch.max(1));
+        Ok(Atlas { parts, config, background })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The hot path: validates and commits one episode and returns its id. It never waits for
+    /// an embedding or an LLM: the background task embeds it later.
+    pub async fn remember(&self, input: Remember) -> Result<MemoryId> {
+        let now = now();
+        let event_time = input.time.unwrap_or(now);
+        let memory = NewMemory {
+            scope: input.scope,
+            text: input.text,
+            event_time,
+            recorded_at: now,
+            validity: Validity::from(event_time),
+            meta: input.meta,
+            body: Body::Episode { speaker: input.speaker },
+        };
+        validate(&memory, self.config.max_text_bytes, "remember")?;
+        let id = self.parts.store.insert(vec![memory], None).await?.remove(0);
+        self.background.wake();
+        Ok(id)
+    }
+
+    /// Stores a batch atomically after validating every record, then waits until the batch's
+    /// vectors are stored (when an embedder is configured). `location` names each record in
+    /// errors, e.g. `file.jsonl:12`.
+    pub async fn import(&self, batch: Vec<(String, NewMemory)>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        for (location, memory) in &batch {
+            validate(memory, self.config.max_text_bytes, location)?;
+        }
+        let memories = batch.into_iter().map(|(_, m)| m).collect();
+        let ids = self.parts.store.insert(memories, progress).await?;
+        self.flush_vectors().await?;
+        Ok(ids)
+    }
+
+    /// Reads a JSON Lines file (see [`atlas_domain::jsonl`]) and imports it in one transaction:
+    /// a bad line fails the whole file with its line number and field, and nothing of it is stored.
+    pub async fn import_jsonl(&self, path: &Path, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
+        let batch = parse_jsonl(&bytes, &shown, now())?;
+        self.import(batch, progress).await
+    }
+
+    pub async fn recall(&self, request: RecallRequest) -> Result<Recall> {
+        recall::recall(&self.parts, &self.config.recall, request, now()).await
+    }
+
+    pub async fn get(&self, id: MemoryId) -> Result<Option<MemoryDetail>> {
+        let Some(memory) = self.parts.store.get(id).await? else { return Ok(None) };
+        let edges = self.parts.store.edges_of(id).await?;
+        Ok(Some(MemoryDetail { memory, edges }))
+    }
+
+    /// Deletes a memory, its edges and vector, at the user's explicit request.
+    pub async fn forget(&self, id: MemoryId) -> Result<bool> {
+        self.parts.store.forget(id).await
+    }
+
+    pub async fn stats(&self) -> Result<Stats> {
+        Ok(Stats {
+            store: self.parts.store.stats().await?,
+            embedder: self.parts.embedder.as_ref().map(|e| e.model().name),
+        })
+    }
+
+    /// Writes every memory as JSON Lines that `import` reads back; returns how many.
+    pub async fn export(&self, out: &mut dyn Write) -> Result<u64> {
+        let mut after = None;
+        let mut count = 0;
+        loop {
+            let page = self.parts.store.scan(after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            for memory in &page {
+                writeln!(out, "{}", jsonl::to_line(memory)).map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
+                count += 1;
+            }
+        }
+        out.flush().map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
+        Ok(count)
+    }
+
+    /// Embeds every pending memory now; returns how many were embedded.
+    pub async fn flush_vectors(&self) -> Result<usize> {
+        self.background.drain().await
+    }
+}
+
+/// Parses a whole JSONL file; the first bad line fails it, named `origin:line`.
+pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(String, NewMemory)>> {
+    let mut out = Vec::new();
+    for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let location = format!("{origin}:{}", index + 1);
+        let line = std::str::from_utf8(raw).map_err(|e| {
+            AtlasError::invalid(&location, format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()))
+        })?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let memory = jsonl::parse_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
+        out.push((location, memory));
+    }
+    Ok(out)
+}
+
+#[cfg(feature = "store-sqlite")]
+fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Parts> {
+    use atlas_store_sqlite::{Durability, SqliteOptions, SqliteStore};
+    let durability = match config.durability {
+        config::DurabilityKind::Normal => Durability::Normal,
+        config::DurabilityKind::Full => Durability::Full,
+    };
+    let store = SqliteStore::open(&config.db, &SqliteOptions { durability })?;
+    Ok(Parts::from_store(Arc::new(store), embedder))
+}
+
+#[cfg(not(feature = "store-sqlite"))]
+fn open_sqlite(_: &Config, _: Option<Arc<dyn Embedder>>) -> Result<Parts> {
+    Err(AtlasError::Config("storage = \"sqlite\" needs atlas built with the store-sqlite feature".into()))
+}

@@ -1,0 +1,124 @@
+//! Hybrid recall: full text and vectors searched under one filter, fused by reciprocal rank.
+
+use crate::Parts;
+use crate::config::RecallConfig;
+use atlas_domain::policy::fusion::{RankedList, Signal, reciprocal_rank_fusion};
+use atlas_domain::policy::query::terms;
+use atlas_domain::ports::ScoredId;
+use atlas_domain::{AtlasError, Memory, MemoryKind, RecallFilter, Result, Scope, Timestamp};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// A recall query and its filters.
+#[derive(Debug, Clone, Default)]
+pub struct RecallRequest {
+    pub query: String,
+    pub k: usize,
+    pub scope: Scope,
+    /// Empty means every kind.
+    pub kinds: Vec<MemoryKind>,
+    /// Event time range: `since` inclusive, `until` exclusive.
+    pub since: Option<Timestamp>,
+    pub until: Option<Timestamp>,
+    /// Recall what was valid then; defaults to now.
+    pub as_of: Option<Timestamp>,
+}
+
+/// One recalled memory, its fused score and the rank each signal gave it (1 = best).
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub memory: Memory,
+    pub score: f64,
+    pub ranks: BTreeMap<Signal, usize>,
+}
+
+/// Whether a signal took part, and why not when it did not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalReport {
+    pub signal: Signal,
+    pub used: bool,
+    /// Why it was skipped, or what limited it (e.g. vectors still being filled).
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Recall {
+    pub hits: Vec<Hit>,
+    pub signals: Vec<SignalReport>,
+    pub took_ms: f64,
+}
+
+impl Recall {
+    /// Signals that did not run, with the reason, for "degraded" notices.
+    pub fn skipped(&self) -> impl Iterator<Item = &SignalReport> {
+        self.signals.iter().filter(|s| !s.used)
+    }
+}
+
+pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest, now: Timestamp) -> Result<Recall> {
+    let started = Instant::now();
+    if request.query.trim().is_empty() {
+        return Err(AtlasError::invalid("recall", "the query is empty"));
+    }
+    let filter = RecallFilter {
+        scope: request.scope,
+        kinds: request.kinds,
+        since: request.since,
+        until: request.until,
+        valid_at: Some(request.as_of.unwrap_or(now)),
+    };
+    let candidates = request.k.max(config.candidates);
+    let query_terms = terms(&request.query);
+
+    let text = async {
+        if request.k == 0 {
+            return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: true, note: None }));
+        }
+        if query_terms.is_empty() {
+            let note = Some("the query has no searchable words".to_owned());
+            return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: false, note }));
+        }
+        let hits = parts.text.search_text(query_terms.clone(), filter.clone(), candidates).await?;
+        Ok::<_, AtlasError>((hits, SignalReport { signal: Signal::Text, used: true, note: None }))
+    };
+    let vector = async {
+        let Some(embedder) = &parts.embedder else {
+            let note = Some("no embedder configured; recall ran on full text only".to_owned());
+            return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
+        };
+        if request.k == 0 {
+            return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: true, note: None }));
+        }
+        let query = embedder.embed(vec![request.query.clone()]).await?.pop().ok_or_else(|| {
+            AtlasError::Embedding("the embedder returned no vector for the query".into())
+        })?;
+        let (hits, pending) = tokio::join!(
+            parts.vectors.search_vector(query, filter.clone(), candidates),
+            parts.vectors.pending_vectors(1)
+        );
+        let note = (!pending?.is_empty()).then(|| "some memories are still waiting for their vectors".to_owned());
+        Ok::<_, AtlasError>((hits?, SignalReport { signal: Signal::Vector, used: true, note }))
+    };
+    let ((text_hits, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
+
+    let ids = |hits: Vec<ScoredId>| hits.into_iter().map(|h| h.id).collect();
+    let lists = [
+        RankedList { signal: Signal::Text, weight: config.text_weight, ids: ids(text_hits) },
+        RankedList { signal: Signal::Vector, weight: config.vector_weight, ids: ids(vector_hits) },
+    ];
+    let mut fused = reciprocal_rank_fusion(&lists, config.rrf_k);
+    fused.truncate(request.k);
+    let mut memories: HashMap<_, _> = parts
+        .store
+        .get_many(fused.iter().map(|f| f.id).collect())
+        .await?
+        .into_iter()
+        .map(|m| (m.id, m))
+        .collect();
+    // A memory forgotten between search and fetch is simply absent.
+    let hits = fused
+        .into_iter()
+        .filter_map(|f| memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, ranks: f.ranks }))
+        .collect();
+    Ok(Recall { hits, signals: vec![text_report, vector_report], took_ms: started.elapsed().as_secs_f64() * 1e3 })
+}
