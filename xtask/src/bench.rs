@@ -1,0 +1,165 @@
+//! `cargo xtask bench`: ingest figures, each beside a floor measured in the same run.
+//!
+//! `ingest` measures `remember` latency on stores already holding N episodes and `import`
+//! throughput of N episodes into a fresh store. The floors are what raw rusqlite does with the
+//! same rows, pragmas and commit pattern but without ATLAS (no writer thread, no FTS, no edges,
+//! no queue), so a ratio shows what ATLAS's own work costs.
+
+use anyhow::Result;
+use atlas_domain::{NewMemory, Scope, Timestamp};
+use atlas_runtime::{Atlas, Config, Remember};
+use clap::Subcommand;
+use std::time::Instant;
+
+#[derive(Subcommand)]
+pub enum Which {
+    /// `remember` latency and `import` throughput (embedding deferred: no embedder).
+    Ingest {
+        /// Store sizes, in episodes.
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        sizes: Vec<usize>,
+        /// How many `remember` calls are timed at each size.
+        #[arg(long, default_value_t = 2000)]
+        remembers: usize,
+    },
+}
+
+pub fn run(which: Which) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match which {
+        Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
+    }
+}
+
+/// Deterministic synthetic conversation text: 8–30 words from a 4,000-word vocabulary.
+struct Corpus {
+    state: u64,
+    vocabulary: Vec<String>,
+}
+
+impl Corpus {
+    fn new() -> Self {
+        let syllables = ["ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri", "fen", "gar", "hol"];
+        let mut vocabulary = Vec::new();
+        'outer: for a in syllables {
+            for b in syllables {
+                for c in syllables {
+                    vocabulary.push(format!("{a}{b}{c}"));
+                    if vocabulary.len() == 4000 {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        Corpus { state: 0x9E37_79B9_7F4A_7C15, vocabulary }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+
+    fn sentence(&mut self) -> String {
+        let n = 8 + (self.next() % 23) as usize;
+        let picks: Vec<usize> = (0..n).map(|_| (self.next() % self.vocabulary.len() as u64) as usize).collect();
+        picks.iter().map(|&i| self.vocabulary[i].as_str()).collect::<Vec<_>>().join(" ")
+    }
+
+    fn episodes(&mut self, n: usize, t0: i64) -> Vec<(String, NewMemory)> {
+        (0..n)
+            .map(|i| {
+                let scope = Scope { session: Some(format!("bench/session_{}", i / 20)), ..Scope::default() };
+                let speaker = Some(if i % 2 == 0 { "Ada" } else { "Brook" }.to_owned());
+                let t = Timestamp(t0 + i as i64 * 30_000);
+                (format!("bench:{i}"), NewMemory::episode(self.sentence(), scope, speaker, t, t))
+            })
+            .collect()
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
+    println!("| episodes | import (eps/s) | floor: raw insert (eps/s) | import / floor | remember p50 (ms) | remember p95 (ms) | floor: raw insert+commit p50 (ms) | p50 / floor |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &n in sizes {
+        let mut corpus = Corpus::new();
+        let batch = corpus.episodes(n, 1_700_000_000_000);
+        let dir = tempfile::tempdir()?;
+
+        let floor_import = floor_import(&dir.path().join("floor.db"), &batch)?;
+        let atlas = Atlas::open(Config { db: dir.path().join("atlas.db"), ..Config::default() }).await?;
+        let started = Instant::now();
+        atlas.import(batch, None).await?;
+        let import_rate = n as f64 / started.elapsed().as_secs_f64();
+
+        let mut latencies = Vec::with_capacity(remembers);
+        for i in 0..remembers {
+            let input = Remember {
+                text: corpus.sentence(),
+                speaker: Some("Ada".into()),
+                scope: Scope { session: Some(format!("live/{}", i / 20)), ..Scope::default() },
+                ..Remember::default()
+            };
+            let started = Instant::now();
+            atlas.remember(input).await?;
+            latencies.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        latencies.sort_by(f64::total_cmp);
+        let floor_p50 = floor_remember(&dir.path().join("floor.db"), &mut corpus, remembers)?;
+        let p50 = percentile(&latencies, 0.5);
+        println!(
+            "| {n} | {import_rate:.0} | {floor_import:.0} | {:.2} | {p50:.3} | {:.3} | {floor_p50:.3} | {:.2} |",
+            import_rate / floor_import,
+            percentile(&latencies, 0.95),
+            p50 / floor_p50
+        );
+    }
+    Ok(())
+}
+
+fn floor_connection(path: &std::path::Path) -> Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+         CREATE TABLE IF NOT EXISTS plain (id INTEGER PRIMARY KEY, kind TEXT, text TEXT, speaker TEXT, \
+         scope_session TEXT, event_time INTEGER, recorded_at INTEGER, valid_from INTEGER, meta TEXT, body TEXT);",
+    )?;
+    Ok(conn)
+}
+
+const FLOOR_INSERT: &str = "INSERT INTO plain (kind, text, speaker, scope_session, event_time, recorded_at, valid_from, meta, body) \
+                            VALUES ('episode', ?, ?, ?, ?, ?, ?, '{}', '{}')";
+
+fn floor_import(path: &std::path::Path, batch: &[(String, NewMemory)]) -> Result<f64> {
+    let mut conn = floor_connection(path)?;
+    let started = Instant::now();
+    let tx = conn.transaction()?;
+    {
+        let mut stmt = tx.prepare(FLOOR_INSERT)?;
+        for (_, m) in batch {
+            let t = m.event_time.millis();
+            stmt.execute(rusqlite::params![m.text, m.body.speaker(), m.scope.session, t, t, t])?;
+        }
+    }
+    tx.commit()?;
+    Ok(batch.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+fn floor_remember(path: &std::path::Path, corpus: &mut Corpus, n: usize) -> Result<f64> {
+    let conn = floor_connection(path)?;
+    let mut stmt = conn.prepare(FLOOR_INSERT)?;
+    let mut latencies = Vec::with_capacity(n);
+    for i in 0..n {
+        let text = corpus.sentence();
+        let started = Instant::now();
+        stmt.execute(rusqlite::params![text, "Ada", format!("live/{}", i / 20), 1, 1, 1])?;
+        latencies.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(percentile(&latencies, 0.5))
+}

@@ -1,0 +1,174 @@
+//! Developer tasks, run as `cargo xtask <task>`: the CI gate, the demo, schema migrations,
+//! benchmarks and fixture generation. Plain Rust instead of shell scripts, so they run the same
+//! everywhere cargo does.
+
+mod bench;
+mod fixtures;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Everything CI checks: fmt, clippy, cargo-deny, the whole test suite.
+    Ci,
+    /// The test suite alone (nextest when installed, else cargo test).
+    Test,
+    /// Imports the demo conversation into a fresh database and answers the demo questions.
+    Demo,
+    /// Schema migrations of a database file.
+    Migrate {
+        #[command(subcommand)]
+        action: MigrateAction,
+    },
+    /// Benchmarks; figures are printed with a baseline measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+    },
+    /// Regenerates committed fixtures.
+    Fixtures,
+}
+
+#[derive(Subcommand)]
+enum MigrateAction {
+    /// Shows the schema version of the file and the migrations it lacks.
+    Status {
+        #[arg(long)]
+        db: PathBuf,
+    },
+    /// Applies every pending migration, each in its own transaction.
+    Up {
+        #[arg(long)]
+        db: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Ci => ci(),
+        Task::Test => test(),
+        Task::Demo => demo(),
+        Task::Migrate { action } => migrate(action),
+        Task::Bench { which } => bench::run(which),
+        Task::Fixtures => fixtures::generate(&root()),
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    println!("$ cargo {}", args.join(" "));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .current_dir(root())
+        .status()
+        .context("run cargo")?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn has_cargo_subcommand(name: &str) -> bool {
+    Command::new("cargo").args([name, "--version"]).output().is_ok_and(|o| o.status.success())
+}
+
+fn ci() -> Result<()> {
+    cargo(&["fmt", "--all", "--", "--check"])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"])?;
+    if !has_cargo_subcommand("deny") {
+        // The pinned version, built from the crate registry: no binary download needed.
+        cargo(&["install", "cargo-deny", "--version", "0.20.2", "--locked"])?;
+    }
+    cargo(&["deny", "check", "bans", "licenses", "sources"])?;
+    test()
+}
+
+/// Tests build in the release profile: the demo and benchmarks need it anyway, so one build
+/// of the dependencies serves all three on a 2-core machine.
+fn test() -> Result<()> {
+    if has_cargo_subcommand("nextest") {
+        cargo(&["nextest", "run", "--workspace", "--release", "--no-fail-fast"])
+    } else {
+        cargo(&["test", "--workspace", "--release", "--no-fail-fast"])
+    }
+}
+
+fn atlas_binary() -> Result<PathBuf> {
+    cargo(&["build", "--release", "--quiet", "-p", "atlas-cli"])?;
+    Ok(target_dir().join("release").join("atlas"))
+}
+
+fn run_atlas(atlas: &Path, args: &[&str]) -> Result<()> {
+    println!("$ atlas {}", args.join(" "));
+    let status = Command::new(atlas).args(args).status().context("run atlas")?;
+    if !status.success() {
+        bail!("`atlas {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn demo() -> Result<()> {
+    let atlas = atlas_binary()?;
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("demo.db");
+    let db = db.to_str().context("temp path is UTF-8")?;
+    let fixtures = root().join("fixtures").join("demo");
+    let conversation = fixtures.join("conversation.jsonl");
+    let queries = fixtures.join("queries.jsonl");
+    run_atlas(&atlas, &["--db", db, "import", conversation.to_str().unwrap()])?;
+    run_atlas(&atlas, &["--db", db, "stats"])?;
+    run_atlas(&atlas, &["--db", db, "recall", "--batch", queries.to_str().unwrap(), "--k", "3"])?;
+    println!("demo finished: a fresh memory space, imported and queried through the atlas CLI");
+    Ok(())
+}
+
+fn migrate(action: MigrateAction) -> Result<()> {
+    use atlas_store_sqlite::migrations;
+    let (db, apply) = match &action {
+        MigrateAction::Status { db } => (db, false),
+        MigrateAction::Up { db } => (db, true),
+    };
+    if !db.exists() {
+        bail!("{}: no such database file", db.display());
+    }
+    let mut conn = rusqlite::Connection::open(db).with_context(|| format!("open {}", db.display()))?;
+    let found = migrations::current_version(&conn)?;
+    let latest = migrations::latest_version();
+    println!("{}: schema version {found}; this build knows up to {latest}", db.display());
+    if found > latest {
+        bail!("{}: schema version {found} is newer than this build ({latest}); upgrade atlas", db.display());
+    }
+    let pending: Vec<_> = migrations::MIGRATIONS.iter().filter(|m| m.version > found).collect();
+    if pending.is_empty() {
+        println!("up to date");
+        return Ok(());
+    }
+    if !apply {
+        for m in pending {
+            println!("pending: {}", m.name);
+        }
+        return Ok(());
+    }
+    for v in migrations::migrate(&mut conn, &db.display().to_string())? {
+        println!("applied: {}", migrations::MIGRATIONS[(v - 1) as usize].name);
+    }
+    Ok(())
+}
