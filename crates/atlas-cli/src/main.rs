@@ -32,9 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Import a JSON Lines file of memories, all or nothing.
-    Import {
-        file: PathBuf,
-    },
+    Import { file: PathBuf },
     /// Store one episode on the hot path and print its id.
     Remember(RememberArgs),
     /// Find the memories that answer a query (or every query of a --batch file).
@@ -102,7 +100,8 @@ struct RecallArgs {
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ATLAS_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("ATLAS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -128,7 +127,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Remember(args) => remember(&atlas, args, json).await,
         Command::Recall(args) => recall(&atlas, args, json).await,
         Command::Get { id } => {
-            let detail = atlas.get(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?;
+            let detail = atlas
+                .get(id)
+                .await?
+                .ok_or(atlas_domain::AtlasError::NotFound(id))?;
             output::print_detail(&detail, json);
             Ok(())
         }
@@ -136,7 +138,9 @@ async fn run(cli: Cli) -> Result<()> {
             if !atlas.forget(id).await? {
                 return Err(atlas_domain::AtlasError::NotFound(id).into());
             }
-            output::print_line(json, serde_json::json!({"forgotten": id.0}), || format!("forgot memory {id}"));
+            output::print_line(json, serde_json::json!({"forgotten": id.0}), || {
+                format!("forgot memory {id}")
+            });
             Ok(())
         }
         Command::Stats => {
@@ -147,11 +151,16 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Export { out } => {
             let count = match &out {
                 Some(path) => {
-                    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+                    let file = std::fs::File::create(path)
+                        .with_context(|| format!("cannot create {}", path.display()))?;
                     let mut writer = std::io::BufWriter::new(file);
                     atlas.export(&mut writer).await?
                 }
-                None => atlas.export(&mut std::io::BufWriter::new(std::io::stdout().lock())).await?,
+                None => {
+                    atlas
+                        .export(&mut std::io::BufWriter::new(std::io::stdout().lock()))
+                        .await?
+                }
             };
             let target = out.map_or("standard output".to_owned(), |p| p.display().to_string());
             eprintln!("exported {count} memories to {target}");
@@ -167,12 +176,19 @@ async fn import(atlas: &Atlas, file: &std::path::Path, json: bool) -> Result<()>
     let batch = atlas_runtime::parse_jsonl(&bytes, &shown, atlas_runtime::now())?;
     let bar = ProgressBar::new(batch.len() as u64);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} importing {pos}/{len} [{bar:30}] {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} importing {pos}/{len} [{bar:30}] {per_sec} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     let progress_bar = bar.clone();
-    let ids = atlas.import(batch, Some(Arc::new(move |n| progress_bar.set_position(n as u64)))).await?;
+    let ids = atlas
+        .import(
+            batch,
+            Some(Arc::new(move |n| progress_bar.set_position(n as u64))),
+        )
+        .await?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     output::print_line(
@@ -181,7 +197,12 @@ async fn import(atlas: &Atlas, file: &std::path::Path, json: bool) -> Result<()>
             "imported": ids.len(), "file": shown, "took_ms": secs * 1e3,
             "first_id": ids.first().map(|i| i.0), "last_id": ids.last().map(|i| i.0),
         }),
-        || format!("imported {} memories from {shown} in {secs:.2} s", ids.len()),
+        || {
+            format!(
+                "imported {} memories from {shown} in {secs:.2} s",
+                ids.len()
+            )
+        },
     );
     Ok(())
 }
@@ -189,7 +210,9 @@ async fn import(atlas: &Atlas, file: &std::path::Path, json: bool) -> Result<()>
 async fn remember(atlas: &Atlas, args: RememberArgs, json: bool) -> Result<()> {
     let mut scope = parse_scope(&args.scope)?;
     if let Some(session) = args.session {
-        scope.set("session", &session).map_err(|m| anyhow!("--session: {m}"))?;
+        scope
+            .set("session", &session)
+            .map_err(|m| anyhow!("--session: {m}"))?;
     }
     let meta = match args.meta {
         None => serde_json::Map::new(),
@@ -199,9 +222,17 @@ async fn remember(atlas: &Atlas, args: RememberArgs, json: bool) -> Result<()> {
             Err(e) => return Err(anyhow!("--meta: not valid JSON ({e})")),
         },
     };
-    let input = Remember { text: args.text, speaker: args.speaker, scope, time: parse_time("--time", args.time)?, meta };
+    let input = Remember {
+        text: args.text,
+        speaker: args.speaker,
+        scope,
+        time: parse_time("--time", args.time)?,
+        meta,
+    };
     let id = atlas.remember(input).await?;
-    output::print_line(json, serde_json::json!({"id": id.0}), || format!("remembered memory {id}"));
+    output::print_line(json, serde_json::json!({"id": id.0}), || {
+        format!("remembered memory {id}")
+    });
     Ok(())
 }
 
@@ -223,12 +254,18 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
         }
         (None, Some(batch)) => {
             let shown = batch.display().to_string();
-            let text = std::fs::read_to_string(&batch).with_context(|| format!("cannot read {shown}"))?;
+            let text =
+                std::fs::read_to_string(&batch).with_context(|| format!("cannot read {shown}"))?;
             let queries = parse_batch(&text, &shown)?;
             let stdout = std::io::stdout();
             for (id, query) in queries {
-                let result = atlas.recall(RecallRequest { query, ..template.clone() }).await?;
-                output::print_recall(Some(&id), &result, json);
+                let result = atlas
+                    .recall(RecallRequest {
+                        query: query.clone(),
+                        ..template.clone()
+                    })
+                    .await?;
+                output::print_recall(Some((&id, &query)), &result, json);
             }
             stdout.lock().flush()?;
             Ok(())
@@ -264,11 +301,15 @@ fn parse_batch(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
 fn parse_scope(pairs: &[String]) -> Result<Scope> {
     let mut scope = Scope::default();
     for pair in pairs {
-        scope.set_from_pair(pair).map_err(|m| anyhow!("--scope: {m}"))?;
+        scope
+            .set_from_pair(pair)
+            .map_err(|m| anyhow!("--scope: {m}"))?;
     }
     Ok(scope)
 }
 
 fn parse_time(flag: &str, value: Option<String>) -> Result<Option<Timestamp>> {
-    value.map(|v| Timestamp::parse(&v).map_err(|m| anyhow!("{flag}: {m}"))).transpose()
+    value
+        .map(|v| Timestamp::parse(&v).map_err(|m| anyhow!("{flag}: {m}")))
+        .transpose()
 }

@@ -13,15 +13,19 @@ pub fn print_line(json: bool, value: Value, human: impl FnOnce() -> String) {
     }
 }
 
-pub fn print_recall(id: Option<&str>, recall: &Recall, json: bool) {
+/// Prints one recall; `batch` is the query's id and text when it came from a `--batch` file.
+pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
     if json {
         let hits: Vec<Value> = recall
             .hits
             .iter()
             .map(|h| {
                 let mut line = jsonl::to_line(&h.memory);
-                let ranks: serde_json::Map<String, Value> =
-                    h.ranks.iter().map(|(s, r)| (s.as_str().to_owned(), Value::from(*r))).collect();
+                let ranks: serde_json::Map<String, Value> = h
+                    .ranks
+                    .iter()
+                    .map(|(s, r)| (s.as_str().to_owned(), Value::from(*r)))
+                    .collect();
                 line["score"] = Value::from(h.score);
                 line["ranks"] = Value::Object(ranks);
                 line
@@ -30,17 +34,22 @@ pub fn print_recall(id: Option<&str>, recall: &Recall, json: bool) {
         let signals: serde_json::Map<String, Value> = recall
             .signals
             .iter()
-            .map(|s| (s.signal.as_str().to_owned(), json!({"used": s.used, "note": s.note})))
+            .map(|s| {
+                (
+                    s.signal.as_str().to_owned(),
+                    json!({"used": s.used, "note": s.note}),
+                )
+            })
             .collect();
         let mut out = json!({"took_ms": recall.took_ms, "hits": hits, "signals": signals});
-        if let Some(id) = id {
+        if let Some((id, _)) = batch {
             out["id"] = Value::from(id);
         }
         println!("{out}");
         return;
     }
-    if let Some(id) = id {
-        println!("# {id}");
+    if let Some((id, query)) = batch {
+        println!("\n# {id}: {query}");
     }
     for s in &recall.signals {
         if let Some(note) = &s.note {
@@ -53,9 +62,26 @@ pub fn print_recall(id: Option<&str>, recall: &Recall, json: bool) {
     }
     for (i, h) in recall.hits.iter().enumerate() {
         let m = &h.memory;
-        let who = m.body.speaker().map(|s| format!("{s}: ")).unwrap_or_default();
-        let ranks: Vec<String> = h.ranks.iter().map(|(s, r)| format!("{} #{r}", s.as_str())).collect();
-        println!("{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({})", i + 1, h.score, m.id, m.kind(), m.event_time, m.text, ranks.join(", "));
+        let who = m
+            .body
+            .speaker()
+            .map(|s| format!("{s}: "))
+            .unwrap_or_default();
+        let ranks: Vec<String> = h
+            .ranks
+            .iter()
+            .map(|(s, r)| format!("{} #{r}", s.as_str()))
+            .collect();
+        println!(
+            "{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({})",
+            i + 1,
+            h.score,
+            m.id,
+            m.kind(),
+            m.event_time,
+            m.text,
+            ranks.join(", ")
+        );
     }
     println!("({:.2} ms)", recall.took_ms);
 }
@@ -64,9 +90,11 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
     let edges: Vec<Value> = detail
         .edges
         .iter()
-        .map(|e| json!({"src": e.src.0, "dst": e.dst.0, "kind": e.kind.as_str(), "weight": e.weight,
+        .map(|e| {
+            json!({"src": e.src.0, "dst": e.dst.0, "kind": e.kind.as_str(), "weight": e.weight,
                        "valid_from": e.validity.valid_from.to_rfc3339(),
-                       "valid_until": e.validity.valid_until.map(|t| t.to_rfc3339())}))
+                       "valid_until": e.validity.valid_until.map(|t| t.to_rfc3339())})
+        })
         .collect();
     if json {
         let mut line = jsonl::to_line(&detail.memory);
@@ -83,7 +111,10 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
     println!("  scope:       {}", m.scope);
     println!("  event time:  {}", m.event_time);
     println!("  recorded at: {}", m.recorded_at);
-    let until = m.validity.valid_until.map_or("now".to_owned(), |t| t.to_rfc3339());
+    let until = m
+        .validity
+        .valid_until
+        .map_or("now".to_owned(), |t| t.to_rfc3339());
     println!("  valid:       {} .. {until}", m.validity.valid_from);
     if !m.meta.is_empty() {
         println!("  meta:        {}", Value::Object(m.meta.clone()));
@@ -95,9 +126,15 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
 
 pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     let s = &stats.store;
-    let by_kind: serde_json::Map<String, Value> =
-        s.memories_by_kind.iter().map(|(k, n)| (k.as_str().to_owned(), Value::from(*n))).collect();
-    let model = s.embedding_model.as_ref().map(|m| json!({"name": m.name, "dimension": m.dimension}));
+    let by_kind: serde_json::Map<String, Value> = s
+        .memories_by_kind
+        .iter()
+        .map(|(k, n)| (k.as_str().to_owned(), Value::from(*n)))
+        .collect();
+    let model = s
+        .embedding_model
+        .as_ref()
+        .map(|m| json!({"name": m.name, "dimension": m.dimension}));
     if json {
         println!(
             "{}",
@@ -113,8 +150,17 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
         println!("  {kind:<14} {n}");
     }
     println!("edges:           {}", s.edges);
-    println!("vectors:         {} ({} pending)", s.vectors, s.pending_vectors);
-    println!("embedder:        {}", stats.embedder.as_deref().unwrap_or("none (full-text recall only)"));
+    println!(
+        "vectors:         {} ({} pending)",
+        s.vectors, s.pending_vectors
+    );
+    println!(
+        "embedder:        {}",
+        stats
+            .embedder
+            .as_deref()
+            .unwrap_or("none (full-text recall only)")
+    );
     if let Some(bytes) = s.bytes {
         println!("size:            {:.1} MB", bytes as f64 / 1e6);
     }

@@ -16,18 +16,29 @@ fn atlas(db: &Path, args: &[&str]) -> Output {
 }
 
 fn ok(out: Output) -> String {
-    assert!(out.status.success(), "atlas failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "atlas failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
 fn failed(out: Output) -> String {
-    assert!(!out.status.success(), "atlas should have failed; stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "atlas should have failed; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8(out.stderr).unwrap()
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     path
 }
 
@@ -41,15 +52,32 @@ fn harness_contract_import_then_batch_recall_json() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("memory.db");
     let turns = write(dir.path(), "episodes.jsonl", TURNS);
-    let imported: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["import", turns.to_str().unwrap(), "--json"]))).unwrap();
+    let imported: serde_json::Value = serde_json::from_str(&ok(atlas(
+        &db,
+        &["import", turns.to_str().unwrap(), "--json"],
+    )))
+    .unwrap();
     assert_eq!(imported["imported"], 3);
     let queries = write(
         dir.path(),
         "queries.jsonl",
         "{\"id\": \"q0\", \"query\": \"What did Melanie paint?\"}\n{\"id\": \"q1\", \"query\": \"adoption (agencies\"}\n",
     );
-    let out = ok(atlas(&db, &["recall", "--batch", queries.to_str().unwrap(), "--k", "2", "--json"]));
-    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let out = ok(atlas(
+        &db,
+        &[
+            "recall",
+            "--batch",
+            queries.to_str().unwrap(),
+            "--k",
+            "2",
+            "--json",
+        ],
+    ));
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["id"], "q0");
     assert!(lines[0]["took_ms"].as_f64().unwrap() >= 0.0);
@@ -63,19 +91,50 @@ fn harness_contract_import_then_batch_recall_json() {
 fn remember_get_forget_stats_export() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("a.db");
-    let first: serde_json::Value =
-        serde_json::from_str(&ok(atlas(&db, &["remember", "--json", "--session", "s", "--scope", "user:ann", "hello there"]))).unwrap();
+    let first: serde_json::Value = serde_json::from_str(&ok(atlas(
+        &db,
+        &[
+            "remember",
+            "--json",
+            "--session",
+            "s",
+            "--scope",
+            "user:ann",
+            "hello there",
+        ],
+    )))
+    .unwrap();
     let id = first["id"].as_i64().unwrap().to_string();
-    ok(atlas(&db, &["remember", "--session", "s", "--speaker", "Ann", "--meta", "{\"k\": 1}", "general kenobi"]));
-    let got: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["get", &id, "--json"]))).unwrap();
+    ok(atlas(
+        &db,
+        &[
+            "remember",
+            "--session",
+            "s",
+            "--speaker",
+            "Ann",
+            "--meta",
+            "{\"k\": 1}",
+            "general kenobi",
+        ],
+    ));
+    let got: serde_json::Value =
+        serde_json::from_str(&ok(atlas(&db, &["get", &id, "--json"]))).unwrap();
     assert_eq!(got["text"], "hello there");
     assert_eq!(got["scope"]["user"], "ann");
     assert_eq!(got["edges"][0]["kind"], "temporal");
-    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
-    assert_eq!((stats["memories"].as_u64(), stats["edges"].as_u64()), (Some(2), Some(1)));
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    assert_eq!(
+        (stats["memories"].as_u64(), stats["edges"].as_u64()),
+        (Some(2), Some(1))
+    );
     let human = ok(atlas(&db, &["recall", "kenobi"]));
     assert!(human.contains("general kenobi"), "{human}");
-    let scoped = ok(atlas(&db, &["recall", "--json", "--scope", "user:ann", "kenobi"]));
+    let scoped = ok(atlas(
+        &db,
+        &["recall", "--json", "--scope", "user:ann", "kenobi"],
+    ));
     assert!(scoped.contains("\"hits\":[]"), "{scoped}");
     ok(atlas(&db, &["forget", &id]));
     let err = failed(atlas(&db, &["forget", &id]));
@@ -89,21 +148,45 @@ fn remember_get_forget_stats_export() {
 fn bad_input_is_named_and_nothing_is_half_imported() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
-    let bad = write(dir.path(), "bad.jsonl", &format!("{TURNS}{{\"text\": 42}}\n"));
+    let bad = write(
+        dir.path(),
+        "bad.jsonl",
+        &format!("{TURNS}{{\"text\": 42}}\n"),
+    );
     let err = failed(atlas(&db, &["import", bad.to_str().unwrap()]));
-    assert!(err.contains("bad.jsonl:4") && err.contains("field \"text\""), "{err}");
-    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    assert!(
+        err.contains("bad.jsonl:4") && err.contains("field \"text\""),
+        "{err}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
     assert_eq!(stats["memories"], 0);
     let err = failed(atlas(&db, &["recall", "--scope", "team:red", "x"]));
     assert!(err.contains("unknown scope \"team\""), "{err}");
     let err = failed(atlas(&dir.path().join("missing/dir/x.db"), &["stats"]));
-    assert!(err.contains("missing/dir") && err.contains("does not exist"), "{err}");
+    assert!(
+        err.contains("missing/dir") && err.contains("does not exist"),
+        "{err}"
+    );
     let err = failed(atlas(&db, &["remember", "--time", "last tuesday", "x"]));
-    assert!(err.contains("--time") && err.contains("last tuesday"), "{err}");
+    assert!(
+        err.contains("--time") && err.contains("last tuesday"),
+        "{err}"
+    );
     let queries = write(dir.path(), "q.jsonl", "{\"id\": \"a\"}\n");
-    let err = failed(atlas(&db, &["recall", "--batch", queries.to_str().unwrap()]));
-    assert!(err.contains("q.jsonl:1") && err.contains("field \"query\""), "{err}");
-    let not_db = write(dir.path(), "notes.txt", &"this is not a database\n".repeat(200));
+    let err = failed(atlas(
+        &db,
+        &["recall", "--batch", queries.to_str().unwrap()],
+    ));
+    assert!(
+        err.contains("q.jsonl:1") && err.contains("field \"query\""),
+        "{err}"
+    );
+    let not_db = write(
+        dir.path(),
+        "notes.txt",
+        &"this is not a database\n".repeat(200),
+    );
     let err = failed(atlas(&not_db, &["stats"]));
     assert!(err.contains("not") && err.contains("database"), "{err}");
 }
@@ -115,11 +198,21 @@ fn a_killed_import_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     for i in 0..5 {
-        ok(atlas(&db, &["remember", "--session", "acked", &format!("acknowledged turn {i}")]));
+        ok(atlas(
+            &db,
+            &[
+                "remember",
+                "--session",
+                "acked",
+                &format!("acknowledged turn {i}"),
+            ],
+        ));
     }
     let mut big = String::new();
     for i in 0..60_000 {
-        big.push_str(&format!("{{\"session\": \"bulk\", \"text\": \"bulk line {i} with some words to index\"}}\n"));
+        big.push_str(&format!(
+            "{{\"session\": \"bulk\", \"text\": \"bulk line {i} with some words to index\"}}\n"
+        ));
     }
     let big = write(dir.path(), "big.jsonl", &big);
     for delay_ms in [30u64, 120, 400] {
@@ -134,10 +227,22 @@ fn a_killed_import_loses_no_acknowledged_write() {
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
         let _ = child.kill();
         let _ = child.wait();
-        let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+        let stats: serde_json::Value =
+            serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
         let memories = stats["memories"].as_u64().unwrap();
-        assert_eq!((memories - 5) % 60_000, 0, "an import is all or nothing, found {memories} memories");
-        let recall = ok(atlas(&db, &["recall", "--json", "--k", "10", "acknowledged"]));
-        assert_eq!(recall.matches("acknowledged turn").count(), 5, "every acknowledged turn is still there");
+        assert_eq!(
+            (memories - 5) % 60_000,
+            0,
+            "an import is all or nothing, found {memories} memories"
+        );
+        let recall = ok(atlas(
+            &db,
+            &["recall", "--json", "--k", "10", "acknowledged"],
+        ));
+        assert_eq!(
+            recall.matches("acknowledged turn").count(),
+            5,
+            "every acknowledged turn is still there"
+        );
     }
 }

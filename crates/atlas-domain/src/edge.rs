@@ -22,8 +22,13 @@ pub enum EdgeKind {
 }
 
 impl EdgeKind {
-    pub const ALL: [EdgeKind; 5] =
-        [EdgeKind::Temporal, EdgeKind::Causal, EdgeKind::Entity, EdgeKind::DerivedFrom, EdgeKind::Supersedes];
+    pub const ALL: [EdgeKind; 5] = [
+        EdgeKind::Temporal,
+        EdgeKind::Causal,
+        EdgeKind::Entity,
+        EdgeKind::DerivedFrom,
+        EdgeKind::Supersedes,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

@@ -58,10 +58,16 @@ impl fmt::Display for MemoryKind {
 impl FromStr for MemoryKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MemoryKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
-            let known: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
-            format!("unknown memory kind {s:?} (known kinds: {})", known.join(", "))
-        })
+        MemoryKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!(
+                    "unknown memory kind {s:?} (known kinds: {})",
+                    known.join(", ")
+                )
+            })
     }
 }
 
@@ -155,7 +161,10 @@ pub struct Validity {
 
 impl Validity {
     pub fn from(t: Timestamp) -> Self {
-        Validity { valid_from: t, valid_until: None }
+        Validity {
+            valid_from: t,
+            valid_until: None,
+        }
     }
 
     /// Valid at `t`: from is inclusive, until is exclusive.
@@ -181,7 +190,13 @@ pub struct NewMemory {
 
 impl NewMemory {
     /// An episode said at `event_time`, learned at `recorded_at`, valid from when it was said.
-    pub fn episode(text: impl Into<String>, scope: Scope, speaker: Option<String>, event_time: Timestamp, recorded_at: Timestamp) -> Self {
+    pub fn episode(
+        text: impl Into<String>,
+        scope: Scope,
+        speaker: Option<String>,
+        event_time: Timestamp,
+        recorded_at: Timestamp,
+    ) -> Self {
         NewMemory {
             scope,
             text: text.into(),

@@ -66,11 +66,19 @@ impl Scope {
 
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = [("user", &self.user), ("agent", &self.agent), ("session", &self.session)]
-            .into_iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}:{v}")))
-            .collect();
-        if parts.is_empty() { f.write_str("(global)") } else { f.write_str(&parts.join(" ")) }
+        let parts: Vec<String> = [
+            ("user", &self.user),
+            ("agent", &self.agent),
+            ("session", &self.session),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}:{v}")))
+        .collect();
+        if parts.is_empty() {
+            f.write_str("(global)")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
     }
 }
 
@@ -81,7 +89,10 @@ mod tests {
     #[test]
     fn unknown_scope_is_named() {
         let err = Scope::default().set_from_pair("team:x").unwrap_err();
-        assert!(err.contains("\"team\"") && err.contains("user, agent, session"), "{err}");
+        assert!(
+            err.contains("\"team\"") && err.contains("user, agent, session"),
+            "{err}"
+        );
         assert!(Scope::default().set_from_pair("user").is_err());
         assert!(Scope::default().set_from_pair("user:").is_err());
     }
@@ -90,8 +101,15 @@ mod tests {
     fn filter_requires_every_set_part() {
         let mut filter = Scope::default();
         filter.set("user", "alice").unwrap();
-        let alice = Scope { user: Some("alice".into()), session: Some("s1".into()), ..Scope::default() };
-        let bob = Scope { user: Some("bob".into()), ..Scope::default() };
+        let alice = Scope {
+            user: Some("alice".into()),
+            session: Some("s1".into()),
+            ..Scope::default()
+        };
+        let bob = Scope {
+            user: Some("bob".into()),
+            ..Scope::default()
+        };
         assert!(filter.admits(&alice));
         assert!(!filter.admits(&bob));
         assert!(!filter.admits(&Scope::default()));

@@ -1,9 +1,9 @@
 //! Timestamps: milliseconds since the Unix epoch, UTC, rendered as RFC 3339.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::fmt;
 use ::time::OffsetDateTime;
 use ::time::format_description::well_known::Rfc3339;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
 
 /// A point in time with millisecond precision. The domain never reads the clock: callers pass
 /// "now" in, which keeps every policy deterministic and testable.
@@ -32,7 +32,9 @@ impl Timestamp {
         if let Some(dt) = date_only(t) {
             return Ok(Self::from_datetime(dt));
         }
-        Err(format!("expected an RFC 3339 time such as 2024-05-08T13:56:00Z, got {text:?}"))
+        Err(format!(
+            "expected an RFC 3339 time such as 2024-05-08T13:56:00Z, got {text:?}"
+        ))
     }
 
     fn from_datetime(dt: OffsetDateTime) -> Self {
@@ -93,7 +95,10 @@ mod tests {
         let offset = Timestamp::parse("2023-05-08T15:56:00+02:00").unwrap();
         assert_eq!(z, offset);
         assert_eq!(z.to_rfc3339(), "2023-05-08T13:56:00Z");
-        assert_eq!(Timestamp::parse("2023-05-08").unwrap().to_rfc3339(), "2023-05-08T00:00:00Z");
+        assert_eq!(
+            Timestamp::parse("2023-05-08").unwrap().to_rfc3339(),
+            "2023-05-08T00:00:00Z"
+        );
     }
 
     #[test]

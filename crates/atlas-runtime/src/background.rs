@@ -26,7 +26,12 @@ struct Shared {
 impl Background {
     pub fn start(parts: Arc<Parts>, batch: usize) -> Self {
         let enabled = parts.embedder.is_some();
-        let shared = Arc::new(Shared { parts, batch, wake: Notify::new(), draining: Mutex::new(()) });
+        let shared = Arc::new(Shared {
+            parts,
+            batch,
+            wake: Notify::new(),
+            draining: Mutex::new(()),
+        });
         let task = enabled.then(|| {
             let shared = Arc::clone(&shared);
             // Pending work from an earlier run starts at once.
@@ -58,7 +63,9 @@ impl Background {
 
 impl Shared {
     async fn drain(&self) -> Result<usize> {
-        let Some(embedder) = &self.parts.embedder else { return Ok(0) };
+        let Some(embedder) = &self.parts.embedder else {
+            return Ok(0);
+        };
         let _one_at_a_time = self.draining.lock().await;
         let mut done = 0;
         loop {
@@ -76,7 +83,10 @@ impl Shared {
                 )));
             }
             done += ids.len();
-            self.parts.vectors.put_vectors(ids.into_iter().zip(vectors).collect()).await?;
+            self.parts
+                .vectors
+                .put_vectors(ids.into_iter().zip(vectors).collect())
+                .await?;
         }
     }
 }

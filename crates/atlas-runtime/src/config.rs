@@ -57,7 +57,12 @@ pub struct RecallConfig {
 
 impl Default for RecallConfig {
     fn default() -> Self {
-        RecallConfig { rrf_k: DEFAULT_RRF_K, text_weight: 1.0, vector_weight: 1.0, candidates: 50 }
+        RecallConfig {
+            rrf_k: DEFAULT_RRF_K,
+            text_weight: 1.0,
+            vector_weight: 1.0,
+            candidates: 50,
+        }
     }
 }
 
@@ -101,7 +106,9 @@ impl Config {
         }
         if let Some(v) = env("ATLAS_MAX_TEXT_BYTES") {
             self.max_text_bytes = v.trim().parse().map_err(|_| {
-                AtlasError::Config(format!("ATLAS_MAX_TEXT_BYTES: expected a number of bytes, got {v:?}"))
+                AtlasError::Config(format!(
+                    "ATLAS_MAX_TEXT_BYTES: expected a number of bytes, got {v:?}"
+                ))
             })?;
         }
         if let Some(v) = env("ATLAS_DURABILITY") {
@@ -109,7 +116,9 @@ impl Config {
                 "normal" => DurabilityKind::Normal,
                 "full" => DurabilityKind::Full,
                 other => {
-                    return Err(AtlasError::Config(format!("ATLAS_DURABILITY: expected normal or full, got {other:?}")));
+                    return Err(AtlasError::Config(format!(
+                        "ATLAS_DURABILITY: expected normal or full, got {other:?}"
+                    )));
                 }
             };
         }
@@ -123,18 +132,39 @@ mod tests {
 
     #[test]
     fn toml_then_env() {
-        let config = Config::from_toml("db = \"x.db\"\nmax_text_bytes = 10\n[recall]\nrrf_k = 30.0\n", "t.toml").unwrap();
-        assert_eq!((config.db.to_str(), config.max_text_bytes, config.recall.rrf_k), (Some("x.db"), 10, 30.0));
+        let config = Config::from_toml(
+            "db = \"x.db\"\nmax_text_bytes = 10\n[recall]\nrrf_k = 30.0\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                config.db.to_str(),
+                config.max_text_bytes,
+                config.recall.rrf_k
+            ),
+            (Some("x.db"), 10, 30.0)
+        );
         let mut config = config;
-        config.apply_env(|k| (k == "ATLAS_DURABILITY").then(|| "full".to_string())).unwrap();
+        config
+            .apply_env(|k| (k == "ATLAS_DURABILITY").then(|| "full".to_string()))
+            .unwrap();
         assert_eq!(config.durability, DurabilityKind::Full);
     }
 
     #[test]
     fn errors_name_the_origin_and_key() {
-        let err = Config::from_toml("max_text_byte = 3", "atlas.toml").unwrap_err().to_string();
-        assert!(err.contains("atlas.toml") && err.contains("max_text_byte"), "{err}");
-        let err = Config::default().apply_env(|_| Some("lots".into())).unwrap_err().to_string();
+        let err = Config::from_toml("max_text_byte = 3", "atlas.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("atlas.toml") && err.contains("max_text_byte"),
+            "{err}"
+        );
+        let err = Config::default()
+            .apply_env(|_| Some("lots".into()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ATLAS_MAX_TEXT_BYTES"), "{err}");
     }
 }

@@ -12,7 +12,9 @@ pub use recall::{Hit, Recall, RecallRequest, SignalReport};
 use atlas_domain::jsonl;
 use atlas_domain::policy::limits::validate;
 use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, StoreStats, TextIndex, VectorIndex};
-use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
+use atlas_domain::{
+    AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity,
+};
 use background::Background;
 use std::io::Write;
 use std::path::Path;
@@ -29,8 +31,16 @@ pub struct Parts {
 
 impl Parts {
     /// One adapter that implements every storage port.
-    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + 'static>(store: Arc<S>, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Parts { store: store.clone(), text: store.clone(), vectors: store, embedder }
+    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + 'static>(
+        store: Arc<S>,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Self {
+        Parts {
+            store: store.clone(),
+            text: store.clone(),
+            vectors: store,
+            embedder,
+        }
     }
 }
 
@@ -68,7 +78,9 @@ pub struct Atlas {
 
 /// The current time.
 pub fn now() -> Timestamp {
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     Timestamp(since_epoch.as_millis() as i64)
 }
 
@@ -92,7 +104,11 @@ impl Atlas {
         }
         let parts = Arc::new(parts);
         let background = Background::start(Arc::clone(&parts), config.embed_batch.max(1));
-        Ok(Atlas { parts, config, background })
+        Ok(Atlas {
+            parts,
+            config,
+            background,
+        })
     }
 
     pub fn config(&self) -> &Config {
@@ -111,7 +127,9 @@ impl Atlas {
             recorded_at: now,
             validity: Validity::from(event_time),
             meta: input.meta,
-            body: Body::Episode { speaker: input.speaker },
+            body: Body::Episode {
+                speaker: input.speaker,
+            },
         };
         validate(&memory, self.config.max_text_bytes, "remember")?;
         let id = self.parts.store.insert(vec![memory], None).await?.remove(0);
@@ -122,7 +140,11 @@ impl Atlas {
     /// Stores a batch atomically after validating every record, then waits until the batch's
     /// vectors are stored (when an embedder is configured). `location` names each record in
     /// errors, e.g. `file.jsonl:12`.
-    pub async fn import(&self, batch: Vec<(String, NewMemory)>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+    pub async fn import(
+        &self,
+        batch: Vec<(String, NewMemory)>,
+        progress: Option<ProgressFn>,
+    ) -> Result<Vec<MemoryId>> {
         for (location, memory) in &batch {
             validate(memory, self.config.max_text_bytes, location)?;
         }
@@ -134,9 +156,14 @@ impl Atlas {
 
     /// Reads a JSON Lines file (see [`atlas_domain::jsonl`]) and imports it in one transaction:
     /// a bad line fails the whole file with its line number and field, and nothing of it is stored.
-    pub async fn import_jsonl(&self, path: &Path, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+    pub async fn import_jsonl(
+        &self,
+        path: &Path,
+        progress: Option<ProgressFn>,
+    ) -> Result<Vec<MemoryId>> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
         let batch = parse_jsonl(&bytes, &shown, now())?;
         self.import(batch, progress).await
     }
@@ -146,7 +173,9 @@ impl Atlas {
     }
 
     pub async fn get(&self, id: MemoryId) -> Result<Option<MemoryDetail>> {
-        let Some(memory) = self.parts.store.get(id).await? else { return Ok(None) };
+        let Some(memory) = self.parts.store.get(id).await? else {
+            return Ok(None);
+        };
         let edges = self.parts.store.edges_of(id).await?;
         Ok(Some(MemoryDetail { memory, edges }))
     }
@@ -172,11 +201,13 @@ impl Atlas {
             let Some(last) = page.last() else { break };
             after = Some(last.id);
             for memory in &page {
-                writeln!(out, "{}", jsonl::to_line(memory)).map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
+                writeln!(out, "{}", jsonl::to_line(memory))
+                    .map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
                 count += 1;
             }
         }
-        out.flush().map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
+        out.flush()
+            .map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
         Ok(count)
     }
 
@@ -192,13 +223,17 @@ pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(St
     for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
         let location = format!("{origin}:{}", index + 1);
         let line = std::str::from_utf8(raw).map_err(|e| {
-            AtlasError::invalid(&location, format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()))
+            AtlasError::invalid(
+                &location,
+                format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
+            )
         })?;
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        let memory = jsonl::parse_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
+        let memory = jsonl::parse_line(line, now)
+            .map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
         out.push((location, memory));
     }
     Ok(out)
@@ -217,5 +252,7 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
 
 #[cfg(not(feature = "store-sqlite"))]
 fn open_sqlite(_: &Config, _: Option<Arc<dyn Embedder>>) -> Result<Parts> {
-    Err(AtlasError::Config("storage = \"sqlite\" needs atlas built with the store-sqlite feature".into()))
+    Err(AtlasError::Config(
+        "storage = \"sqlite\" needs atlas built with the store-sqlite feature".into(),
+    ))
 }

@@ -16,9 +16,12 @@ use crate::readers::Readers;
 use crate::sql::{MEMORY_COLUMNS, filter_clause, json_columns, query_memories, vector_blob};
 use crate::writer::Writer;
 use async_trait::async_trait;
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
+use atlas_domain::ports::{
+    EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex,
+};
 use atlas_domain::{
-    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, Validity,
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result,
+    Timestamp, Validity,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -62,11 +65,17 @@ impl SqliteStore {
     pub fn open(path: &Path, options: &SqliteOptions) -> Result<Self> {
         register_sqlite_vec();
         let shown = path.display().to_string();
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         if !dir.is_dir() {
             return Err(AtlasError::invalid(
                 format!("database {shown}"),
-                format!("directory {} does not exist (create it first)", dir.display()),
+                format!(
+                    "directory {} does not exist (create it first)",
+                    dir.display()
+                ),
             ));
         }
         let mut conn = Connection::open(path)
@@ -110,20 +119,28 @@ fn register_sqlite_vec() {
         // point; registering it once makes every connection opened afterwards load vec0.
         unsafe {
             #[allow(clippy::missing_transmute_annotations)]
-            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(sqlite_vec::sqlite3_vec_init as *const ())));
+            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(
+                sqlite_vec::sqlite3_vec_init as *const (),
+            )));
         }
     });
 }
 
 fn read_model(conn: &Connection) -> Result<Option<EmbeddingModel>> {
     let get = |key: &str| -> Result<Option<String>> {
-        conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| r.get(0)).optional().map_err(storage)
+        conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(storage)
     };
     match (get("embedding_model")?, get("embedding_dimension")?) {
         (Some(name), Some(dim)) => {
-            let dimension = dim
-                .parse()
-                .map_err(|_| AtlasError::Storage(format!("settings.embedding_dimension is not a number: {dim:?}")))?;
+            let dimension = dim.parse().map_err(|_| {
+                AtlasError::Storage(format!(
+                    "settings.embedding_dimension is not a number: {dim:?}"
+                ))
+            })?;
             Ok(Some(EmbeddingModel { name, dimension }))
         }
         _ => Ok(None),
@@ -134,7 +151,11 @@ fn kind_of(text: &str) -> MemoryKind {
     text.parse().unwrap_or(MemoryKind::Episode)
 }
 
-fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&ProgressFn>) -> Result<Vec<MemoryId>> {
+fn insert_all(
+    conn: &Connection,
+    batch: &[NewMemory],
+    progress: Option<&ProgressFn>,
+) -> Result<Vec<MemoryId>> {
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO memories (kind, text, speaker, scope_user, scope_agent, scope_session, event_time, \
@@ -174,17 +195,25 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
             .map_err(storage)?;
         let id = conn.last_insert_rowid();
         if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
-            let prev: Option<i64> =
-                previous.query_row(params![session, m.event_time.millis(), id], |r| r.get(0)).optional().map_err(storage)?;
+            let prev: Option<i64> = previous
+                .query_row(params![session, m.event_time.millis(), id], |r| r.get(0))
+                .optional()
+                .map_err(storage)?;
             if let Some(prev) = prev {
-                link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(storage)?;
+                link.execute(params![
+                    prev,
+                    id,
+                    m.event_time.millis(),
+                    m.recorded_at.millis()
+                ])
+                .map_err(storage)?;
             }
         }
         ids.push(MemoryId(id));
-        if let Some(p) = progress {
-            if (i + 1) % 1000 == 0 {
-                p(i + 1);
-            }
+        if let Some(p) = progress
+            && (i + 1) % 1000 == 0
+        {
+            p(i + 1);
         }
     }
     if let Some(p) = progress {
@@ -194,15 +223,25 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
 }
 
 fn vector_table_exists(conn: &Connection) -> Result<bool> {
-    conn.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?", [VECTOR_TABLE], |r| r.get::<_, i64>(0))
-        .map(|n| n > 0)
-        .map_err(storage)
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE name = ?",
+        [VECTOR_TABLE],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(storage)
 }
 
 #[async_trait]
 impl MemoryStore for SqliteStore {
-    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
-        self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await
+    async fn insert(
+        &self,
+        batch: Vec<NewMemory>,
+        progress: Option<ProgressFn>,
+    ) -> Result<Vec<MemoryId>> {
+        self.writer
+            .write(move |conn| insert_all(conn, &batch, progress.as_ref()))
+            .await
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
@@ -215,7 +254,8 @@ impl MemoryStore for SqliteStore {
                 let mut found = std::collections::HashMap::with_capacity(ids.len());
                 for chunk in ids.chunks(500) {
                     let marks = vec!["?"; chunk.len()].join(", ");
-                    let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id IN ({marks})");
+                    let sql =
+                        format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id IN ({marks})");
                     let params: Vec<Value> = chunk.iter().map(|id| Value::Integer(id.0)).collect();
                     for m in query_memories(conn, &sql, &params)? {
                         found.insert(m.id, m);
@@ -230,9 +270,15 @@ impl MemoryStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 if vector_table_exists(conn)? {
-                    conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [id.0]).map_err(storage)?;
+                    conn.execute(
+                        &format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"),
+                        [id.0],
+                    )
+                    .map_err(storage)?;
                 }
-                let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
+                let n = conn
+                    .execute("DELETE FROM memories WHERE id = ?", [id.0])
+                    .map_err(storage)?;
                 Ok(n > 0)
             })
             .await
@@ -241,8 +287,17 @@ impl MemoryStore for SqliteStore {
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
         self.readers
             .read(move |conn| {
-                let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?");
-                query_memories(conn, &sql, &[Value::Integer(after.map_or(0, |a| a.0)), Value::Integer(limit as i64)])
+                let sql = format!(
+                    "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?"
+                );
+                query_memories(
+                    conn,
+                    &sql,
+                    &[
+                        Value::Integer(after.map_or(0, |a| a.0)),
+                        Value::Integer(limit as i64),
+                    ],
+                )
             })
             .await
     }
@@ -286,14 +341,24 @@ impl MemoryStore for SqliteStore {
         let model = self.bound_model();
         self.readers
             .read(move |conn| {
-                let mut stats = StoreStats { embedding_model: model, ..StoreStats::default() };
-                let mut stmt = conn.prepare_cached("SELECT kind, count(*) FROM memories GROUP BY kind").map_err(storage)?;
-                let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(storage)?;
+                let mut stats = StoreStats {
+                    embedding_model: model,
+                    ..StoreStats::default()
+                };
+                let mut stmt = conn
+                    .prepare_cached("SELECT kind, count(*) FROM memories GROUP BY kind")
+                    .map_err(storage)?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+                    .map_err(storage)?;
                 for row in rows {
                     let (kind, n) = row.map_err(storage)?;
                     stats.memories_by_kind.insert(kind_of(&kind), n as u64);
                 }
-                let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map_err(storage);
+                let count = |sql: &str| {
+                    conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                        .map_err(storage)
+                };
                 stats.edges = count("SELECT count(*) FROM edges")? as u64;
                 stats.pending_vectors = count("SELECT count(*) FROM vector_queue")? as u64;
                 if vector_table_exists(conn)? {
@@ -312,12 +377,21 @@ impl MemoryStore for SqliteStore {
 
 #[async_trait]
 impl TextIndex for SqliteStore {
-    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+    async fn search_text(
+        &self,
+        terms: Vec<String>,
+        filter: RecallFilter,
+        limit: usize,
+    ) -> Result<Vec<ScoredId>> {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
-        let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
+        let query = terms
+            .iter()
+            .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(" OR ");
         self.readers
             .read(move |conn| {
                 let (clause, filter_params) = filter_clause(&filter);
@@ -333,7 +407,10 @@ impl TextIndex for SqliteStore {
                 let rows = stmt
                     .query_map(rusqlite::params_from_iter(params.iter()), |r| {
                         // bm25() is lower-is-better; negate so that higher is better everywhere.
-                        Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
+                        Ok(ScoredId {
+                            id: MemoryId(r.get(0)?),
+                            score: -r.get::<_, f64>(1)?,
+                        })
                     })
                     .map_err(storage)?;
                 rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
@@ -385,7 +462,9 @@ impl VectorIndex for SqliteStore {
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
         let model = self.bound_model().ok_or_else(|| {
-            AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())
+            AtlasError::Storage(
+                "no embedding model is bound to this store; bind one before storing vectors".into(),
+            )
         })?;
         if let Some((id, v)) = vectors.iter().find(|(_, v)| v.len() != model.dimension) {
             return Err(AtlasError::Embedding(format!(
@@ -397,18 +476,28 @@ impl VectorIndex for SqliteStore {
         }
         self.writer
             .write(move |conn| {
-                let mut exists = conn.prepare_cached("SELECT 1 FROM memories WHERE id = ?").map_err(storage)?;
-                let mut delete = conn.prepare_cached(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?")).map_err(storage)?;
-                let mut insert = conn
-                    .prepare_cached(&format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"))
+                let mut exists = conn
+                    .prepare_cached("SELECT 1 FROM memories WHERE id = ?")
                     .map_err(storage)?;
-                let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
+                let mut delete = conn
+                    .prepare_cached(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"))
+                    .map_err(storage)?;
+                let mut insert = conn
+                    .prepare_cached(&format!(
+                        "INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"
+                    ))
+                    .map_err(storage)?;
+                let mut dequeue = conn
+                    .prepare_cached("DELETE FROM vector_queue WHERE id = ?")
+                    .map_err(storage)?;
                 for (id, v) in &vectors {
                     if !exists.exists([id.0]).map_err(storage)? {
                         continue;
                     }
                     delete.execute([id.0]).map_err(storage)?;
-                    insert.execute(params![id.0, vector_blob(v)]).map_err(storage)?;
+                    insert
+                        .execute(params![id.0, vector_blob(v)])
+                        .map_err(storage)?;
                     dequeue.execute([id.0]).map_err(storage)?;
                 }
                 Ok(())
@@ -416,8 +505,15 @@ impl VectorIndex for SqliteStore {
             .await
     }
 
-    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
-        let Some(model) = self.bound_model() else { return Ok(Vec::new()) };
+    async fn search_vector(
+        &self,
+        query: Vec<f32>,
+        filter: RecallFilter,
+        limit: usize,
+    ) -> Result<Vec<ScoredId>> {
+        let Some(model) = self.bound_model() else {
+            return Ok(Vec::new());
+        };
         if query.len() != model.dimension {
             return Err(AtlasError::Embedding(format!(
                 "query vector has {} dimensions, the store's model {} has {}",
@@ -429,14 +525,21 @@ impl VectorIndex for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.readers.read(move |conn| search_vector_sync(conn, &query, &filter, limit)).await
+        self.readers
+            .read(move |conn| search_vector_sync(conn, &query, &filter, limit))
+            .await
     }
 }
 
 /// vec0's KNN cannot apply our filter itself, so it fetches more neighbours than asked and
 /// filters them; when that leaves too few while more neighbours exist, an exact scan over the
 /// filtered memories answers instead. Either way the answer is exact for the filter.
-fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+fn search_vector_sync(
+    conn: &Connection,
+    query: &[f32],
+    filter: &RecallFilter,
+    limit: usize,
+) -> Result<Vec<ScoredId>> {
     /// vec0 refuses k above 4096.
     const MAX_KNN: usize = 4096;
     let blob = vector_blob(query);
@@ -446,7 +549,10 @@ fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, l
         let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
         let rows = stmt
             .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                Ok(ScoredId { id: MemoryId(r.get(0)?), score: 1.0 - r.get::<_, f64>(1)? })
+                Ok(ScoredId {
+                    id: MemoryId(r.get(0)?),
+                    score: 1.0 - r.get::<_, f64>(1)?,
+                })
             })
             .map_err(storage)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
@@ -464,7 +570,9 @@ fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, l
         return Ok(hits);
     }
     let total: i64 = conn
-        .query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0))
+        .query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| {
+            r.get(0)
+        })
         .map_err(storage)?;
     if (total as usize) <= fetch {
         return Ok(hits);

@@ -24,11 +24,22 @@ pub fn terms(text: &str) -> Vec<String> {
         .filter(|w| !w.is_empty())
         .map(|w| w.to_lowercase())
         // to_lowercase can produce non-alphanumeric marks (e.g. combining dots): keep words clean.
-        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect::<String>())
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric())
+                .collect::<String>()
+        })
         .filter(|w| !w.is_empty())
         .collect();
-    let content: Vec<&String> = words.iter().filter(|w| !STOP_WORDS.contains(&w.as_str())).collect();
-    let chosen: Vec<&String> = if content.is_empty() { words.iter().collect() } else { content };
+    let content: Vec<&String> = words
+        .iter()
+        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+        .collect();
+    let chosen: Vec<&String> = if content.is_empty() {
+        words.iter().collect()
+    } else {
+        content
+    };
     let mut out: Vec<String> = Vec::new();
     for w in chosen {
         if out.len() == MAX_TERMS {
@@ -48,8 +59,14 @@ mod tests {
 
     #[test]
     fn query_syntax_becomes_words() {
-        assert_eq!(terms(r#""hello" NEAR(world*) -foo :bar (("#), ["hello", "near", "world", "foo", "bar"]);
-        assert_eq!(terms("What did Caroline research?"), ["caroline", "research"]);
+        assert_eq!(
+            terms(r#""hello" NEAR(world*) -foo :bar (("#),
+            ["hello", "near", "world", "foo", "bar"]
+        );
+        assert_eq!(
+            terms("What did Caroline research?"),
+            ["caroline", "research"]
+        );
         assert_eq!(terms("who is it"), ["who", "is", "it"]);
         assert!(terms("  ()*:- ").is_empty());
         assert_eq!(terms("Émilie 🎉 café"), ["émilie", "café"]);
