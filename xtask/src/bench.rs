@@ -25,9 +25,7 @@ pub enum Which {
 }
 
 pub fn run(which: Which) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match which {
         Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
     }
@@ -41,10 +39,8 @@ struct Corpus {
 
 impl Corpus {
     fn new() -> Self {
-        let syllables = [
-            "ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri",
-            "fen", "gar", "hol",
-        ];
+        let syllables =
+            ["ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri", "fen", "gar", "hol"];
         let mut vocabulary = Vec::new();
         'outer: for a in syllables {
             for b in syllables {
@@ -56,10 +52,7 @@ impl Corpus {
                 }
             }
         }
-        Corpus {
-            state: 0x9E37_79B9_7F4A_7C15,
-            vocabulary,
-        }
+        Corpus { state: 0x9E37_79B9_7F4A_7C15, vocabulary }
     }
 
     fn next(&mut self) -> u64 {
@@ -71,29 +64,17 @@ impl Corpus {
 
     fn sentence(&mut self) -> String {
         let n = 8 + (self.next() % 23) as usize;
-        let picks: Vec<usize> = (0..n)
-            .map(|_| (self.next() % self.vocabulary.len() as u64) as usize)
-            .collect();
-        picks
-            .iter()
-            .map(|&i| self.vocabulary[i].as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
+        let picks: Vec<usize> = (0..n).map(|_| (self.next() % self.vocabulary.len() as u64) as usize).collect();
+        picks.iter().map(|&i| self.vocabulary[i].as_str()).collect::<Vec<_>>().join(" ")
     }
 
     fn episodes(&mut self, n: usize, t0: i64) -> Vec<(String, NewMemory)> {
         (0..n)
             .map(|i| {
-                let scope = Scope {
-                    session: Some(format!("bench/session_{}", i / 20)),
-                    ..Scope::default()
-                };
+                let scope = Scope { session: Some(format!("bench/session_{}", i / 20)), ..Scope::default() };
                 let speaker = Some(if i % 2 == 0 { "Ada" } else { "Brook" }.to_owned());
                 let t = Timestamp(t0 + i as i64 * 30_000);
-                (
-                    format!("bench:{i}"),
-                    NewMemory::episode(self.sentence(), scope, speaker, t, t),
-                )
+                (format!("bench:{i}"), NewMemory::episode(self.sentence(), scope, speaker, t, t))
             })
             .collect()
     }
@@ -114,13 +95,9 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
         let dir = tempfile::tempdir()?;
 
         let floor_import = floor_import(&dir.path().join("floor.db"), &batch)?;
-        let atlas = Atlas::open(Config {
-            db: dir.path().join("atlas.db"),
-            ..Config::default()
-        })
-        .await?;
+        let atlas = Atlas::open(Config { db: dir.path().join("atlas.db"), ..Config::default() }).await?;
         let started = Instant::now();
-        atlas.import(batch, None).await?;
+        atlas.import(batch, atlas_runtime::ImportProgress::default()).await?;
         let import_rate = n as f64 / started.elapsed().as_secs_f64();
 
         let mut latencies = Vec::with_capacity(remembers);
@@ -128,10 +105,7 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
             let input = Remember {
                 text: corpus.sentence(),
                 speaker: Some("Ada".into()),
-                scope: Scope {
-                    session: Some(format!("live/{}", i / 20)),
-                    ..Scope::default()
-                },
+                scope: Scope { session: Some(format!("live/{}", i / 20)), ..Scope::default() },
                 ..Remember::default()
             };
             let started = Instant::now();
@@ -172,14 +146,7 @@ fn floor_import(path: &std::path::Path, batch: &[(String, NewMemory)]) -> Result
         let mut stmt = tx.prepare(FLOOR_INSERT)?;
         for (_, m) in batch {
             let t = m.event_time.millis();
-            stmt.execute(rusqlite::params![
-                m.text,
-                m.body.speaker(),
-                m.scope.session,
-                t,
-                t,
-                t
-            ])?;
+            stmt.execute(rusqlite::params![m.text, m.body.speaker(), m.scope.session, t, t, t])?;
         }
     }
     tx.commit()?;
@@ -193,14 +160,7 @@ fn floor_remember(path: &std::path::Path, corpus: &mut Corpus, n: usize) -> Resu
     for i in 0..n {
         let text = corpus.sentence();
         let started = Instant::now();
-        stmt.execute(rusqlite::params![
-            text,
-            "Ada",
-            format!("live/{}", i / 20),
-            1,
-            1,
-            1
-        ])?;
+        stmt.execute(rusqlite::params![text, "Ada", format!("live/{}", i / 20), 1, 1, 1])?;
         latencies.push(started.elapsed().as_secs_f64() * 1e3);
     }
     latencies.sort_by(f64::total_cmp);

@@ -14,24 +14,9 @@ pub fn generate(root: &Path) -> Result<()> {
     let mut conn = rusqlite::Connection::open(&path).context("create fixture")?;
     migrations::migrate_to(&mut conn, &path.display().to_string(), 1)?;
     let turns = [
-        (
-            1,
-            "Caroline",
-            "I finally booked the pottery class for Saturday.",
-            1_683_554_160_000i64,
-        ),
-        (
-            2,
-            "Melanie",
-            "Lovely! Pottery always calms me down.",
-            1_683_554_190_000,
-        ),
-        (
-            3,
-            "Caroline",
-            "Bring your sketchbook, we can draw the lake after.",
-            1_683_554_220_000,
-        ),
+        (1, "Caroline", "I finally booked the pottery class for Saturday.", 1_683_554_160_000i64),
+        (2, "Melanie", "Lovely! Pottery always calms me down.", 1_683_554_190_000),
+        (3, "Caroline", "Bring your sketchbook, we can draw the lake after.", 1_683_554_220_000),
     ];
     for (i, speaker, text, t) in turns {
         conn.execute(

@@ -72,18 +72,13 @@ fn main() -> Result<()> {
         Task::Migrate { action } => migrate(action),
         Task::Bench { which } => bench::run(which),
         Task::Fixtures => fixtures::generate(&root()),
-        Task::Models {
-            action: ModelsAction::Fetch,
-        } => fetch_models(),
+        Task::Models { action: ModelsAction::Fetch } => fetch_models(),
     }
 }
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
@@ -104,10 +99,7 @@ fn cargo(args: &[&str]) -> Result<()> {
 }
 
 fn has_cargo_subcommand(name: &str) -> bool {
-    Command::new("cargo")
-        .args([name, "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    Command::new("cargo").args([name, "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
 /// Fetches what is missing and verifies everything, so later steps run offline.
@@ -128,15 +120,7 @@ fn fetch_models() -> Result<()> {
 
 fn ci() -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"])?;
-    cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--release",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"])?;
     if !has_cargo_subcommand("deny") {
         // The pinned version, built from the crate registry: no binary download needed.
         cargo(&["install", "cargo-deny", "--version", "0.20.2", "--locked"])?;
@@ -150,13 +134,7 @@ fn ci() -> Result<()> {
 /// of the dependencies serves all three on a 2-core machine.
 fn test() -> Result<()> {
     if has_cargo_subcommand("nextest") {
-        cargo(&[
-            "nextest",
-            "run",
-            "--workspace",
-            "--release",
-            "--no-fail-fast",
-        ])
+        cargo(&["nextest", "run", "--workspace", "--release", "--no-fail-fast"])
     } else {
         cargo(&["test", "--workspace", "--release", "--no-fail-fast"])
     }
@@ -169,10 +147,7 @@ fn atlas_binary() -> Result<PathBuf> {
 
 fn run_atlas(atlas: &Path, args: &[&str]) -> Result<()> {
     println!("$ atlas {}", args.join(" "));
-    let status = Command::new(atlas)
-        .args(args)
-        .status()
-        .context("run atlas")?;
+    let status = Command::new(atlas).args(args).status().context("run atlas")?;
     if !status.success() {
         bail!("`atlas {}` failed ({status})", args.join(" "));
     }
@@ -188,23 +163,9 @@ fn demo() -> Result<()> {
     let fixtures = root().join("fixtures").join("demo");
     let conversation = fixtures.join("conversation.jsonl");
     let queries = fixtures.join("queries.jsonl");
-    run_atlas(
-        &atlas,
-        &["--db", db, "import", conversation.to_str().unwrap()],
-    )?;
+    run_atlas(&atlas, &["--db", db, "import", conversation.to_str().unwrap()])?;
     run_atlas(&atlas, &["--db", db, "stats"])?;
-    run_atlas(
-        &atlas,
-        &[
-            "--db",
-            db,
-            "recall",
-            "--batch",
-            queries.to_str().unwrap(),
-            "--k",
-            "3",
-        ],
-    )?;
+    run_atlas(&atlas, &["--db", db, "recall", "--batch", queries.to_str().unwrap(), "--k", "3"])?;
     println!("demo finished: a fresh memory space, imported and queried through the atlas CLI");
     Ok(())
 }
@@ -218,24 +179,14 @@ fn migrate(action: MigrateAction) -> Result<()> {
     if !db.exists() {
         bail!("{}: no such database file", db.display());
     }
-    let mut conn =
-        rusqlite::Connection::open(db).with_context(|| format!("open {}", db.display()))?;
+    let mut conn = rusqlite::Connection::open(db).with_context(|| format!("open {}", db.display()))?;
     let found = migrations::current_version(&conn)?;
     let latest = migrations::latest_version();
-    println!(
-        "{}: schema version {found}; this build knows up to {latest}",
-        db.display()
-    );
+    println!("{}: schema version {found}; this build knows up to {latest}", db.display());
     if found > latest {
-        bail!(
-            "{}: schema version {found} is newer than this build ({latest}); upgrade atlas",
-            db.display()
-        );
+        bail!("{}: schema version {found} is newer than this build ({latest}); upgrade atlas", db.display());
     }
-    let pending: Vec<_> = migrations::MIGRATIONS
-        .iter()
-        .filter(|m| m.version > found)
-        .collect();
+    let pending: Vec<_> = migrations::MIGRATIONS.iter().filter(|m| m.version > found).collect();
     if pending.is_empty() {
         println!("up to date");
         return Ok(());

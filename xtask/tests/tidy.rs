@@ -3,10 +3,7 @@
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -32,38 +29,19 @@ fn every_rust_file_starts_by_saying_what_it_owns() {
         .filter(|f| !std::fs::read_to_string(f).unwrap().starts_with("//!"))
         .map(|f| f.strip_prefix(root()).unwrap().display().to_string())
         .collect();
-    assert!(
-        missing.is_empty(),
-        "files without a leading //! line: {missing:?}"
-    );
+    assert!(missing.is_empty(), "files without a leading //! line: {missing:?}");
 }
 
 /// atlas-domain does no I/O: none of these may appear among its dependencies.
 #[test]
 fn the_domain_crate_depends_on_no_io_crate() {
     let manifest = std::fs::read_to_string(root().join("crates/atlas-domain/Cargo.toml")).unwrap();
-    let deps = manifest
-        .split("[dependencies]")
-        .nth(1)
-        .unwrap()
-        .split("\n[")
-        .next()
-        .unwrap();
-    for banned in [
-        "rusqlite",
-        "sqlite-vec",
-        "tokio",
-        "ort",
-        "tokenizers",
-        "qdrant-client",
-        "reqwest",
-        "hyper",
-        "tempfile",
-    ] {
+    let deps = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
+    for banned in
+        ["rusqlite", "sqlite-vec", "tokio", "ort", "tokenizers", "qdrant-client", "reqwest", "hyper", "tempfile"]
+    {
         assert!(
-            !deps
-                .lines()
-                .any(|l| l.split(['=', ' ', '.']).next() == Some(banned)),
+            !deps.lines().any(|l| l.split(['=', ' ', '.']).next() == Some(banned)),
             "atlas-domain must not depend on {banned}"
         );
     }
@@ -71,18 +49,8 @@ fn the_domain_crate_depends_on_no_io_crate() {
     rust_files(&root().join("crates/atlas-domain/src"), &mut files);
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        for io in [
-            "std::fs",
-            "std::net",
-            "std::process",
-            "std::time::SystemTime",
-            "std::env",
-        ] {
-            assert!(
-                !text.contains(io),
-                "{} uses {io}; atlas-domain does no I/O",
-                f.display()
-            );
+        for io in ["std::fs", "std::net", "std::process", "std::time::SystemTime", "std::env"] {
+            assert!(!text.contains(io), "{} uses {io}; atlas-domain does no I/O", f.display());
         }
     }
 }
@@ -91,19 +59,9 @@ fn the_domain_crate_depends_on_no_io_crate() {
 #[test]
 fn only_the_runtime_knows_the_adapters() {
     for krate in ["atlas-domain", "atlas-testing", "atlas-cli"] {
-        let manifest =
-            std::fs::read_to_string(root().join("crates").join(krate).join("Cargo.toml")).unwrap();
-        let deps = manifest
-            .split("[dependencies]")
-            .nth(1)
-            .unwrap()
-            .split("\n[")
-            .next()
-            .unwrap();
-        assert!(
-            !deps.contains("atlas-store-"),
-            "{krate} depends on a store adapter directly"
-        );
+        let manifest = std::fs::read_to_string(root().join("crates").join(krate).join("Cargo.toml")).unwrap();
+        let deps = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
+        assert!(!deps.contains("atlas-store-"), "{krate} depends on a store adapter directly");
     }
 }
 
@@ -115,18 +73,14 @@ fn every_migration_file_is_embedded_in_order() {
         .filter(|n| n.ends_with(".sql"))
         .collect();
     files.sort();
-    let source =
-        std::fs::read_to_string(root().join("crates/atlas-store-sqlite/src/migrations.rs"))
-            .unwrap();
+    let source = std::fs::read_to_string(root().join("crates/atlas-store-sqlite/src/migrations.rs")).unwrap();
     let mut last = 0;
     for (i, file) in files.iter().enumerate() {
         assert!(
             file.starts_with(&format!("{:04}_", i + 1)),
             "{file}: migrations are numbered 0001, 0002, … without gaps"
         );
-        let at = source
-            .find(&format!("migrations/{file}"))
-            .unwrap_or_else(|| panic!("{file} is not embedded"));
+        let at = source.find(&format!("migrations/{file}")).unwrap_or_else(|| panic!("{file} is not embedded"));
         assert!(at > last, "{file} is embedded out of order");
         last = at;
     }

@@ -4,7 +4,7 @@ mod output;
 
 use anyhow::{Context, Result, anyhow};
 use atlas_domain::{MemoryId, MemoryKind, Scope, Timestamp};
-use atlas_runtime::{Atlas, Config, RecallRequest, Remember};
+use atlas_runtime::{Atlas, Config, ImportProgress, RecallRequest, Remember};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
@@ -43,6 +43,13 @@ enum Command {
     Forget { id: MemoryId },
     /// Counts and sizes of the memory space.
     Stats,
+    /// Print the vectors of the texts in a JSON Lines file of {"id", "text"}.
+    Embed {
+        #[arg(long, value_name = "FILE")]
+        batch: PathBuf,
+    },
+    /// Re-embed every memory with the configured model (after a model change); resumable.
+    Reembed,
     /// Write every memory as JSON Lines that `import` reads back.
     Export {
         /// Write here instead of standard output.
@@ -120,17 +127,24 @@ async fn run(cli: Cli) -> Result<()> {
     if let Some(db) = cli.db {
         config.db = db;
     }
-    let atlas = Atlas::open(config).await?;
     let json = cli.json;
+    match &cli.command {
+        Command::Embed { batch } => return embed(&config, batch, json).await,
+        Command::Reembed => return reembed(config, json).await,
+        _ => {}
+    }
+    if matches!(cli.command, Command::Get { .. } | Command::Forget { .. } | Command::Export { .. }) {
+        // These never touch vectors: skip loading the model.
+        config.embedder = atlas_runtime::config::EmbedderKind::None;
+    }
+    let atlas = Atlas::open(config).await?;
     match cli.command {
+        Command::Embed { .. } | Command::Reembed => unreachable!("handled before opening the store"),
         Command::Import { file } => import(&atlas, &file, json).await,
         Command::Remember(args) => remember(&atlas, args, json).await,
         Command::Recall(args) => recall(&atlas, args, json).await,
         Command::Get { id } => {
-            let detail = atlas
-                .get(id)
-                .await?
-                .ok_or(atlas_domain::AtlasError::NotFound(id))?;
+            let detail = atlas.get(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?;
             output::print_detail(&detail, json);
             Ok(())
         }
@@ -138,9 +152,7 @@ async fn run(cli: Cli) -> Result<()> {
             if !atlas.forget(id).await? {
                 return Err(atlas_domain::AtlasError::NotFound(id).into());
             }
-            output::print_line(json, serde_json::json!({"forgotten": id.0}), || {
-                format!("forgot memory {id}")
-            });
+            output::print_line(json, serde_json::json!({"forgotten": id.0}), || format!("forgot memory {id}"));
             Ok(())
         }
         Command::Stats => {
@@ -151,16 +163,12 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Export { out } => {
             let count = match &out {
                 Some(path) => {
-                    let file = std::fs::File::create(path)
-                        .with_context(|| format!("cannot create {}", path.display()))?;
+                    let file =
+                        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
                     let mut writer = std::io::BufWriter::new(file);
                     atlas.export(&mut writer).await?
                 }
-                None => {
-                    atlas
-                        .export(&mut std::io::BufWriter::new(std::io::stdout().lock()))
-                        .await?
-                }
+                None => atlas.export(&mut std::io::BufWriter::new(std::io::stdout().lock())).await?,
             };
             let target = out.map_or("standard output".to_owned(), |p| p.display().to_string());
             eprintln!("exported {count} memories to {target}");
@@ -169,26 +177,32 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {pos}/{len} [{bar:30}] {per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
 async fn import(atlas: &Atlas, file: &std::path::Path, json: bool) -> Result<()> {
     let started = Instant::now();
     let shown = file.display().to_string();
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {shown}"))?;
     let batch = atlas_runtime::parse_jsonl(&bytes, &shown, atlas_runtime::now())?;
-    let bar = ProgressBar::new(batch.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} importing {pos}/{len} [{bar:30}] {per_sec} eta {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    let progress_bar = bar.clone();
-    let ids = atlas
-        .import(
-            batch,
-            Some(Arc::new(move |n| progress_bar.set_position(n as u64))),
-        )
-        .await?;
+    let bar = progress_bar(batch.len() as u64);
+    bar.set_message("storing");
+    let (stored_bar, embedded_bar) = (bar.clone(), bar.clone());
+    let progress = ImportProgress {
+        stored: Some(Arc::new(move |n| stored_bar.set_position(n as u64))),
+        embedded: Some(Arc::new(move |n| {
+            embedded_bar.set_message("embedding");
+            embedded_bar.set_position(n as u64);
+        })),
+    };
+    let ids = atlas.import(batch, progress).await?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     output::print_line(
@@ -197,22 +211,59 @@ async fn import(atlas: &Atlas, file: &std::path::Path, json: bool) -> Result<()>
             "imported": ids.len(), "file": shown, "took_ms": secs * 1e3,
             "first_id": ids.first().map(|i| i.0), "last_id": ids.last().map(|i| i.0),
         }),
-        || {
-            format!(
-                "imported {} memories from {shown} in {secs:.2} s",
-                ids.len()
-            )
-        },
+        || format!("imported {} memories from {shown} in {secs:.2} s", ids.len()),
     );
+    Ok(())
+}
+
+async fn embed(config: &Config, batch: &std::path::Path, json: bool) -> Result<()> {
+    let shown = batch.display().to_string();
+    let embedder = atlas_runtime::open_embedder(config)
+        .await?
+        .ok_or_else(|| anyhow!("embed needs an embedder; this configuration has embedder = \"none\""))?;
+    let text = std::fs::read_to_string(batch).with_context(|| format!("cannot read {shown}"))?;
+    let items = parse_lines(&text, &shown, ["id", "text"])?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for chunk in items.chunks(256) {
+        let vectors = embedder.embed(chunk.iter().map(|[_, text]| text.clone()).collect()).await?;
+        for ([id, _], vector) in chunk.iter().zip(vectors) {
+            if json {
+                writeln!(out, "{}", serde_json::json!({"id": id, "vector": vector}))?;
+            } else {
+                let head: Vec<String> = vector.iter().take(4).map(|x| format!("{x:.4}")).collect();
+                writeln!(out, "{id}: [{}, …] ({} dimensions)", head.join(", "), vector.len())?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn reembed(config: Config, json: bool) -> Result<()> {
+    let started = Instant::now();
+    let bar = progress_bar(0);
+    bar.set_message("re-embedding");
+    let progress_bar = bar.clone();
+    let done = Atlas::reembed(
+        config,
+        Some(Arc::new(move |done, total| {
+            progress_bar.set_length(total as u64);
+            progress_bar.set_position(done as u64);
+        })),
+    )
+    .await?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    output::print_line(json, serde_json::json!({"reembedded": done, "took_ms": secs * 1e3}), || {
+        format!("re-embedded {done} memories in {secs:.2} s")
+    });
     Ok(())
 }
 
 async fn remember(atlas: &Atlas, args: RememberArgs, json: bool) -> Result<()> {
     let mut scope = parse_scope(&args.scope)?;
     if let Some(session) = args.session {
-        scope
-            .set("session", &session)
-            .map_err(|m| anyhow!("--session: {m}"))?;
+        scope.set("session", &session).map_err(|m| anyhow!("--session: {m}"))?;
     }
     let meta = match args.meta {
         None => serde_json::Map::new(),
@@ -222,17 +273,10 @@ async fn remember(atlas: &Atlas, args: RememberArgs, json: bool) -> Result<()> {
             Err(e) => return Err(anyhow!("--meta: not valid JSON ({e})")),
         },
     };
-    let input = Remember {
-        text: args.text,
-        speaker: args.speaker,
-        scope,
-        time: parse_time("--time", args.time)?,
-        meta,
-    };
+    let input =
+        Remember { text: args.text, speaker: args.speaker, scope, time: parse_time("--time", args.time)?, meta };
     let id = atlas.remember(input).await?;
-    output::print_line(json, serde_json::json!({"id": id.0}), || {
-        format!("remembered memory {id}")
-    });
+    output::print_line(json, serde_json::json!({"id": id.0}), || format!("remembered memory {id}"));
     Ok(())
 }
 
@@ -254,17 +298,11 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
         }
         (None, Some(batch)) => {
             let shown = batch.display().to_string();
-            let text =
-                std::fs::read_to_string(&batch).with_context(|| format!("cannot read {shown}"))?;
-            let queries = parse_batch(&text, &shown)?;
+            let text = std::fs::read_to_string(&batch).with_context(|| format!("cannot read {shown}"))?;
+            let queries = parse_lines(&text, &shown, ["id", "query"])?;
             let stdout = std::io::stdout();
-            for (id, query) in queries {
-                let result = atlas
-                    .recall(RecallRequest {
-                        query: query.clone(),
-                        ..template.clone()
-                    })
-                    .await?;
+            for [id, query] in queries {
+                let result = atlas.recall(RecallRequest { query: query.clone(), ..template.clone() }).await?;
                 output::print_recall(Some((&id, &query)), &result, json);
             }
             stdout.lock().flush()?;
@@ -274,8 +312,9 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
     }
 }
 
-/// Lines of `{"id": str, "query": str}`; errors name the file, line and field.
-fn parse_batch(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
+/// Lines of JSON objects with string `fields` (`id` may be a number); errors name the file,
+/// line and field.
+fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> Result<Vec<[String; N]>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -283,8 +322,7 @@ fn parse_batch(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
             continue;
         }
         let at = format!("{origin}:{}", i + 1);
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| anyhow!("{at}: not valid JSON ({e})"))?;
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow!("{at}: not valid JSON ({e})"))?;
         let field = |name: &str| -> Result<String> {
             match value.get(name) {
                 Some(serde_json::Value::String(s)) => Ok(s.clone()),
@@ -293,7 +331,11 @@ fn parse_batch(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
                 None => Err(anyhow!("{at}: field \"{name}\": missing")),
             }
         };
-        out.push((field("id")?, field("query")?));
+        let mut row: [String; N] = std::array::from_fn(|_| String::new());
+        for (slot, name) in row.iter_mut().zip(fields) {
+            *slot = field(name)?;
+        }
+        out.push(row);
     }
     Ok(out)
 }
@@ -301,15 +343,11 @@ fn parse_batch(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
 fn parse_scope(pairs: &[String]) -> Result<Scope> {
     let mut scope = Scope::default();
     for pair in pairs {
-        scope
-            .set_from_pair(pair)
-            .map_err(|m| anyhow!("--scope: {m}"))?;
+        scope.set_from_pair(pair).map_err(|m| anyhow!("--scope: {m}"))?;
     }
     Ok(scope)
 }
 
 fn parse_time(flag: &str, value: Option<String>) -> Result<Option<Timestamp>> {
-    value
-        .map(|v| Timestamp::parse(&v).map_err(|m| anyhow!("{flag}: {m}")))
-        .transpose()
+    value.map(|v| Timestamp::parse(&v).map_err(|m| anyhow!("{flag}: {m}"))).transpose()
 }

@@ -21,11 +21,8 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
             .iter()
             .map(|h| {
                 let mut line = jsonl::to_line(&h.memory);
-                let ranks: serde_json::Map<String, Value> = h
-                    .ranks
-                    .iter()
-                    .map(|(s, r)| (s.as_str().to_owned(), Value::from(*r)))
-                    .collect();
+                let ranks: serde_json::Map<String, Value> =
+                    h.ranks.iter().map(|(s, r)| (s.as_str().to_owned(), Value::from(*r))).collect();
                 line["score"] = Value::from(h.score);
                 line["ranks"] = Value::Object(ranks);
                 line
@@ -34,12 +31,7 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
         let signals: serde_json::Map<String, Value> = recall
             .signals
             .iter()
-            .map(|s| {
-                (
-                    s.signal.as_str().to_owned(),
-                    json!({"used": s.used, "note": s.note}),
-                )
-            })
+            .map(|s| (s.signal.as_str().to_owned(), json!({"used": s.used, "note": s.note})))
             .collect();
         let mut out = json!({"took_ms": recall.took_ms, "hits": hits, "signals": signals});
         if let Some((id, _)) = batch {
@@ -62,16 +54,8 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
     }
     for (i, h) in recall.hits.iter().enumerate() {
         let m = &h.memory;
-        let who = m
-            .body
-            .speaker()
-            .map(|s| format!("{s}: "))
-            .unwrap_or_default();
-        let ranks: Vec<String> = h
-            .ranks
-            .iter()
-            .map(|(s, r)| format!("{} #{r}", s.as_str()))
-            .collect();
+        let who = m.body.speaker().map(|s| format!("{s}: ")).unwrap_or_default();
+        let ranks: Vec<String> = h.ranks.iter().map(|(s, r)| format!("{} #{r}", s.as_str())).collect();
         println!(
             "{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({})",
             i + 1,
@@ -111,10 +95,7 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
     println!("  scope:       {}", m.scope);
     println!("  event time:  {}", m.event_time);
     println!("  recorded at: {}", m.recorded_at);
-    let until = m
-        .validity
-        .valid_until
-        .map_or("now".to_owned(), |t| t.to_rfc3339());
+    let until = m.validity.valid_until.map_or("now".to_owned(), |t| t.to_rfc3339());
     println!("  valid:       {} .. {until}", m.validity.valid_from);
     if !m.meta.is_empty() {
         println!("  meta:        {}", Value::Object(m.meta.clone()));
@@ -126,15 +107,9 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
 
 pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     let s = &stats.store;
-    let by_kind: serde_json::Map<String, Value> = s
-        .memories_by_kind
-        .iter()
-        .map(|(k, n)| (k.as_str().to_owned(), Value::from(*n)))
-        .collect();
-    let model = s
-        .embedding_model
-        .as_ref()
-        .map(|m| json!({"name": m.name, "dimension": m.dimension}));
+    let by_kind: serde_json::Map<String, Value> =
+        s.memories_by_kind.iter().map(|(k, n)| (k.as_str().to_owned(), Value::from(*n))).collect();
+    let model = s.embedding_model.as_ref().map(|m| json!({"name": m.name, "dimension": m.dimension}));
     if json {
         println!(
             "{}",
@@ -150,17 +125,8 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
         println!("  {kind:<14} {n}");
     }
     println!("edges:           {}", s.edges);
-    println!(
-        "vectors:         {} ({} pending)",
-        s.vectors, s.pending_vectors
-    );
-    println!(
-        "embedder:        {}",
-        stats
-            .embedder
-            .as_deref()
-            .unwrap_or("none (full-text recall only)")
-    );
+    println!("vectors:         {} ({} pending)", s.vectors, s.pending_vectors);
+    println!("embedder:        {}", stats.embedder.as_deref().unwrap_or("none (full-text recall only)"));
     if let Some(bytes) = s.bytes {
         println!("size:            {:.1} MB", bytes as f64 / 1e6);
     }

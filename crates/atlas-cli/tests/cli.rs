@@ -4,41 +4,41 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// `atlas` as built: SQLite and the ONNX embedder.
 fn atlas(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_atlas"))
+    command(db, args).output().expect("run atlas")
+}
+
+/// `atlas` with `ATLAS_EMBEDDER=none`, for tests about storage that write many thousands of rows.
+fn atlas_text_only(db: &Path, args: &[&str]) -> Output {
+    command(db, args).env("ATLAS_EMBEDDER", "none").output().expect("run atlas")
+}
+
+fn command(db: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
+    command
         .arg("--db")
         .arg(db)
         .args(args)
         .env_remove("ATLAS_DB")
         .env_remove("ATLAS_CONFIG")
-        .output()
-        .expect("run atlas")
+        .env_remove("ATLAS_EMBEDDER");
+    command
 }
 
 fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "atlas failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "atlas failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
 fn failed(out: Output) -> String {
-    assert!(
-        !out.status.success(),
-        "atlas should have failed; stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert!(!out.status.success(), "atlas should have failed; stdout: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8(out.stderr).unwrap()
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::File::create(&path)
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
+    std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
     path
 }
 
@@ -52,39 +52,24 @@ fn harness_contract_import_then_batch_recall_json() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("memory.db");
     let turns = write(dir.path(), "episodes.jsonl", TURNS);
-    let imported: serde_json::Value = serde_json::from_str(&ok(atlas(
-        &db,
-        &["import", turns.to_str().unwrap(), "--json"],
-    )))
-    .unwrap();
+    let imported: serde_json::Value =
+        serde_json::from_str(&ok(atlas(&db, &["import", turns.to_str().unwrap(), "--json"]))).unwrap();
     assert_eq!(imported["imported"], 3);
     let queries = write(
         dir.path(),
         "queries.jsonl",
         "{\"id\": \"q0\", \"query\": \"What did Melanie paint?\"}\n{\"id\": \"q1\", \"query\": \"adoption (agencies\"}\n",
     );
-    let out = ok(atlas(
-        &db,
-        &[
-            "recall",
-            "--batch",
-            queries.to_str().unwrap(),
-            "--k",
-            "2",
-            "--json",
-        ],
-    ));
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let out = ok(atlas(&db, &["recall", "--batch", queries.to_str().unwrap(), "--k", "2", "--json"]));
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["id"], "q0");
     assert!(lines[0]["took_ms"].as_f64().unwrap() >= 0.0);
     assert_eq!(lines[0]["hits"][0]["meta"]["dia_id"], "D1:2");
     assert_eq!(lines[1]["hits"][0]["meta"]["dia_id"], "D2:1");
     assert!(lines[0]["hits"].as_array().unwrap().len() <= 2);
-    assert_eq!(lines[0]["signals"]["vector"]["used"], false);
+    assert_eq!(lines[0]["signals"]["vector"]["used"], true);
+    assert!(lines[0]["hits"][0]["ranks"]["vector"].as_u64().is_some(), "{}", lines[0]);
 }
 
 #[test]
@@ -93,49 +78,21 @@ fn remember_get_forget_stats_export() {
     let db = dir.path().join("a.db");
     let first: serde_json::Value = serde_json::from_str(&ok(atlas(
         &db,
-        &[
-            "remember",
-            "--json",
-            "--session",
-            "s",
-            "--scope",
-            "user:ann",
-            "hello there",
-        ],
+        &["remember", "--json", "--session", "s", "--scope", "user:ann", "hello there"],
     )))
     .unwrap();
     let id = first["id"].as_i64().unwrap().to_string();
-    ok(atlas(
-        &db,
-        &[
-            "remember",
-            "--session",
-            "s",
-            "--speaker",
-            "Ann",
-            "--meta",
-            "{\"k\": 1}",
-            "general kenobi",
-        ],
-    ));
-    let got: serde_json::Value =
-        serde_json::from_str(&ok(atlas(&db, &["get", &id, "--json"]))).unwrap();
+    ok(atlas(&db, &["remember", "--session", "s", "--speaker", "Ann", "--meta", "{\"k\": 1}", "general kenobi"]));
+    let got: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["get", &id, "--json"]))).unwrap();
     assert_eq!(got["text"], "hello there");
     assert_eq!(got["scope"]["user"], "ann");
     assert_eq!(got["edges"][0]["kind"], "temporal");
-    let stats: serde_json::Value =
-        serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
-    assert_eq!(
-        (stats["memories"].as_u64(), stats["edges"].as_u64()),
-        (Some(2), Some(1))
-    );
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    assert_eq!((stats["memories"].as_u64(), stats["edges"].as_u64()), (Some(2), Some(1)));
     let human = ok(atlas(&db, &["recall", "kenobi"]));
     assert!(human.contains("general kenobi"), "{human}");
-    let scoped = ok(atlas(
-        &db,
-        &["recall", "--json", "--scope", "user:ann", "kenobi"],
-    ));
-    assert!(scoped.contains("\"hits\":[]"), "{scoped}");
+    let scoped = ok(atlas(&db, &["recall", "--json", "--scope", "user:ann", "kenobi"]));
+    assert!(!scoped.contains("kenobi") && scoped.contains("hello there"), "only ann's memory: {scoped}");
     ok(atlas(&db, &["forget", &id]));
     let err = failed(atlas(&db, &["forget", &id]));
     assert!(err.contains(&format!("no memory with id {id}")), "{err}");
@@ -148,45 +105,21 @@ fn remember_get_forget_stats_export() {
 fn bad_input_is_named_and_nothing_is_half_imported() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
-    let bad = write(
-        dir.path(),
-        "bad.jsonl",
-        &format!("{TURNS}{{\"text\": 42}}\n"),
-    );
+    let bad = write(dir.path(), "bad.jsonl", &format!("{TURNS}{{\"text\": 42}}\n"));
     let err = failed(atlas(&db, &["import", bad.to_str().unwrap()]));
-    assert!(
-        err.contains("bad.jsonl:4") && err.contains("field \"text\""),
-        "{err}"
-    );
-    let stats: serde_json::Value =
-        serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    assert!(err.contains("bad.jsonl:4") && err.contains("field \"text\""), "{err}");
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
     assert_eq!(stats["memories"], 0);
     let err = failed(atlas(&db, &["recall", "--scope", "team:red", "x"]));
     assert!(err.contains("unknown scope \"team\""), "{err}");
     let err = failed(atlas(&dir.path().join("missing/dir/x.db"), &["stats"]));
-    assert!(
-        err.contains("missing/dir") && err.contains("does not exist"),
-        "{err}"
-    );
+    assert!(err.contains("missing/dir") && err.contains("does not exist"), "{err}");
     let err = failed(atlas(&db, &["remember", "--time", "last tuesday", "x"]));
-    assert!(
-        err.contains("--time") && err.contains("last tuesday"),
-        "{err}"
-    );
+    assert!(err.contains("--time") && err.contains("last tuesday"), "{err}");
     let queries = write(dir.path(), "q.jsonl", "{\"id\": \"a\"}\n");
-    let err = failed(atlas(
-        &db,
-        &["recall", "--batch", queries.to_str().unwrap()],
-    ));
-    assert!(
-        err.contains("q.jsonl:1") && err.contains("field \"query\""),
-        "{err}"
-    );
-    let not_db = write(
-        dir.path(),
-        "notes.txt",
-        &"this is not a database\n".repeat(200),
-    );
+    let err = failed(atlas(&db, &["recall", "--batch", queries.to_str().unwrap()]));
+    assert!(err.contains("q.jsonl:1") && err.contains("field \"query\""), "{err}");
+    let not_db = write(dir.path(), "notes.txt", &"this is not a database\n".repeat(200));
     let err = failed(atlas(&not_db, &["stats"]));
     assert!(err.contains("not") && err.contains("database"), "{err}");
 }
@@ -198,28 +131,16 @@ fn a_killed_import_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     for i in 0..5 {
-        ok(atlas(
-            &db,
-            &[
-                "remember",
-                "--session",
-                "acked",
-                &format!("acknowledged turn {i}"),
-            ],
-        ));
+        ok(atlas_text_only(&db, &["remember", "--session", "acked", &format!("acknowledged turn {i}")]));
     }
     let mut big = String::new();
     for i in 0..60_000 {
-        big.push_str(&format!(
-            "{{\"session\": \"bulk\", \"text\": \"bulk line {i} with some words to index\"}}\n"
-        ));
+        big.push_str(&format!("{{\"session\": \"bulk\", \"text\": \"bulk line {i} with some words to index\"}}\n"));
     }
     let big = write(dir.path(), "big.jsonl", &big);
     for delay_ms in [30u64, 120, 400] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_atlas"))
-            .arg("--db")
-            .arg(&db)
-            .args(["import", big.to_str().unwrap()])
+        let mut child = command(&db, &["import", big.to_str().unwrap()])
+            .env("ATLAS_EMBEDDER", "none")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -227,23 +148,11 @@ fn a_killed_import_loses_no_acknowledged_write() {
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
         let _ = child.kill();
         let _ = child.wait();
-        let stats: serde_json::Value =
-            serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+        let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
         let memories = stats["memories"].as_u64().unwrap();
-        assert_eq!(
-            (memories - 5) % 60_000,
-            0,
-            "an import is all or nothing, found {memories} memories"
-        );
-        let recall = ok(atlas(
-            &db,
-            &["recall", "--json", "--k", "10", "acknowledged"],
-        ));
-        assert_eq!(
-            recall.matches("acknowledged turn").count(),
-            5,
-            "every acknowledged turn is still there"
-        );
+        assert_eq!((memories - 5) % 60_000, 0, "an import is all or nothing, found {memories} memories");
+        let recall = ok(atlas_text_only(&db, &["recall", "--json", "--k", "10", "acknowledged"]));
+        assert_eq!(recall.matches("acknowledged turn").count(), 5, "every acknowledged turn is still there");
     }
 }
 
@@ -253,7 +162,7 @@ fn a_killed_import_loses_no_acknowledged_write() {
 fn two_writer_processes_wait_for_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("shared.db");
-    ok(atlas(&db, &["stats"]));
+    ok(atlas_text_only(&db, &["stats"]));
     let files: Vec<PathBuf> = (0..2)
         .map(|p| {
             let lines: String = (0..20_000)
@@ -265,10 +174,8 @@ fn two_writer_processes_wait_for_each_other() {
     let children: Vec<_> = files
         .iter()
         .map(|f| {
-            Command::new(env!("CARGO_BIN_EXE_atlas"))
-                .arg("--db")
-                .arg(&db)
-                .args(["import", f.to_str().unwrap()])
+            command(&db, &["import", f.to_str().unwrap()])
+                .env("ATLAS_EMBEDDER", "none")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -278,13 +185,9 @@ fn two_writer_processes_wait_for_each_other() {
     for child in children {
         ok(child.wait_with_output().unwrap());
     }
-    let stats: serde_json::Value =
-        serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
     assert_eq!(stats["memories"], 40_000);
-    assert_eq!(
-        stats["edges"], 39_998,
-        "each process's session is one linked chain"
-    );
+    assert_eq!(stats["edges"], 39_998, "each process's session is one linked chain");
 }
 
 /// A process that holds the write lock longer than the busy timeout makes a writer fail with
@@ -293,14 +196,13 @@ fn two_writer_processes_wait_for_each_other() {
 fn a_writer_blocked_too_long_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("locked.db");
-    ok(atlas(&db, &["remember", "before the lock"]));
+    ok(atlas_text_only(&db, &["remember", "before the lock"]));
     let holder = python_lock_holder(&db);
-    let err = failed(atlas(&db, &["remember", "during the lock"]));
+    let err = failed(atlas_text_only(&db, &["remember", "during the lock"]));
     assert!(err.contains("locked by another writer"), "{err}");
     drop(holder);
-    ok(atlas(&db, &["remember", "after the lock"]));
-    let stats: serde_json::Value =
-        serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    ok(atlas_text_only(&db, &["remember", "after the lock"]));
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
     assert_eq!(stats["memories"], 2);
 }
 
@@ -319,11 +221,7 @@ fn python_lock_holder(db: &Path) -> LockHolder {
         .spawn()
         .expect("python3");
     let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
     assert_eq!(line.trim(), "locked");
     LockHolder(child)
 }
@@ -333,4 +231,80 @@ impl Drop for LockHolder {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+#[test]
+fn embed_prints_one_unit_vector_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(
+        dir.path(),
+        "texts.jsonl",
+        "{\"id\": \"a\", \"text\": \"The cat sits on the mat\"}\n{\"id\": 7, \"text\": \"\"}\n",
+    );
+    let out = ok(atlas(&dir.path().join("unused.db"), &["embed", "--batch", input.to_str().unwrap(), "--json"]));
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((lines[0]["id"].as_str(), lines[1]["id"].as_str()), (Some("a"), Some("7")));
+    for line in &lines {
+        let v: Vec<f64> = line["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(v.len(), 384);
+        assert!((v.iter().map(|x| x * x).sum::<f64>().sqrt() - 1.0).abs() < 1e-4);
+    }
+    assert!(!dir.path().join("unused.db").exists(), "embed opens no database");
+    let bad = write(dir.path(), "bad.jsonl", "{\"id\": \"a\"}\n");
+    let err = failed(atlas(&dir.path().join("x.db"), &["embed", "--batch", bad.to_str().unwrap()]));
+    assert!(err.contains("bad.jsonl:1") && err.contains("field \"text\""), "{err}");
+}
+
+/// A stand-in ONNX Runtime library built here with the C compiler: it answers the version
+/// query with `version`, as an old or foreign build would.
+fn fake_onnxruntime(dir: &Path, version: &str) -> PathBuf {
+    let source = write(
+        dir,
+        "fake_ort.c",
+        &format!(
+            "typedef struct {{ const void *(*GetApi)(unsigned); const char *(*GetVersionString)(void); }} OrtApiBase;\n\
+             static const void *get_api(unsigned v) {{ (void)v; return 0; }}\n\
+             static const char *version(void) {{ return \"{version}\"; }}\n\
+             static const OrtApiBase base = {{ get_api, version }};\n\
+             const OrtApiBase *OrtGetApiBase(void) {{ return &base; }}\n"
+        ),
+    );
+    let lib = dir.join("libonnxruntime.so.fake");
+    let status = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&source).status().expect("cc");
+    assert!(status.success());
+    lib
+}
+
+#[test]
+fn a_wrong_onnx_runtime_library_is_a_clear_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(dir.path(), "t.jsonl", "{\"id\": \"a\", \"text\": \"hello\"}\n");
+    let old = fake_onnxruntime(dir.path(), "1.20.0");
+    let out = command(&dir.path().join("x.db"), &["embed", "--batch", input.to_str().unwrap()])
+        .env("ORT_DYLIB_PATH", &old)
+        .output()
+        .unwrap();
+    let err = failed(out);
+    assert!(err.contains("1.20.0") && err.contains("1.31"), "{err}");
+    let not_ort = write(dir.path(), "empty.c", "int nothing_here(void) { return 0; }\n");
+    let lib = dir.path().join("libnot_ort.so");
+    assert!(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&not_ort).status().unwrap().success());
+    let out = command(&dir.path().join("x.db"), &["embed", "--batch", input.to_str().unwrap()])
+        .env("ORT_DYLIB_PATH", &lib)
+        .output()
+        .unwrap();
+    let err = failed(out);
+    assert!(err.contains("OrtGetApiBase") && err.contains("libnot_ort.so"), "{err}");
+}
+
+#[test]
+fn reembed_after_import_is_a_no_op_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("r.db");
+    let turns = write(dir.path(), "episodes.jsonl", TURNS);
+    ok(atlas(&db, &["import", turns.to_str().unwrap()]));
+    let out: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["reembed", "--json"]))).unwrap();
+    assert_eq!(out["reembedded"], 0);
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    assert_eq!((stats["vectors"].as_u64(), stats["pending_vectors"].as_u64()), (Some(3), Some(0)));
 }

@@ -22,13 +22,8 @@ pub enum EdgeKind {
 }
 
 impl EdgeKind {
-    pub const ALL: [EdgeKind; 5] = [
-        EdgeKind::Temporal,
-        EdgeKind::Causal,
-        EdgeKind::Entity,
-        EdgeKind::DerivedFrom,
-        EdgeKind::Supersedes,
-    ];
+    pub const ALL: [EdgeKind; 5] =
+        [EdgeKind::Temporal, EdgeKind::Causal, EdgeKind::Entity, EdgeKind::DerivedFrom, EdgeKind::Supersedes];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,10 +45,7 @@ impl fmt::Display for EdgeKind {
 impl FromStr for EdgeKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EdgeKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown edge kind {s:?}"))
+        EdgeKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown edge kind {s:?}"))
     }
 }
 

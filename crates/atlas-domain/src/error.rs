@@ -18,22 +18,13 @@ pub enum AtlasError {
     #[error(
         "database {path} has schema version {found}, newer than this atlas understands (up to {known}); upgrade atlas"
     )]
-    SchemaTooNew {
-        path: String,
-        found: i64,
-        known: i64,
-    },
+    SchemaTooNew { path: String, found: i64, known: i64 },
 
     /// Vectors in the store were made by another embedding model.
     #[error(
         "database vectors were made by {stored_model} ({stored_dim} dimensions) but the configured embedder is {configured_model} ({configured_dim} dimensions); run `atlas reembed` to re-embed every memory with the configured model"
     )]
-    ModelMismatch {
-        stored_model: String,
-        stored_dim: usize,
-        configured_model: String,
-        configured_dim: usize,
-    },
+    ModelMismatch { stored_model: String, stored_dim: usize, configured_model: String, configured_dim: usize },
 
     /// Another process holds the write lock longer than we are willing to wait.
     #[error("{0}")]
@@ -54,9 +45,6 @@ pub enum AtlasError {
 
 impl AtlasError {
     pub fn invalid(location: impl Into<String>, message: impl Into<String>) -> Self {
-        AtlasError::InvalidInput {
-            location: location.into(),
-            message: message.into(),
-        }
+        AtlasError::InvalidInput { location: location.into(), message: message.into() }
     }
 }

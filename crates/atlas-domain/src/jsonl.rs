@@ -34,10 +34,7 @@ pub struct LineError {
 
 impl LineError {
     fn at(field: &str, message: impl Into<String>) -> Self {
-        LineError {
-            field: Some(field.to_owned()),
-            message: message.into(),
-        }
+        LineError { field: Some(field.to_owned()), message: message.into() }
     }
 }
 
@@ -52,30 +49,19 @@ impl fmt::Display for LineError {
 
 /// Parses one line into a memory; `now` fills `time` and `recorded_at` when absent.
 pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
-    let value: Value = serde_json::from_str(line).map_err(|e| LineError {
-        field: None,
-        message: format!("not valid JSON ({e})"),
-    })?;
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| LineError { field: None, message: format!("not valid JSON ({e})") })?;
     let Value::Object(obj) = value else {
-        return Err(LineError {
-            field: None,
-            message: "expected a JSON object".into(),
-        });
+        return Err(LineError { field: None, message: "expected a JSON object".into() });
     };
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(LineError::at(
-            unknown,
-            format!("unknown field (known fields: {})", FIELDS.join(", ")),
-        ));
+        return Err(LineError::at(unknown, format!("unknown field (known fields: {})", FIELDS.join(", "))));
     }
 
     let text = match obj.get("text") {
         Some(Value::String(s)) => s.clone(),
         Some(other) => {
-            return Err(LineError::at(
-                "text",
-                format!("expected a string, got {}", type_name(other)),
-            ));
+            return Err(LineError::at("text", format!("expected a string, got {}", type_name(other))));
         }
         None => return Err(LineError::at("text", "missing")),
     };
@@ -85,22 +71,17 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
             let mut scope = Scope::default();
             for (key, v) in parts {
                 let field = format!("scope.{key}");
-                let value = v.as_str().ok_or_else(|| {
-                    LineError::at(&field, format!("expected a string, got {}", type_name(v)))
-                })?;
-                scope
-                    .set(key, value)
-                    .map_err(|m| LineError::at(&field, m))?;
+                let value = v
+                    .as_str()
+                    .ok_or_else(|| LineError::at(&field, format!("expected a string, got {}", type_name(v))))?;
+                scope.set(key, value).map_err(|m| LineError::at(&field, m))?;
             }
             scope
         }
         Some(other) => {
             return Err(LineError::at(
                 "scope",
-                format!(
-                    "expected an object such as {{\"user\": \"alice\"}}, got {}",
-                    type_name(other)
-                ),
+                format!("expected an object such as {{\"user\": \"alice\"}}, got {}", type_name(other)),
             ));
         }
     };
@@ -108,9 +89,7 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
         if scope.session.as_ref().is_some_and(|s| *s != session) {
             return Err(LineError::at("session", "differs from scope.session"));
         }
-        scope
-            .set("session", &session)
-            .map_err(|m| LineError::at("session", m))?;
+        scope.set("session", &session).map_err(|m| LineError::at("session", m))?;
     }
     let event_time = opt_time(&obj, "time")?.unwrap_or(now);
     let recorded_at = opt_time(&obj, "recorded_at")?.unwrap_or(now);
@@ -122,62 +101,36 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(other) => {
-            return Err(LineError::at(
-                "meta",
-                format!("expected an object, got {}", type_name(other)),
-            ));
+            return Err(LineError::at("meta", format!("expected an object, got {}", type_name(other))));
         }
     };
     let kind = match opt_string(&obj, "kind")? {
         None => MemoryKind::Episode,
-        Some(k) => k
-            .parse::<MemoryKind>()
-            .map_err(|m| LineError::at("kind", m))?,
+        Some(k) => k.parse::<MemoryKind>().map_err(|m| LineError::at("kind", m))?,
     };
     let speaker = opt_string(&obj, "speaker")?;
     let body = if kind == MemoryKind::Episode {
         if obj.contains_key("body") {
-            return Err(LineError::at(
-                "body",
-                "episodes carry no body (use \"speaker\")",
-            ));
+            return Err(LineError::at("body", "episodes carry no body (use \"speaker\")"));
         }
         Body::Episode { speaker }
     } else {
         if speaker.is_some() {
-            return Err(LineError::at(
-                "speaker",
-                format!("only episodes have a speaker, this is a {kind}"),
-            ));
+            return Err(LineError::at("speaker", format!("only episodes have a speaker, this is a {kind}")));
         }
         let mut fields = match obj.get("body") {
             Some(Value::Object(m)) => m.clone(),
             Some(other) => {
-                return Err(LineError::at(
-                    "body",
-                    format!("expected an object, got {}", type_name(other)),
-                ));
+                return Err(LineError::at("body", format!("expected an object, got {}", type_name(other))));
             }
             None => {
-                return Err(LineError::at(
-                    "body",
-                    format!("missing (required for kind {kind})"),
-                ));
+                return Err(LineError::at("body", format!("missing (required for kind {kind})")));
             }
         };
         fields.insert("kind".into(), Value::String(kind.as_str().into()));
-        serde_json::from_value::<Body>(Value::Object(fields))
-            .map_err(|e| LineError::at("body", e.to_string()))?
+        serde_json::from_value::<Body>(Value::Object(fields)).map_err(|e| LineError::at("body", e.to_string()))?
     };
-    Ok(NewMemory {
-        scope,
-        text,
-        event_time,
-        recorded_at,
-        validity,
-        meta,
-        body,
-    })
+    Ok(NewMemory { scope, text, event_time, recorded_at, validity, meta, body })
 }
 
 /// Writes a memory as one line that [`parse_line`] reads back to the same record.
@@ -189,15 +142,9 @@ pub fn to_line(memory: &Memory) -> Value {
     if let Some(session) = &memory.scope.session {
         obj.insert("session".into(), Value::from(session.clone()));
     }
-    let scope = Scope {
-        session: None,
-        ..memory.scope.clone()
-    };
+    let scope = Scope { session: None, ..memory.scope.clone() };
     if !scope.is_empty() {
-        obj.insert(
-            "scope".into(),
-            serde_json::to_value(&scope).expect("scope serialises"),
-        );
+        obj.insert("scope".into(), serde_json::to_value(&scope).expect("scope serialises"));
     }
     match &memory.body {
         Body::Episode { speaker } => {
@@ -214,15 +161,9 @@ pub fn to_line(memory: &Memory) -> Value {
         }
     }
     obj.insert("time".into(), Value::from(memory.event_time.to_rfc3339()));
-    obj.insert(
-        "recorded_at".into(),
-        Value::from(memory.recorded_at.to_rfc3339()),
-    );
+    obj.insert("recorded_at".into(), Value::from(memory.recorded_at.to_rfc3339()));
     if memory.validity.valid_from != memory.event_time {
-        obj.insert(
-            "valid_from".into(),
-            Value::from(memory.validity.valid_from.to_rfc3339()),
-        );
+        obj.insert("valid_from".into(), Value::from(memory.validity.valid_from.to_rfc3339()));
     }
     if let Some(until) = memory.validity.valid_until {
         obj.insert("valid_until".into(), Value::from(until.to_rfc3339()));
@@ -237,17 +178,12 @@ fn opt_string(obj: &Map<String, Value>, field: &str) -> Result<Option<String>, L
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(LineError::at(
-            field,
-            format!("expected a string, got {}", type_name(other)),
-        )),
+        Some(other) => Err(LineError::at(field, format!("expected a string, got {}", type_name(other)))),
     }
 }
 
 fn opt_time(obj: &Map<String, Value>, field: &str) -> Result<Option<Timestamp>, LineError> {
-    opt_string(obj, field)?
-        .map(|s| Timestamp::parse(&s).map_err(|m| LineError::at(field, m)))
-        .transpose()
+    opt_string(obj, field)?.map(|s| Timestamp::parse(&s).map_err(|m| LineError::at(field, m))).transpose()
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -278,10 +214,7 @@ mod tests {
         .unwrap();
         assert_eq!(m.scope.session.as_deref(), Some("conv-26/session_1"));
         assert_eq!(m.body.speaker(), Some("Caroline"));
-        assert_eq!(
-            m.event_time,
-            Timestamp::parse("2023-05-08T13:56:00Z").unwrap()
-        );
+        assert_eq!(m.event_time, Timestamp::parse("2023-05-08T13:56:00Z").unwrap());
         assert_eq!(m.recorded_at, NOW);
         assert_eq!(m.meta["dia_id"], "D1:1");
     }
@@ -292,16 +225,10 @@ mod tests {
             (r#"{"text": 5}"#, Some("text")),
             (r#"{"speaker": "x"}"#, Some("text")),
             (r#"{"text": "x", "time": "yesterday"}"#, Some("time")),
-            (
-                r#"{"text": "x", "scope": {"team": "a"}}"#,
-                Some("scope.team"),
-            ),
+            (r#"{"text": "x", "scope": {"team": "a"}}"#, Some("scope.team")),
             (r#"{"text": "x", "txt": "typo"}"#, Some("txt")),
             (r#"{"text": "x", "kind": "fact"}"#, Some("body")),
-            (
-                r#"{"text": "x", "kind": "fact", "body": {"subject": "a"}}"#,
-                Some("body"),
-            ),
+            (r#"{"text": "x", "kind": "fact", "body": {"subject": "a"}}"#, Some("body")),
             (r#"{"text": "x", "meta": [1]}"#, Some("meta")),
             (r#"{"text": "x""#, None),
             (r#"[1, 2]"#, None),
@@ -310,12 +237,8 @@ mod tests {
             let err = parse_line(line, NOW).unwrap_err();
             assert_eq!(err.field.as_deref(), field, "{line}: {err}");
         }
-        let unknown_scope =
-            parse_line(r#"{"text": "x", "scope": {"team": "a"}}"#, NOW).unwrap_err();
-        assert!(
-            unknown_scope.to_string().contains("unknown scope \"team\""),
-            "{unknown_scope}"
-        );
+        let unknown_scope = parse_line(r#"{"text": "x", "scope": {"team": "a"}}"#, NOW).unwrap_err();
+        assert!(unknown_scope.to_string().contains("unknown scope \"team\""), "{unknown_scope}");
     }
 
     fn arb_text() -> impl Strategy<Value = String> {
@@ -325,21 +248,14 @@ mod tests {
     fn arb_body() -> impl Strategy<Value = Body> {
         prop_oneof![
             proptest::option::of("[a-zA-Z ]{1,10}").prop_map(|speaker| Body::Episode { speaker }),
-            (arb_text(), arb_text(), arb_text(), 0u8..=100).prop_map(
-                |(subject, predicate, object, c)| Body::Fact {
-                    subject,
-                    predicate,
-                    object,
-                    confidence: f32::from(c) / 100.0
-                }
-            ),
+            (arb_text(), arb_text(), arb_text(), 0u8..=100).prop_map(|(subject, predicate, object, c)| Body::Fact {
+                subject,
+                predicate,
+                object,
+                confidence: f32::from(c) / 100.0
+            }),
             (arb_text(), 0u32..50, 0u32..50).prop_map(|(situation, successes, failures)| {
-                Body::Strategy {
-                    suggestion: situation.to_uppercase(),
-                    situation,
-                    successes,
-                    failures,
-                }
+                Body::Strategy { suggestion: situation.to_uppercase(), situation, successes, failures }
             }),
             (arb_text(), proptest::collection::vec(1i64..100, 0..3)).prop_map(|(name, ids)| {
                 Body::Concept {

@@ -58,16 +58,10 @@ impl fmt::Display for MemoryKind {
 impl FromStr for MemoryKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MemoryKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                let known: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
-                format!(
-                    "unknown memory kind {s:?} (known kinds: {})",
-                    known.join(", ")
-                )
-            })
+        MemoryKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
+            let known: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("unknown memory kind {s:?} (known kinds: {})", known.join(", "))
+        })
     }
 }
 
@@ -161,10 +155,7 @@ pub struct Validity {
 
 impl Validity {
     pub fn from(t: Timestamp) -> Self {
-        Validity {
-            valid_from: t,
-            valid_until: None,
-        }
+        Validity { valid_from: t, valid_until: None }
     }
 
     /// Valid at `t`: from is inclusive, until is exclusive.

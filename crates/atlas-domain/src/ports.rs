@@ -54,11 +54,7 @@ pub trait MemoryStore: Send + Sync {
     /// write is durable when this returns. Every episode with a session gets a `temporal` edge
     /// from the episode of the same session that precedes it in (event time, id) order among
     /// those stored before it. Every new memory joins the queue of memories awaiting a vector.
-    async fn insert(
-        &self,
-        batch: Vec<NewMemory>,
-        progress: Option<ProgressFn>,
-    ) -> Result<Vec<MemoryId>>;
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>>;
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>>;
 
@@ -83,12 +79,7 @@ pub trait MemoryStore: Send + Sync {
 pub trait TextIndex: Send + Sync {
     /// Memories containing any of `terms` (plain words, already normalised by
     /// [`crate::policy::query::terms`]; never query syntax), best first, at most `limit`.
-    async fn search_text(
-        &self,
-        terms: Vec<String>,
-        filter: RecallFilter,
-        limit: usize,
-    ) -> Result<Vec<ScoredId>>;
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
 }
 
 /// Dense vectors of memories, made by one embedding model.
@@ -99,6 +90,10 @@ pub trait VectorIndex: Send + Sync {
     /// or dimension fails with [`crate::AtlasError::ModelMismatch`].
     async fn bind_model(&self, model: EmbeddingModel) -> Result<()>;
 
+    /// Switches the store to `model` in one transaction: drops every vector, records the new
+    /// model and queues every memory for embedding. Returns how many memories were queued.
+    async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64>;
+
     /// Up to `limit` memories awaiting a vector, oldest first, with their text.
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>>;
 
@@ -107,12 +102,7 @@ pub trait VectorIndex: Send + Sync {
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()>;
 
     /// Nearest memories to `query` by cosine similarity (score = similarity), best first.
-    async fn search_vector(
-        &self,
-        query: Vec<f32>,
-        filter: RecallFilter,
-        limit: usize,
-    ) -> Result<Vec<ScoredId>>;
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
 }
 
 /// Turns text into unit-length vectors.

@@ -30,16 +30,13 @@ impl Scope {
         fn part(filter: &Option<String>, value: &Option<String>) -> bool {
             filter.as_ref().is_none_or(|f| value.as_ref() == Some(f))
         }
-        part(&self.user, &memory.user)
-            && part(&self.agent, &memory.agent)
-            && part(&self.session, &memory.session)
+        part(&self.user, &memory.user) && part(&self.agent, &memory.agent) && part(&self.session, &memory.session)
     }
 
     /// Sets one dimension from `key:value` text, as the CLI's `--scope user:alice` writes it.
     pub fn set_from_pair(&mut self, pair: &str) -> Result<(), String> {
-        let (key, value) = pair
-            .split_once(':')
-            .ok_or_else(|| format!("scope {pair:?} is not KEY:VALUE (e.g. user:alice)"))?;
+        let (key, value) =
+            pair.split_once(':').ok_or_else(|| format!("scope {pair:?} is not KEY:VALUE (e.g. user:alice)"))?;
         self.set(key.trim(), value.trim())
     }
 
@@ -53,10 +50,7 @@ impl Scope {
             "agent" => &mut self.agent,
             "session" => &mut self.session,
             other => {
-                return Err(format!(
-                    "unknown scope {other:?} (known scopes: {})",
-                    SCOPE_KEYS.join(", ")
-                ));
+                return Err(format!("unknown scope {other:?} (known scopes: {})", SCOPE_KEYS.join(", ")));
             }
         };
         *slot = Some(value.to_owned());
@@ -66,19 +60,11 @@ impl Scope {
 
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = [
-            ("user", &self.user),
-            ("agent", &self.agent),
-            ("session", &self.session),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}:{v}")))
-        .collect();
-        if parts.is_empty() {
-            f.write_str("(global)")
-        } else {
-            f.write_str(&parts.join(" "))
-        }
+        let parts: Vec<String> = [("user", &self.user), ("agent", &self.agent), ("session", &self.session)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}:{v}")))
+            .collect();
+        if parts.is_empty() { f.write_str("(global)") } else { f.write_str(&parts.join(" ")) }
     }
 }
 
@@ -89,10 +75,7 @@ mod tests {
     #[test]
     fn unknown_scope_is_named() {
         let err = Scope::default().set_from_pair("team:x").unwrap_err();
-        assert!(
-            err.contains("\"team\"") && err.contains("user, agent, session"),
-            "{err}"
-        );
+        assert!(err.contains("\"team\"") && err.contains("user, agent, session"), "{err}");
         assert!(Scope::default().set_from_pair("user").is_err());
         assert!(Scope::default().set_from_pair("user:").is_err());
     }
@@ -101,15 +84,8 @@ mod tests {
     fn filter_requires_every_set_part() {
         let mut filter = Scope::default();
         filter.set("user", "alice").unwrap();
-        let alice = Scope {
-            user: Some("alice".into()),
-            session: Some("s1".into()),
-            ..Scope::default()
-        };
-        let bob = Scope {
-            user: Some("bob".into()),
-            ..Scope::default()
-        };
+        let alice = Scope { user: Some("alice".into()), session: Some("s1".into()), ..Scope::default() };
+        let bob = Scope { user: Some("bob".into()), ..Scope::default() };
         assert!(filter.admits(&alice));
         assert!(!filter.admits(&bob));
         assert!(!filter.admits(&Scope::default()));

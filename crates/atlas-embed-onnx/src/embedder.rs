@@ -62,14 +62,12 @@ struct Inner {
 }
 
 /// The process-wide ONNX Runtime environment; sessions need it alive.
-static ENVIRONMENT: OnceLock<std::result::Result<ort::environment::Environment, String>> =
-    OnceLock::new();
+static ENVIRONMENT: OnceLock<std::result::Result<ort::environment::Environment, String>> = OnceLock::new();
 
 fn environment(manifest: &Manifest) -> Result<&'static ort::environment::Environment> {
     let env = ENVIRONMENT.get_or_init(|| {
         let library = assets::runtime_library(&manifest.runtime).map_err(|e| e.to_string())?;
-        let builder =
-            ort::init_from(&library).map_err(|e| format!("cannot load ONNX Runtime: {e}"))?;
+        let builder = ort::init_from(&library).map_err(|e| format!("cannot load ONNX Runtime: {e}"))?;
         builder
             .with_name("atlas")
             .build()
@@ -89,19 +87,11 @@ impl OnnxEmbedder {
         let manifest = Manifest::builtin()?;
         let spec = manifest.model(&options.model)?;
         let model_path = assets::model_file(spec, "model.onnx", options.model_dir.as_deref())?;
-        let tokenizer_path =
-            assets::model_file(spec, "tokenizer.json", options.model_dir.as_deref())?;
+        let tokenizer_path = assets::model_file(spec, "tokenizer.json", options.model_dir.as_deref())?;
         let environment = environment(&manifest)?;
-        let tokenizer = load_tokenizer(
-            &tokenizer_path,
-            options.max_length.unwrap_or(spec.max_length),
-        )?;
+        let tokenizer = load_tokenizer(&tokenizer_path, options.max_length.unwrap_or(spec.max_length))?;
         let session = build_session(environment, &model_path, options)?;
-        let input_names: Vec<String> = session
-            .inputs()
-            .iter()
-            .map(|i| i.name().to_owned())
-            .collect();
+        let input_names: Vec<String> = session.inputs().iter().map(|i| i.name().to_owned()).collect();
         for required in ["input_ids", "attention_mask"] {
             if !input_names.iter().any(|n| n == required) {
                 return Err(AtlasError::Embedding(format!(
@@ -110,16 +100,12 @@ impl OnnxEmbedder {
                 )));
             }
         }
-        let output = session.outputs().first().ok_or_else(|| {
-            AtlasError::Embedding(format!(
-                "{}: the model has no outputs",
-                model_path.display()
-            ))
-        })?;
+        let output = session
+            .outputs()
+            .first()
+            .ok_or_else(|| AtlasError::Embedding(format!("{}: the model has no outputs", model_path.display())))?;
         let dimension = match output.dtype() {
-            ValueType::Tensor { shape, .. } if shape.len() == 3 && shape[2] > 0 => {
-                shape[2] as usize
-            }
+            ValueType::Tensor { shape, .. } if shape.len() == 3 && shape[2] > 0 => shape[2] as usize,
             other => {
                 return Err(AtlasError::Embedding(format!(
                     "{}: output {:?} is {other:?}, expected token embeddings [batch, sequence, dimension]",
@@ -142,10 +128,7 @@ impl OnnxEmbedder {
                 uses_token_type_ids: input_names.iter().any(|n| n == "token_type_ids"),
                 session: Mutex::new(session),
                 tokenizer,
-                model: EmbeddingModel {
-                    name: options.model.clone(),
-                    dimension,
-                },
+                model: EmbeddingModel { name: options.model.clone(), dimension },
                 output,
                 batch_size: options.batch_size.max(1),
             }),
@@ -159,12 +142,8 @@ impl OnnxEmbedder {
 }
 
 fn load_tokenizer(path: &PathBuf, max_length: usize) -> Result<Tokenizer> {
-    let mut tokenizer = Tokenizer::from_file(path).map_err(|e| {
-        AtlasError::Embedding(format!(
-            "{}: not a usable tokenizer.json: {e}",
-            path.display()
-        ))
-    })?;
+    let mut tokenizer = Tokenizer::from_file(path)
+        .map_err(|e| AtlasError::Embedding(format!("{}: not a usable tokenizer.json: {e}", path.display())))?;
     // The shipped tokenizer.json truncates at 128 and pads every text to 128; batches are padded
     // here instead, to their own longest text.
     tokenizer.with_padding(None);
@@ -175,9 +154,7 @@ fn load_tokenizer(path: &PathBuf, max_length: usize) -> Result<Tokenizer> {
             stride: 0,
             direction: TruncationDirection::Right,
         }))
-        .map_err(|e| {
-            AtlasError::Embedding(format!("{}: cannot set truncation: {e}", path.display()))
-        })?;
+        .map_err(|e| AtlasError::Embedding(format!("{}: cannot set truncation: {e}", path.display())))?;
     Ok(tokenizer)
 }
 
@@ -187,10 +164,7 @@ fn build_session(
     options: &OnnxOptions,
 ) -> Result<Session> {
     if !path.is_file() {
-        return Err(AtlasError::Embedding(format!(
-            "{}: model file not found",
-            path.display()
-        )));
+        return Err(AtlasError::Embedding(format!("{}: model file not found", path.display())));
     }
     let shown = path.display().to_string();
     let builder_error = |e: ort::Error<ort::session::builder::SessionBuilder>| {
@@ -239,9 +213,7 @@ fn with_cuda(
     cuda: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     if cuda {
-        tracing::warn!(
-            "CUDA requested but atlas was built without the embed-cuda feature; embedding on the CPU"
-        );
+        tracing::warn!("CUDA requested but atlas was built without the embed-cuda feature; embedding on the CPU");
     }
     Ok(builder)
 }
@@ -268,52 +240,29 @@ impl Inner {
 
     fn run(&self, batch: &[&tokenizers::Encoding]) -> Result<Vec<Vec<f32>>> {
         let rows = batch.len();
-        let width = batch
-            .iter()
-            .map(|e| e.get_ids().len())
-            .max()
-            .unwrap_or(0)
-            .max(1);
+        let width = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0).max(1);
         let mut ids = vec![0i64; rows * width];
         let mut mask = vec![0i64; rows * width];
         let mut types = vec![0i64; rows * width];
         for (r, e) in batch.iter().enumerate() {
-            for (c, ((id, m), t)) in e
-                .get_ids()
-                .iter()
-                .zip(e.get_attention_mask())
-                .zip(e.get_type_ids())
-                .enumerate()
-            {
+            for (c, ((id, m), t)) in e.get_ids().iter().zip(e.get_attention_mask()).zip(e.get_type_ids()).enumerate() {
                 ids[r * width + c] = i64::from(*id);
                 mask[r * width + c] = i64::from(*m);
                 types[r * width + c] = i64::from(*t);
             }
         }
-        let tensor = |data: Vec<i64>| {
-            Tensor::from_array(([rows, width], data)).map_err(ort_error("input tensor"))
-        };
-        let mut inputs = vec![
-            ("input_ids", tensor(ids)?),
-            ("attention_mask", tensor(mask.clone())?),
-        ];
+        let tensor = |data: Vec<i64>| Tensor::from_array(([rows, width], data)).map_err(ort_error("input tensor"));
+        let mut inputs = vec![("input_ids", tensor(ids)?), ("attention_mask", tensor(mask.clone())?)];
         if self.uses_token_type_ids {
             inputs.push(("token_type_ids", tensor(types)?));
         }
-        let mut session = self
-            .session
-            .lock()
-            .map_err(|_| AtlasError::Embedding("the session lock is poisoned".into()))?;
+        let mut session =
+            self.session.lock().map_err(|_| AtlasError::Embedding("the session lock is poisoned".into()))?;
         let outputs = session.run(inputs).map_err(ort_error("inference"))?;
-        let (shape, hidden) = outputs[self.output.as_str()]
-            .try_extract_tensor::<f32>()
-            .map_err(ort_error("output tensor"))?;
+        let (shape, hidden) =
+            outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ort_error("output tensor"))?;
         let dim = self.model.dimension;
-        if shape.len() != 3
-            || shape[0] as usize != rows
-            || shape[1] as usize != width
-            || shape[2] as usize != dim
-        {
+        if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != width || shape[2] as usize != dim {
             return Err(AtlasError::Embedding(format!(
                 "unexpected output shape {:?} for a batch of {rows}×{width}",
                 &shape[..]

@@ -90,10 +90,7 @@ impl Manifest {
 impl Model {
     pub fn file(&self, name: &str) -> Result<&ModelFile> {
         self.files.iter().find(|f| f.file == name).ok_or_else(|| {
-            AtlasError::Config(format!(
-                "model {} has no file {name} in models/manifest.toml",
-                self.name
-            ))
+            AtlasError::Config(format!("model {} has no file {name} in models/manifest.toml", self.name))
         })
     }
 }
@@ -106,21 +103,13 @@ mod tests {
     fn the_builtin_manifest_parses_and_is_complete() {
         let m = Manifest::builtin().unwrap();
         let model = m.default_model();
-        assert_eq!(
-            (model.name.as_str(), model.dimension, model.max_length),
-            ("all-minilm-l6-v2-int8", 384, 256)
-        );
+        assert_eq!((model.name.as_str(), model.dimension, model.max_length), ("all-minilm-l6-v2-int8", 384, 256));
         for file in ["model.onnx", "tokenizer.json"] {
             let f = model.file(file).unwrap();
             assert_eq!(f.sha256.len(), 64, "{file}");
             assert!(f.package.contains("=="), "{file}: pin the package version");
         }
         assert!(m.runtime.sha256.as_ref().is_some_and(|h| h.len() == 64));
-        assert!(
-            m.model("nope")
-                .unwrap_err()
-                .to_string()
-                .contains("all-minilm-l6-v2-int8")
-        );
+        assert!(m.model("nope").unwrap_err().to_string().contains("all-minilm-l6-v2-int8"));
     }
 }

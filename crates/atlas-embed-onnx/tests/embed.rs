@@ -8,11 +8,7 @@ use std::sync::OnceLock;
 fn embedder() -> &'static OnnxEmbedder {
     static EMBEDDER: OnceLock<OnnxEmbedder> = OnceLock::new();
     EMBEDDER.get_or_init(|| {
-        OnnxEmbedder::load(&OnnxOptions {
-            threads: 1,
-            ..OnnxOptions::default()
-        })
-        .expect("load the default model")
+        OnnxEmbedder::load(&OnnxOptions { threads: 1, ..OnnxOptions::default() }).expect("load the default model")
     })
 }
 
@@ -21,14 +17,8 @@ fn cos(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn fixture(name: &str) -> Vec<serde_json::Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/embeddings")
-        .join(name);
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/embeddings").join(name);
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// Each sentence alone matches the Python reference (made by fixtures/embeddings/make_reference.py
@@ -43,18 +33,9 @@ fn golden_vectors_match_python_onnxruntime() {
         assert_eq!(s["id"], r["id"]);
         let text = s["text"].as_str().unwrap().to_owned();
         let got = embedder().embed_blocking(&[text]).unwrap().remove(0);
-        let want: Vec<f32> = r["vector"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
+        let want: Vec<f32> = r["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
         assert_eq!(got.len(), want.len());
-        let diff = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(diff <= 1e-4, "{}: max abs difference {diff}", s["id"]);
         worst = worst.max(diff);
     }
@@ -65,16 +46,11 @@ fn golden_vectors_match_python_onnxruntime() {
 /// int8 dynamic quantisation: every vector stays within cosine 0.999 of its single-text self.
 #[test]
 fn batched_vectors_agree_with_single_ones() {
-    let texts: Vec<String> = fixture("sentences.jsonl")
-        .iter()
-        .map(|s| s["text"].as_str().unwrap().to_owned())
-        .collect();
+    let texts: Vec<String> =
+        fixture("sentences.jsonl").iter().map(|s| s["text"].as_str().unwrap().to_owned()).collect();
     let batched = embedder().embed_blocking(&texts).unwrap();
     for (text, b) in texts.iter().zip(&batched) {
-        let single = embedder()
-            .embed_blocking(std::slice::from_ref(text))
-            .unwrap()
-            .remove(0);
+        let single = embedder().embed_blocking(std::slice::from_ref(text)).unwrap().remove(0);
         assert!(cos(&single, b) > 0.999, "{text:?}: cos {}", cos(&single, b));
     }
 }
@@ -89,29 +65,18 @@ fn paraphrases_are_closer_than_unrelated_text() {
         ])
         .unwrap();
     let (para, unrelated) = (cos(&v[0], &v[1]), cos(&v[0], &v[2]));
-    assert!(
-        para > 0.8 && para - unrelated > 0.5,
-        "paraphrase {para}, unrelated {unrelated}"
-    );
+    assert!(para > 0.8 && para - unrelated > 0.5, "paraphrase {para}, unrelated {unrelated}");
 }
 
 #[test]
 fn hostile_text_gives_unit_vectors() {
-    let texts = vec![
-        String::new(),
-        "x".repeat(100_000),
-        "nul\0inside 🎉 emoji \u{200b}".into(),
-        "🎉".repeat(5_000),
-    ];
+    let texts = vec![String::new(), "x".repeat(100_000), "nul\0inside 🎉 emoji \u{200b}".into(), "🎉".repeat(5_000)];
     let vectors = embedder().embed_blocking(&texts).unwrap();
     assert_eq!(vectors.len(), 4);
     for v in vectors {
         assert_eq!(v.len(), 384);
         let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!(
-            (norm - 1.0).abs() < 1e-4 && v.iter().all(|x| x.is_finite()),
-            "norm {norm}"
-        );
+        assert!((norm - 1.0).abs() < 1e-4 && v.iter().all(|x| x.is_finite()), "norm {norm}");
     }
     assert!(embedder().embed_blocking(&[]).unwrap().is_empty());
 }
@@ -123,19 +88,13 @@ fn model_dir_with(model: Option<&[u8]>, tokenizer: bool) -> tempfile::TempDir {
     match model {
         Some(bytes) => std::fs::write(dir.path().join("model.onnx"), bytes).unwrap(),
         None => {
-            std::fs::copy(
-                assets::model_file(spec, "model.onnx", None).unwrap(),
-                dir.path().join("model.onnx"),
-            )
-            .unwrap();
+            std::fs::copy(assets::model_file(spec, "model.onnx", None).unwrap(), dir.path().join("model.onnx"))
+                .unwrap();
         }
     }
     if tokenizer {
-        std::fs::copy(
-            assets::model_file(spec, "tokenizer.json", None).unwrap(),
-            dir.path().join("tokenizer.json"),
-        )
-        .unwrap();
+        std::fs::copy(assets::model_file(spec, "tokenizer.json", None).unwrap(), dir.path().join("tokenizer.json"))
+            .unwrap();
     }
     dir
 }
@@ -143,20 +102,13 @@ fn model_dir_with(model: Option<&[u8]>, tokenizer: bool) -> tempfile::TempDir {
 #[test]
 fn a_corrupt_model_file_names_the_path_and_both_hashes() {
     let dir = model_dir_with(Some(b"definitely not an onnx graph"), true);
-    let options = OnnxOptions {
-        model_dir: Some(dir.path().to_path_buf()),
-        ..OnnxOptions::default()
-    };
-    let err = OnnxEmbedder::load(&options)
-        .err()
-        .expect("must fail")
-        .to_string();
+    let options = OnnxOptions { model_dir: Some(dir.path().to_path_buf()), ..OnnxOptions::default() };
+    let err = OnnxEmbedder::load(&options).err().expect("must fail").to_string();
     let path = dir.path().join("model.onnx").display().to_string();
     let actual = assets::sha256_file(&dir.path().join("model.onnx")).unwrap();
     assert!(err.contains(&path), "{err}");
     assert!(
-        err.contains("8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6")
-            && err.contains(&actual),
+        err.contains("8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6") && err.contains(&actual),
         "{err}"
     );
 }
@@ -164,18 +116,9 @@ fn a_corrupt_model_file_names_the_path_and_both_hashes() {
 #[test]
 fn a_missing_tokenizer_is_named() {
     let dir = model_dir_with(None, false);
-    let options = OnnxOptions {
-        model_dir: Some(dir.path().to_path_buf()),
-        ..OnnxOptions::default()
-    };
-    let err = OnnxEmbedder::load(&options)
-        .err()
-        .expect("must fail")
-        .to_string();
-    assert!(
-        err.contains("tokenizer.json") && err.contains("missing"),
-        "{err}"
-    );
+    let options = OnnxOptions { model_dir: Some(dir.path().to_path_buf()), ..OnnxOptions::default() };
+    let err = OnnxEmbedder::load(&options).err().expect("must fail").to_string();
+    assert!(err.contains("tokenizer.json") && err.contains("missing"), "{err}");
 }
 
 #[test]
@@ -185,15 +128,8 @@ fn cuda_embeds_like_the_cpu() {
         eprintln!("SKIPPED: ATLAS_TEST_GPU is not 1");
         return;
     }
-    let gpu = OnnxEmbedder::load(&OnnxOptions {
-        cuda: true,
-        ..OnnxOptions::default()
-    })
-    .unwrap();
+    let gpu = OnnxEmbedder::load(&OnnxOptions { cuda: true, ..OnnxOptions::default() }).unwrap();
     let text = vec!["The cat sits on the mat".to_owned()];
-    let (a, b) = (
-        gpu.embed_blocking(&text).unwrap(),
-        embedder().embed_blocking(&text).unwrap(),
-    );
+    let (a, b) = (gpu.embed_blocking(&text).unwrap(), embedder().embed_blocking(&text).unwrap());
     assert!(cos(&a[0], &b[0]) > 0.999);
 }

@@ -2,6 +2,7 @@
 
 use crate::Parts;
 use atlas_domain::Result;
+use atlas_domain::ports::ProgressFn;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, Notify};
@@ -24,14 +25,10 @@ struct Shared {
 }
 
 impl Background {
-    pub fn start(parts: Arc<Parts>, batch: usize) -> Self {
-        let enabled = parts.embedder.is_some();
-        let shared = Arc::new(Shared {
-            parts,
-            batch,
-            wake: Notify::new(),
-            draining: Mutex::new(()),
-        });
+    /// Without `task`, nothing embeds until someone calls [`Background::drain`].
+    pub fn start(parts: Arc<Parts>, batch: usize, task: bool) -> Self {
+        let enabled = task && parts.embedder.is_some();
+        let shared = Arc::new(Shared { parts, batch, wake: Notify::new(), draining: Mutex::new(()) });
         let task = enabled.then(|| {
             let shared = Arc::clone(&shared);
             // Pending work from an earlier run starts at once.
@@ -39,7 +36,7 @@ impl Background {
             tokio::spawn(async move {
                 loop {
                     shared.wake.notified().await;
-                    if let Err(e) = shared.drain().await {
+                    if let Err(e) = shared.drain(None).await {
                         tracing::warn!(error = %e, "background embedding failed; will retry");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         shared.wake.notify_one();
@@ -56,13 +53,13 @@ impl Background {
         }
     }
 
-    pub async fn drain(&self) -> Result<usize> {
-        self.shared.drain().await
+    pub async fn drain(&self, progress: Option<ProgressFn>) -> Result<usize> {
+        self.shared.drain(progress).await
     }
 }
 
 impl Shared {
-    async fn drain(&self) -> Result<usize> {
+    async fn drain(&self, progress: Option<ProgressFn>) -> Result<usize> {
         let Some(embedder) = &self.parts.embedder else {
             return Ok(0);
         };
@@ -83,10 +80,10 @@ impl Shared {
                 )));
             }
             done += ids.len();
-            self.parts
-                .vectors
-                .put_vectors(ids.into_iter().zip(vectors).collect())
-                .await?;
+            self.parts.vectors.put_vectors(ids.into_iter().zip(vectors).collect()).await?;
+            if let Some(p) = &progress {
+                p(done);
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ pub struct Config {
     pub embedder: EmbedderKind,
     /// How many memories the background task embeds per batch.
     pub embed_batch: usize,
+    pub onnx: OnnxConfig,
     pub recall: RecallConfig,
 }
 
@@ -42,6 +43,46 @@ pub enum DurabilityKind {
 pub enum EmbedderKind {
     /// No vectors: recall runs on full text and says so.
     None,
+    /// The ONNX embedder (feature `embed-onnx`, on by default).
+    Onnx,
+}
+
+impl EmbedderKind {
+    /// ONNX when this build has it, else none.
+    pub fn default_for_build() -> Self {
+        if cfg!(feature = "embed-onnx") { EmbedderKind::Onnx } else { EmbedderKind::None }
+    }
+}
+
+/// Settings of the ONNX embedder.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OnnxConfig {
+    /// A model named in models/manifest.toml.
+    pub model: String,
+    /// Tokens per text; defaults to the manifest's (256 for MiniLM).
+    pub max_length: Option<usize>,
+    /// Intra-op threads; defaults to the available cores, at most 4 (ATLAS_EMBED_THREADS).
+    pub threads: Option<usize>,
+    /// Texts per model call.
+    pub batch_size: usize,
+    /// Busy-wait between ops: a little faster when idle, far slower under CPU contention.
+    pub spinning: bool,
+    /// Use the CUDA execution provider when the build has `embed-cuda` and a GPU is present.
+    pub cuda: bool,
+}
+
+impl Default for OnnxConfig {
+    fn default() -> Self {
+        OnnxConfig {
+            model: "all-minilm-l6-v2-int8".into(),
+            max_length: None,
+            threads: None,
+            batch_size: 32,
+            spinning: false,
+            cuda: cfg!(feature = "embed-cuda"),
+        }
+    }
 }
 
 /// Weights and sizes of hybrid recall.
@@ -57,12 +98,7 @@ pub struct RecallConfig {
 
 impl Default for RecallConfig {
     fn default() -> Self {
-        RecallConfig {
-            rrf_k: DEFAULT_RRF_K,
-            text_weight: 1.0,
-            vector_weight: 1.0,
-            candidates: 50,
-        }
+        RecallConfig { rrf_k: DEFAULT_RRF_K, text_weight: 1.0, vector_weight: 1.0, candidates: 50 }
     }
 }
 
@@ -73,8 +109,9 @@ impl Default for Config {
             storage: StorageKind::Sqlite,
             durability: DurabilityKind::Normal,
             max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
-            embedder: EmbedderKind::None,
+            embedder: EmbedderKind::default_for_build(),
             embed_batch: 64,
+            onnx: OnnxConfig::default(),
             recall: RecallConfig::default(),
         }
     }
@@ -99,17 +136,31 @@ impl Config {
         toml::from_str(text).map_err(|e| AtlasError::Config(format!("{origin}: {e}")))
     }
 
-    /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`).
+    /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`),
+    /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_EMBED_THREADS`.
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
         if let Some(db) = env("ATLAS_DB") {
             self.db = PathBuf::from(db);
         }
         if let Some(v) = env("ATLAS_MAX_TEXT_BYTES") {
             self.max_text_bytes = v.trim().parse().map_err(|_| {
-                AtlasError::Config(format!(
-                    "ATLAS_MAX_TEXT_BYTES: expected a number of bytes, got {v:?}"
-                ))
+                AtlasError::Config(format!("ATLAS_MAX_TEXT_BYTES: expected a number of bytes, got {v:?}"))
             })?;
+        }
+        if let Some(v) = env("ATLAS_EMBEDDER") {
+            self.embedder = match v.trim() {
+                "onnx" => EmbedderKind::Onnx,
+                "none" => EmbedderKind::None,
+                other => {
+                    return Err(AtlasError::Config(format!("ATLAS_EMBEDDER: expected onnx or none, got {other:?}")));
+                }
+            };
+        }
+        if let Some(v) = env("ATLAS_EMBED_THREADS") {
+            let threads = v.trim().parse().ok().filter(|n| *n > 0);
+            self.onnx.threads = Some(threads.ok_or_else(|| {
+                AtlasError::Config(format!("ATLAS_EMBED_THREADS: expected a positive number, got {v:?}"))
+            })?);
         }
         if let Some(v) = env("ATLAS_DURABILITY") {
             self.durability = match v.trim() {
@@ -132,39 +183,19 @@ mod tests {
 
     #[test]
     fn toml_then_env() {
-        let config = Config::from_toml(
-            "db = \"x.db\"\nmax_text_bytes = 10\n[recall]\nrrf_k = 30.0\n",
-            "t.toml",
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                config.db.to_str(),
-                config.max_text_bytes,
-                config.recall.rrf_k
-            ),
-            (Some("x.db"), 10, 30.0)
-        );
+        let config =
+            Config::from_toml("db = \"x.db\"\nmax_text_bytes = 10\n[recall]\nrrf_k = 30.0\n", "t.toml").unwrap();
+        assert_eq!((config.db.to_str(), config.max_text_bytes, config.recall.rrf_k), (Some("x.db"), 10, 30.0));
         let mut config = config;
-        config
-            .apply_env(|k| (k == "ATLAS_DURABILITY").then(|| "full".to_string()))
-            .unwrap();
+        config.apply_env(|k| (k == "ATLAS_DURABILITY").then(|| "full".to_string())).unwrap();
         assert_eq!(config.durability, DurabilityKind::Full);
     }
 
     #[test]
     fn errors_name_the_origin_and_key() {
-        let err = Config::from_toml("max_text_byte = 3", "atlas.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("atlas.toml") && err.contains("max_text_byte"),
-            "{err}"
-        );
-        let err = Config::default()
-            .apply_env(|_| Some("lots".into()))
-            .unwrap_err()
-            .to_string();
+        let err = Config::from_toml("max_text_byte = 3", "atlas.toml").unwrap_err().to_string();
+        assert!(err.contains("atlas.toml") && err.contains("max_text_byte"), "{err}");
+        let err = Config::default().apply_env(|_| Some("lots".into())).unwrap_err().to_string();
         assert!(err.contains("ATLAS_MAX_TEXT_BYTES"), "{err}");
     }
 }

@@ -12,9 +12,7 @@ pub use recall::{Hit, Recall, RecallRequest, SignalReport};
 use atlas_domain::jsonl;
 use atlas_domain::policy::limits::validate;
 use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, StoreStats, TextIndex, VectorIndex};
-use atlas_domain::{
-    AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity,
-};
+use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
 use background::Background;
 use std::io::Write;
 use std::path::Path;
@@ -35,13 +33,15 @@ impl Parts {
         store: Arc<S>,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Self {
-        Parts {
-            store: store.clone(),
-            text: store.clone(),
-            vectors: store,
-            embedder,
-        }
+        Parts { store: store.clone(), text: store.clone(), vectors: store, embedder }
     }
+}
+
+/// Progress callbacks of an import: records stored, then vectors embedded (running counts).
+#[derive(Clone, Default)]
+pub struct ImportProgress {
+    pub stored: Option<ProgressFn>,
+    pub embedded: Option<ProgressFn>,
 }
 
 /// An episode for the hot path; the runtime stamps it with the time it was learned.
@@ -78,21 +78,14 @@ pub struct Atlas {
 
 /// The current time.
 pub fn now() -> Timestamp {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     Timestamp(since_epoch.as_millis() as i64)
 }
 
 impl Atlas {
     /// Opens the memory space `config.db` with the adapters this build was compiled with.
     pub async fn open(config: Config) -> Result<Atlas> {
-        let embedder: Option<Arc<dyn Embedder>> = match config.embedder {
-            config::EmbedderKind::None => None,
-        };
-        let parts = match config.storage {
-            config::StorageKind::Sqlite => open_sqlite(&config, embedder)?,
-        };
+        let parts = open_parts(&config).await?;
         Atlas::from_parts(parts, config).await
     }
 
@@ -102,13 +95,37 @@ impl Atlas {
         if let Some(embedder) = &parts.embedder {
             parts.vectors.bind_model(embedder.model()).await?;
         }
+        Ok(Atlas::compose(parts, config, true))
+    }
+
+    /// Re-embeds every memory with the configured model, replacing vectors of another model.
+    /// Resumable: the switch to the new model and the queue of memories to embed are committed
+    /// first, so an interrupted run continues where it stopped (here or in any later open).
+    /// `progress` receives (done, total).
+    pub async fn reembed(config: Config, progress: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>) -> Result<usize> {
+        let parts = open_parts(&config).await?;
+        let embedder = parts.embedder.clone().ok_or_else(|| {
+            AtlasError::Config("reembed needs an embedder; this configuration has embedder = \"none\"".into())
+        })?;
+        match parts.vectors.bind_model(embedder.model()).await {
+            Ok(()) => {}
+            Err(AtlasError::ModelMismatch { stored_model, .. }) => {
+                tracing::info!(from = %stored_model, to = %embedder.model().name, "switching the store to a new embedding model");
+                parts.vectors.rebind_model(embedder.model()).await?;
+            }
+            Err(e) => return Err(e),
+        }
+        // No background task: this call drains the queue itself and reports its progress.
+        let atlas = Atlas::compose(parts, config, false);
+        let total = atlas.parts.store.stats().await?.pending_vectors as usize;
+        let report: Option<ProgressFn> = progress.map(|p| Arc::new(move |done| p(done, total)) as ProgressFn);
+        atlas.background.drain(report).await
+    }
+
+    fn compose(parts: Parts, config: Config, background_task: bool) -> Atlas {
         let parts = Arc::new(parts);
-        let background = Background::start(Arc::clone(&parts), config.embed_batch.max(1));
-        Ok(Atlas {
-            parts,
-            config,
-            background,
-        })
+        let background = Background::start(Arc::clone(&parts), config.embed_batch.max(1), background_task);
+        Atlas { parts, config, background }
     }
 
     pub fn config(&self) -> &Config {
@@ -127,9 +144,7 @@ impl Atlas {
             recorded_at: now,
             validity: Validity::from(event_time),
             meta: input.meta,
-            body: Body::Episode {
-                speaker: input.speaker,
-            },
+            body: Body::Episode { speaker: input.speaker },
         };
         validate(&memory, self.config.max_text_bytes, "remember")?;
         let id = self.parts.store.insert(vec![memory], None).await?.remove(0);
@@ -140,30 +155,21 @@ impl Atlas {
     /// Stores a batch atomically after validating every record, then waits until the batch's
     /// vectors are stored (when an embedder is configured). `location` names each record in
     /// errors, e.g. `file.jsonl:12`.
-    pub async fn import(
-        &self,
-        batch: Vec<(String, NewMemory)>,
-        progress: Option<ProgressFn>,
-    ) -> Result<Vec<MemoryId>> {
+    pub async fn import(&self, batch: Vec<(String, NewMemory)>, progress: ImportProgress) -> Result<Vec<MemoryId>> {
         for (location, memory) in &batch {
             validate(memory, self.config.max_text_bytes, location)?;
         }
         let memories = batch.into_iter().map(|(_, m)| m).collect();
-        let ids = self.parts.store.insert(memories, progress).await?;
-        self.flush_vectors().await?;
+        let ids = self.parts.store.insert(memories, progress.stored).await?;
+        self.flush_vectors(progress.embedded).await?;
         Ok(ids)
     }
 
     /// Reads a JSON Lines file (see [`atlas_domain::jsonl`]) and imports it in one transaction:
     /// a bad line fails the whole file with its line number and field, and nothing of it is stored.
-    pub async fn import_jsonl(
-        &self,
-        path: &Path,
-        progress: Option<ProgressFn>,
-    ) -> Result<Vec<MemoryId>> {
+    pub async fn import_jsonl(&self, path: &Path, progress: ImportProgress) -> Result<Vec<MemoryId>> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path)
-            .map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
+        let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
         let batch = parse_jsonl(&bytes, &shown, now())?;
         self.import(batch, progress).await
     }
@@ -201,19 +207,28 @@ impl Atlas {
             let Some(last) = page.last() else { break };
             after = Some(last.id);
             for memory in &page {
-                writeln!(out, "{}", jsonl::to_line(memory))
-                    .map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
+                writeln!(out, "{}", jsonl::to_line(memory)).map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
                 count += 1;
             }
         }
-        out.flush()
-            .map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
+        out.flush().map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
         Ok(count)
     }
 
-    /// Embeds every pending memory now; returns how many were embedded.
-    pub async fn flush_vectors(&self) -> Result<usize> {
-        self.background.drain().await
+    /// Embeds every pending memory now; returns how many were embedded. `progress` receives
+    /// the running count.
+    pub async fn flush_vectors(&self, progress: Option<ProgressFn>) -> Result<usize> {
+        self.background.drain(progress).await
+    }
+
+    /// How many memories still wait for a vector.
+    pub async fn pending_vectors(&self) -> Result<u64> {
+        Ok(self.parts.store.stats().await?.pending_vectors)
+    }
+
+    /// The embedder, when one is configured (for `atlas embed`).
+    pub fn embedder(&self) -> Option<Arc<dyn Embedder>> {
+        self.parts.embedder.clone()
     }
 }
 
@@ -223,20 +238,55 @@ pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(St
     for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
         let location = format!("{origin}:{}", index + 1);
         let line = std::str::from_utf8(raw).map_err(|e| {
-            AtlasError::invalid(
-                &location,
-                format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
-            )
+            AtlasError::invalid(&location, format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()))
         })?;
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        let memory = jsonl::parse_line(line, now)
-            .map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
+        let memory = jsonl::parse_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
         out.push((location, memory));
     }
     Ok(out)
+}
+
+/// Builds the adapters `config` names, as this build has them.
+async fn open_parts(config: &Config) -> Result<Parts> {
+    let embedder = open_embedder(config).await?;
+    match config.storage {
+        config::StorageKind::Sqlite => open_sqlite(config, embedder),
+    }
+}
+
+/// The embedder `config` names, loaded off the async executor; `None` for `embedder = "none"`.
+pub async fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    match config.embedder {
+        config::EmbedderKind::None => Ok(None),
+        config::EmbedderKind::Onnx => open_onnx(config).await,
+    }
+}
+
+#[cfg(feature = "embed-onnx")]
+async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    let defaults = atlas_embed_onnx::OnnxOptions::default();
+    let options = atlas_embed_onnx::OnnxOptions {
+        model: config.onnx.model.clone(),
+        max_length: config.onnx.max_length,
+        threads: config.onnx.threads.unwrap_or(defaults.threads),
+        batch_size: config.onnx.batch_size,
+        spinning: config.onnx.spinning,
+        cuda: config.onnx.cuda,
+        model_dir: None,
+    };
+    let embedder = tokio::task::spawn_blocking(move || atlas_embed_onnx::OnnxEmbedder::load(&options))
+        .await
+        .map_err(|e| AtlasError::Embedding(format!("loading the embedder failed: {e}")))??;
+    Ok(Some(Arc::new(embedder)))
+}
+
+#[cfg(not(feature = "embed-onnx"))]
+async fn open_onnx(_: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    Err(AtlasError::Config("embedder = \"onnx\" needs atlas built with the embed-onnx feature".into()))
 }
 
 #[cfg(feature = "store-sqlite")]
@@ -252,7 +302,5 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
 
 #[cfg(not(feature = "store-sqlite"))]
 fn open_sqlite(_: &Config, _: Option<Arc<dyn Embedder>>) -> Result<Parts> {
-    Err(AtlasError::Config(
-        "storage = \"sqlite\" needs atlas built with the store-sqlite feature".into(),
-    ))
+    Err(AtlasError::Config("storage = \"sqlite\" needs atlas built with the store-sqlite feature".into()))
 }

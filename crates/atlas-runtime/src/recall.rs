@@ -55,12 +55,7 @@ impl Recall {
     }
 }
 
-pub async fn recall(
-    parts: &Parts,
-    config: &RecallConfig,
-    request: RecallRequest,
-    now: Timestamp,
-) -> Result<Recall> {
+pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest, now: Timestamp) -> Result<Recall> {
     let started = Instant::now();
     if request.query.trim().is_empty() {
         return Err(AtlasError::invalid("recall", "the query is empty"));
@@ -77,123 +72,50 @@ pub async fn recall(
 
     let text = async {
         if request.k == 0 {
-            return Ok((
-                Vec::new(),
-                SignalReport {
-                    signal: Signal::Text,
-                    used: true,
-                    note: None,
-                },
-            ));
+            return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: true, note: None }));
         }
         if query_terms.is_empty() {
             let note = Some("the query has no searchable words".to_owned());
-            return Ok((
-                Vec::new(),
-                SignalReport {
-                    signal: Signal::Text,
-                    used: false,
-                    note,
-                },
-            ));
+            return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: false, note }));
         }
-        let hits = parts
-            .text
-            .search_text(query_terms.clone(), filter.clone(), candidates)
-            .await?;
-        Ok::<_, AtlasError>((
-            hits,
-            SignalReport {
-                signal: Signal::Text,
-                used: true,
-                note: None,
-            },
-        ))
+        let hits = parts.text.search_text(query_terms.clone(), filter.clone(), candidates).await?;
+        Ok::<_, AtlasError>((hits, SignalReport { signal: Signal::Text, used: true, note: None }))
     };
     let vector = async {
         let Some(embedder) = &parts.embedder else {
             let note = Some("no embedder configured; recall ran on full text only".to_owned());
-            return Ok((
-                Vec::new(),
-                SignalReport {
-                    signal: Signal::Vector,
-                    used: false,
-                    note,
-                },
-            ));
+            return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
         };
         if request.k == 0 {
-            return Ok((
-                Vec::new(),
-                SignalReport {
-                    signal: Signal::Vector,
-                    used: true,
-                    note: None,
-                },
-            ));
+            return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: true, note: None }));
         }
         let query = embedder
             .embed(vec![request.query.clone()])
             .await?
             .pop()
-            .ok_or_else(|| {
-                AtlasError::Embedding("the embedder returned no vector for the query".into())
-            })?;
+            .ok_or_else(|| AtlasError::Embedding("the embedder returned no vector for the query".into()))?;
         let (hits, pending) = tokio::join!(
-            parts
-                .vectors
-                .search_vector(query, filter.clone(), candidates),
+            parts.vectors.search_vector(query, filter.clone(), candidates),
             parts.vectors.pending_vectors(1)
         );
-        let note = (!pending?.is_empty())
-            .then(|| "some memories are still waiting for their vectors".to_owned());
-        Ok::<_, AtlasError>((
-            hits?,
-            SignalReport {
-                signal: Signal::Vector,
-                used: true,
-                note,
-            },
-        ))
+        let note = (!pending?.is_empty()).then(|| "some memories are still waiting for their vectors".to_owned());
+        Ok::<_, AtlasError>((hits?, SignalReport { signal: Signal::Vector, used: true, note }))
     };
     let ((text_hits, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
 
     let ids = |hits: Vec<ScoredId>| hits.into_iter().map(|h| h.id).collect();
     let lists = [
-        RankedList {
-            signal: Signal::Text,
-            weight: config.text_weight,
-            ids: ids(text_hits),
-        },
-        RankedList {
-            signal: Signal::Vector,
-            weight: config.vector_weight,
-            ids: ids(vector_hits),
-        },
+        RankedList { signal: Signal::Text, weight: config.text_weight, ids: ids(text_hits) },
+        RankedList { signal: Signal::Vector, weight: config.vector_weight, ids: ids(vector_hits) },
     ];
     let mut fused = reciprocal_rank_fusion(&lists, config.rrf_k);
     fused.truncate(request.k);
-    let mut memories: HashMap<_, _> = parts
-        .store
-        .get_many(fused.iter().map(|f| f.id).collect())
-        .await?
-        .into_iter()
-        .map(|m| (m.id, m))
-        .collect();
+    let mut memories: HashMap<_, _> =
+        parts.store.get_many(fused.iter().map(|f| f.id).collect()).await?.into_iter().map(|m| (m.id, m)).collect();
     // A memory forgotten between search and fetch is simply absent.
     let hits = fused
         .into_iter()
-        .filter_map(|f| {
-            memories.remove(&f.id).map(|memory| Hit {
-                memory,
-                score: f.score,
-                ranks: f.ranks,
-            })
-        })
+        .filter_map(|f| memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, ranks: f.ranks }))
         .collect();
-    Ok(Recall {
-        hits,
-        signals: vec![text_report, vector_report],
-        took_ms: started.elapsed().as_secs_f64() * 1e3,
-    })
+    Ok(Recall { hits, signals: vec![text_report, vector_report], took_ms: started.elapsed().as_secs_f64() * 1e3 })
 }

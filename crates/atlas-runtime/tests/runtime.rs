@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use atlas_domain::policy::fusion::Signal;
 use atlas_domain::ports::{Embedder, EmbeddingModel, MockEmbedder, ProgressFn};
 use atlas_domain::{AtlasError, MemoryKind, Scope, Timestamp};
-use atlas_runtime::{Atlas, Config, Parts, RecallRequest, Remember};
+use atlas_runtime::config::EmbedderKind;
+use atlas_runtime::{Atlas, Config, ImportProgress, Parts, RecallRequest, Remember};
 use atlas_testing::{FakeStore, HashEmbedder};
 use proptest::prelude::*;
 use std::io::Write;
@@ -17,31 +18,19 @@ fn say(text: &str, session: &str) -> Remember {
     Remember {
         text: text.into(),
         speaker: Some("Ada".into()),
-        scope: Scope {
-            session: Some(session.into()),
-            ..Scope::default()
-        },
+        scope: Scope { session: Some(session.into()), ..Scope::default() },
         ..Remember::default()
     }
 }
 
 async fn fake_atlas(embedder: Option<Arc<dyn Embedder>>) -> (Atlas, Arc<FakeStore>) {
     let store = Arc::new(FakeStore::new());
-    let atlas = Atlas::from_parts(
-        Parts::from_store(store.clone(), embedder),
-        Config::default(),
-    )
-    .await
-    .unwrap();
+    let atlas = Atlas::from_parts(Parts::from_store(store.clone(), embedder), Config::default()).await.unwrap();
     (atlas, store)
 }
 
 fn query(q: &str, k: usize) -> RecallRequest {
-    RecallRequest {
-        query: q.into(),
-        k,
-        ..RecallRequest::default()
-    }
+    RecallRequest { query: q.into(), k, ..RecallRequest::default() }
 }
 
 /// An embedder that blocks on memories (not on queries) until the test opens its gate.
@@ -57,58 +46,25 @@ impl Embedder for GatedEmbedder {
     }
     async fn embed(&self, texts: Vec<String>) -> atlas_domain::Result<Vec<Vec<f32>>> {
         let is_query = texts.len() == 1 && texts[0].starts_with("query:");
-        let _permit = if is_query {
-            None
-        } else {
-            Some(self.gate.acquire().await.unwrap())
-        };
+        let _permit = if is_query { None } else { Some(self.gate.acquire().await.unwrap()) };
         self.inner.embed(texts).await
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remember_commits_without_waiting_for_the_embedder() {
-    let embedder = Arc::new(GatedEmbedder {
-        inner: HashEmbedder::new(32),
-        gate: Semaphore::new(0),
-    });
+    let embedder = Arc::new(GatedEmbedder { inner: HashEmbedder::new(32), gate: Semaphore::new(0) });
     let (atlas, _store) = fake_atlas(Some(embedder.clone())).await;
-    let id = atlas
-        .remember(say("the launch moved to Thursday", "s1"))
-        .await
-        .unwrap();
-    assert!(
-        atlas.get(id).await.unwrap().is_some(),
-        "committed while the embedder is blocked"
-    );
+    let id = atlas.remember(say("the launch moved to Thursday", "s1")).await.unwrap();
+    assert!(atlas.get(id).await.unwrap().is_some(), "committed while the embedder is blocked");
     let stats = atlas.stats().await.unwrap().store;
-    assert_eq!(
-        (stats.memories(), stats.vectors, stats.pending_vectors),
-        (1, 0, 1)
-    );
-    let recall = atlas
-        .recall(query("query: launch thursday", 5))
-        .await
-        .unwrap();
-    assert_eq!(
-        recall.hits[0].memory.id, id,
-        "full text finds it before its vector exists"
-    );
-    let vector = recall
-        .signals
-        .iter()
-        .find(|s| s.signal == Signal::Vector)
-        .unwrap();
-    assert!(
-        vector
-            .note
-            .as_deref()
-            .unwrap_or("")
-            .contains("waiting for their vectors"),
-        "{vector:?}"
-    );
+    assert_eq!((stats.memories(), stats.vectors, stats.pending_vectors), (1, 0, 1));
+    let recall = atlas.recall(query("query: launch thursday", 5)).await.unwrap();
+    assert_eq!(recall.hits[0].memory.id, id, "full text finds it before its vector exists");
+    let vector = recall.signals.iter().find(|s| s.signal == Signal::Vector).unwrap();
+    assert!(vector.note.as_deref().unwrap_or("").contains("waiting for their vectors"), "{vector:?}");
     embedder.gate.add_permits(1000);
-    atlas.flush_vectors().await.unwrap();
+    atlas.flush_vectors(None).await.unwrap();
     let stats = atlas.stats().await.unwrap().store;
     assert_eq!((stats.vectors, stats.pending_vectors), (1, 0));
 }
@@ -117,27 +73,16 @@ async fn remember_commits_without_waiting_for_the_embedder() {
 async fn background_embeds_in_batches_of_the_configured_size() {
     let mut mock = MockEmbedder::new();
     let hash = HashEmbedder::new(8);
-    mock.expect_model().returning(move || EmbeddingModel {
-        name: "mock".into(),
-        dimension: 8,
-    });
+    mock.expect_model().returning(move || EmbeddingModel { name: "mock".into(), dimension: 8 });
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
-    mock.expect_embed()
-        .withf(|texts| !texts.is_empty() && texts.len() <= 4)
-        .times(3)
-        .returning(move |texts| {
-            seen.fetch_add(1, Ordering::SeqCst);
-            Ok(texts.iter().map(|t| hash.embed_one(t)).collect())
-        });
+    mock.expect_embed().withf(|texts| !texts.is_empty() && texts.len() <= 4).times(3).returning(move |texts| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        Ok(texts.iter().map(|t| hash.embed_one(t)).collect())
+    });
     let store = Arc::new(FakeStore::new());
-    let config = Config {
-        embed_batch: 4,
-        ..Config::default()
-    };
-    let atlas = Atlas::from_parts(Parts::from_store(store, Some(Arc::new(mock))), config)
-        .await
-        .unwrap();
+    let config = Config { embed_batch: 4, ..Config::default() };
+    let atlas = Atlas::from_parts(Parts::from_store(store, Some(Arc::new(mock))), config).await.unwrap();
     let batch = (0..10)
         .map(|i| {
             (
@@ -152,30 +97,17 @@ async fn background_embeds_in_batches_of_the_configured_size() {
             )
         })
         .collect();
-    atlas.import(batch, None).await.unwrap();
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        3,
-        "10 memories in batches of at most 4"
-    );
+    atlas.import(batch, ImportProgress::default()).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "10 memories in batches of at most 4");
     assert_eq!(atlas.stats().await.unwrap().store.vectors, 10);
 }
 
 #[tokio::test]
 async fn recall_without_an_embedder_runs_on_text_and_says_so() {
     let (atlas, _) = fake_atlas(None).await;
-    let id = atlas
-        .remember(say("Melanie painted a sunrise over the lake", "s"))
-        .await
-        .unwrap();
-    atlas
-        .remember(say("unrelated chatter about taxes", "s"))
-        .await
-        .unwrap();
-    let recall = atlas
-        .recall(query("What did Melanie paint?", 10))
-        .await
-        .unwrap();
+    let id = atlas.remember(say("Melanie painted a sunrise over the lake", "s")).await.unwrap();
+    atlas.remember(say("unrelated chatter about taxes", "s")).await.unwrap();
+    let recall = atlas.recall(query("What did Melanie paint?", 10)).await.unwrap();
     assert_eq!(recall.hits[0].memory.id, id);
     assert_eq!(recall.hits[0].ranks.get(&Signal::Text), Some(&1));
     let skipped: Vec<_> = recall.skipped().collect();
@@ -187,26 +119,15 @@ async fn recall_without_an_embedder_runs_on_text_and_says_so() {
 #[tokio::test]
 async fn recall_fuses_text_and_vector_ranks() {
     let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(64)))).await;
-    for t in [
-        "we adopted a grey cat named Pixel",
-        "the cat food order is late",
-        "quarterly revenue rose five percent",
-    ] {
+    for t in ["we adopted a grey cat named Pixel", "the cat food order is late", "quarterly revenue rose five percent"]
+    {
         atlas.remember(say(t, "s")).await.unwrap();
     }
-    atlas.flush_vectors().await.unwrap();
+    atlas.flush_vectors(None).await.unwrap();
     let recall = atlas.recall(query("grey cat Pixel", 2)).await.unwrap();
     assert_eq!(recall.hits.len(), 2);
-    assert_eq!(
-        recall.hits[0].memory.text,
-        "we adopted a grey cat named Pixel"
-    );
-    assert_eq!(
-        recall.hits[0].ranks.len(),
-        2,
-        "found by both signals: {:?}",
-        recall.hits[0].ranks
-    );
+    assert_eq!(recall.hits[0].memory.text, "we adopted a grey cat named Pixel");
+    assert_eq!(recall.hits[0].ranks.len(), 2, "found by both signals: {:?}", recall.hits[0].ranks);
     assert!(recall.skipped().next().is_none());
     assert!(recall.hits[0].score > recall.hits[1].score);
 }
@@ -214,13 +135,8 @@ async fn recall_fuses_text_and_vector_ranks() {
 #[tokio::test]
 async fn as_of_recalls_what_was_valid_then() {
     let (atlas, _) = fake_atlas(None).await;
-    let mut old = atlas_domain::NewMemory::episode(
-        "I prefer Python",
-        Scope::default(),
-        None,
-        Timestamp(1_000),
-        Timestamp(1_000),
-    );
+    let mut old =
+        atlas_domain::NewMemory::episode("I prefer Python", Scope::default(), None, Timestamp(1_000), Timestamp(1_000));
     old.validity.valid_until = Some(Timestamp(5_000));
     let new = atlas_domain::NewMemory::episode(
         "I prefer Rust now",
@@ -229,52 +145,22 @@ async fn as_of_recalls_what_was_valid_then() {
         Timestamp(5_000),
         Timestamp(5_000),
     );
-    atlas
-        .import(vec![("a".into(), old), ("b".into(), new)], None)
-        .await
-        .unwrap();
-    let texts = |r: atlas_runtime::Recall| {
-        r.hits
-            .into_iter()
-            .map(|h| h.memory.text)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(
-        texts(atlas.recall(query("prefer", 10)).await.unwrap()),
-        ["I prefer Rust now"]
-    );
-    let then = RecallRequest {
-        as_of: Some(Timestamp(2_000)),
-        ..query("prefer", 10)
-    };
-    assert_eq!(
-        texts(atlas.recall(then).await.unwrap()),
-        ["I prefer Python"]
-    );
-    let before = RecallRequest {
-        as_of: Some(Timestamp(10)),
-        ..query("prefer", 10)
-    };
+    atlas.import(vec![("a".into(), old), ("b".into(), new)], ImportProgress::default()).await.unwrap();
+    let texts = |r: atlas_runtime::Recall| r.hits.into_iter().map(|h| h.memory.text).collect::<Vec<_>>();
+    assert_eq!(texts(atlas.recall(query("prefer", 10)).await.unwrap()), ["I prefer Rust now"]);
+    let then = RecallRequest { as_of: Some(Timestamp(2_000)), ..query("prefer", 10) };
+    assert_eq!(texts(atlas.recall(then).await.unwrap()), ["I prefer Python"]);
+    let before = RecallRequest { as_of: Some(Timestamp(10)), ..query("prefer", 10) };
     assert!(atlas.recall(before).await.unwrap().hits.is_empty());
 }
 
 #[tokio::test]
 async fn hostile_queries_and_limits_never_fail() {
     let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(16)))).await;
-    atlas
-        .remember(say("NEAR the \"quoted\" col:value (paren", "s"))
-        .await
-        .unwrap();
-    atlas.flush_vectors().await.unwrap();
+    atlas.remember(say("NEAR the \"quoted\" col:value (paren", "s")).await.unwrap();
+    atlas.flush_vectors(None).await.unwrap();
     let long = "emoji 🎉 ".repeat(1500);
-    for q in [
-        "\"",
-        "NEAR(",
-        "a* -b :c ((",
-        "🎉🎉",
-        long.as_str(),
-        "AND OR NOT",
-    ] {
+    for q in ["\"", "NEAR(", "a* -b :c ((", "🎉🎉", long.as_str(), "AND OR NOT"] {
         for k in [0, 1, 10_000] {
             let r = atlas.recall(query(q, k)).await.unwrap();
             assert!(r.hits.len() <= k);
@@ -282,10 +168,7 @@ async fn hostile_queries_and_limits_never_fail() {
     }
     let err = atlas.recall(query("   ", 5)).await.unwrap_err();
     assert!(matches!(err, AtlasError::InvalidInput { .. }), "{err}");
-    let nothing = RecallRequest {
-        kinds: vec![MemoryKind::Strategy],
-        ..query("quoted", 5)
-    };
+    let nothing = RecallRequest { kinds: vec![MemoryKind::Strategy], ..query("quoted", 5) };
     assert!(atlas.recall(nothing).await.unwrap().hits.is_empty());
 }
 
@@ -300,7 +183,7 @@ proptest! {
         rt.block_on(async {
             let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(16)))).await;
             let q = batch[pick % batch.len()].text.clone();
-            atlas.import(batch.into_iter().enumerate().map(|(i, m)| (i.to_string(), m)).collect(), None).await.unwrap();
+            atlas.import(batch.into_iter().enumerate().map(|(i, m)| (i.to_string(), m)).collect(), ImportProgress::default()).await.unwrap();
             let request = RecallRequest {
                 scope: Scope { user: Some(user.into()), ..Scope::default() },
                 as_of: Some(Timestamp::MAX),
@@ -317,56 +200,32 @@ proptest! {
 // --- the SQLite store behind the runtime: bad input and durability ---
 
 fn sqlite_config(dir: &tempfile::TempDir) -> Config {
-    Config {
-        db: dir.path().join("atlas.db"),
-        ..Config::default()
-    }
+    Config { db: dir.path().join("atlas.db"), ..Config::default() }
 }
 
 fn write_file(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
     let path = dir.path().join(name);
-    std::fs::File::create(&path)
-        .unwrap()
-        .write_all(bytes)
-        .unwrap();
+    std::fs::File::create(&path).unwrap().write_all(bytes).unwrap();
     path
 }
 
 async fn import_error(lines: &[u8]) -> (String, u64) {
     let dir = tempfile::tempdir().unwrap();
     let atlas = Atlas::open(sqlite_config(&dir)).await.unwrap();
-    atlas
-        .remember(say("already stored before the bad import", "s"))
-        .await
-        .unwrap();
+    atlas.remember(say("already stored before the bad import", "s")).await.unwrap();
     let path = write_file(&dir, "in.jsonl", lines);
-    let err = atlas
-        .import_jsonl(&path, None)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = atlas.import_jsonl(&path, ImportProgress::default()).await.unwrap_err().to_string();
     (err, atlas.stats().await.unwrap().store.memories())
 }
 
 #[tokio::test]
 async fn malformed_line_names_file_line_and_field_and_imports_nothing() {
-    let (err, count) = import_error(
-        b"{\"text\": \"fine\"}\n{\"text\": \"ok\", \"time\": \"noon\"}\n{\"text\": \"fine too\"}\n",
-    )
-    .await;
-    assert!(
-        err.contains("in.jsonl:2") && err.contains("field \"time\""),
-        "{err}"
-    );
-    assert_eq!(
-        count, 1,
-        "only what was stored before; nothing of the bad file"
-    );
+    let (err, count) =
+        import_error(b"{\"text\": \"fine\"}\n{\"text\": \"ok\", \"time\": \"noon\"}\n{\"text\": \"fine too\"}\n").await;
+    assert!(err.contains("in.jsonl:2") && err.contains("field \"time\""), "{err}");
+    assert_eq!(count, 1, "only what was stored before; nothing of the bad file");
     let (err, count) = import_error(b"{\"text\": \"fine\"}\n{\"text\": \"broken\"\n").await;
-    assert!(
-        err.contains("in.jsonl:2") && err.contains("not valid JSON"),
-        "{err}"
-    );
+    assert!(err.contains("in.jsonl:2") && err.contains("not valid JSON"), "{err}");
     assert_eq!(count, 1);
 }
 
@@ -375,15 +234,9 @@ async fn invalid_utf8_empty_text_and_unknown_scope_are_clear_errors() {
     let (err, _) = import_error(b"{\"text\": \"ok\"}\n{\"text\": \"caf\xe9\"}\n").await;
     assert!(err.contains("in.jsonl:2") && err.contains("UTF-8"), "{err}");
     let (err, _) = import_error(b"{\"text\": \"  \"}\n").await;
-    assert!(
-        err.contains("in.jsonl:1") && err.contains("field \"text\"") && err.contains("empty"),
-        "{err}"
-    );
+    assert!(err.contains("in.jsonl:1") && err.contains("field \"text\"") && err.contains("empty"), "{err}");
     let (err, count) = import_error(b"{\"text\": \"x\", \"scope\": {\"team\": \"red\"}}\n").await;
-    assert!(
-        err.contains("scope.team") && err.contains("unknown scope"),
-        "{err}"
-    );
+    assert!(err.contains("scope.team") && err.contains("unknown scope"), "{err}");
     assert_eq!(count, 1);
 }
 
@@ -392,40 +245,20 @@ async fn a_ten_megabyte_text_is_refused_by_the_limit() {
     let text = "a".repeat(10 * 1024 * 1024);
     let line = format!("{{\"text\": \"{text}\"}}\n");
     let (err, count) = import_error(line.as_bytes()).await;
-    assert!(
-        err.contains("in.jsonl:1") && err.contains("exceeds the limit of 1048576 bytes"),
-        "{err}"
-    );
+    assert!(err.contains("in.jsonl:1") && err.contains("exceeds the limit of 1048576 bytes"), "{err}");
     assert_eq!(count, 1);
     let dir = tempfile::tempdir().unwrap();
     let atlas = Atlas::open(sqlite_config(&dir)).await.unwrap();
-    let err = atlas
-        .remember(Remember {
-            text,
-            ..Remember::default()
-        })
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = atlas.remember(Remember { text, ..Remember::default() }).await.unwrap_err().to_string();
     assert!(err.starts_with("remember: field \"text\""), "{err}");
 }
 
 #[tokio::test]
 async fn a_missing_database_directory_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        db: dir.path().join("no/such/dir/atlas.db"),
-        ..Config::default()
-    };
-    let err = Atlas::open(config)
-        .await
-        .err()
-        .expect("must fail")
-        .to_string();
-    assert!(
-        err.contains("no/such/dir") && err.contains("does not exist"),
-        "{err}"
-    );
+    let config = Config { db: dir.path().join("no/such/dir/atlas.db"), ..Config::default() };
+    let err = Atlas::open(config).await.err().expect("must fail").to_string();
+    assert!(err.contains("no/such/dir") && err.contains("does not exist"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,10 +270,7 @@ async fn two_instances_on_one_file_both_write_safely() {
     for (name, atlas) in [("a", a.clone()), ("b", b.clone())] {
         tasks.push(tokio::spawn(async move {
             for i in 0..100 {
-                atlas
-                    .remember(say(&format!("{name} turn {i}"), name))
-                    .await
-                    .unwrap();
+                atlas.remember(say(&format!("{name} turn {i}"), name)).await.unwrap();
             }
         }));
     }
@@ -448,11 +278,7 @@ async fn two_instances_on_one_file_both_write_safely() {
         t.await.unwrap();
     }
     assert_eq!(a.stats().await.unwrap().store.memories(), 200);
-    assert_eq!(
-        b.stats().await.unwrap().store.edges,
-        198,
-        "two sessions of 100 linked turns"
-    );
+    assert_eq!(b.stats().await.unwrap().store.edges, 198, "two sessions of 100 linked turns");
 }
 
 #[tokio::test]
@@ -467,7 +293,7 @@ async fn export_then_import_reproduces_every_record() {
     atlas
         .import_jsonl(
             &write_file(&dir, "in.jsonl", lines.as_bytes()),
-            Some(progress),
+            ImportProgress { stored: Some(progress), embedded: None },
         )
         .await
         .unwrap();
@@ -477,15 +303,10 @@ async fn export_then_import_reproduces_every_record() {
 
     let dir2 = tempfile::tempdir().unwrap();
     let copy = Atlas::open(sqlite_config(&dir2)).await.unwrap();
-    copy.import_jsonl(&write_file(&dir2, "export.jsonl", &exported), None)
-        .await
-        .unwrap();
+    copy.import_jsonl(&write_file(&dir2, "export.jsonl", &exported), ImportProgress::default()).await.unwrap();
     let mut again = Vec::new();
     copy.export(&mut again).await.unwrap();
-    assert_eq!(
-        String::from_utf8(again).unwrap(),
-        String::from_utf8(exported).unwrap()
-    );
+    assert_eq!(String::from_utf8(again).unwrap(), String::from_utf8(exported).unwrap());
 }
 
 #[tokio::test]
@@ -495,24 +316,74 @@ async fn reopening_with_another_model_is_a_clear_error() {
         let config = sqlite_config(&dir);
         async move {
             let store = Arc::new(atlas_store_sqlite_open(&config));
-            Atlas::from_parts(
-                Parts::from_store(store, Some(Arc::new(HashEmbedder::new(dim)))),
-                config,
-            )
-            .await
+            Atlas::from_parts(Parts::from_store(store, Some(Arc::new(HashEmbedder::new(dim)))), config).await
         }
     };
     drop(open(16).await.unwrap());
     let err = open(32).await.err().expect("must fail").to_string();
     assert!(
-        err.contains("atlas-test-hash-16")
-            && err.contains("atlas-test-hash-32")
-            && err.contains("atlas reembed"),
+        err.contains("atlas-test-hash-16") && err.contains("atlas-test-hash-32") && err.contains("atlas reembed"),
         "{err}"
     );
 }
 
 fn atlas_store_sqlite_open(config: &Config) -> atlas_store_sqlite::SqliteStore {
-    atlas_store_sqlite::SqliteStore::open(&config.db, &atlas_store_sqlite::SqliteOptions::default())
-        .unwrap()
+    atlas_store_sqlite::SqliteStore::open(&config.db, &atlas_store_sqlite::SqliteOptions::default()).unwrap()
+}
+
+// --- the default embedded stack: SQLite + the ONNX embedder ---
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn onnx_vectors_find_a_paraphrase_that_shares_no_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { db: dir.path().join("onnx.db"), embedder: EmbedderKind::Onnx, ..Config::default() };
+    let atlas = Atlas::open(config).await.unwrap();
+    let lines = "{\"text\": \"My daughter just started violin lessons.\"}\n\
+                 {\"text\": \"The quarterly budget review moved to Friday.\"}\n\
+                 {\"text\": \"We repainted the kitchen a pale green.\"}\n";
+    atlas.import_jsonl(&write_file(&dir, "in.jsonl", lines.as_bytes()), ImportProgress::default()).await.unwrap();
+    let stats = atlas.stats().await.unwrap();
+    assert_eq!((stats.store.vectors, stats.store.pending_vectors), (3, 0), "import returns after its vectors");
+    assert_eq!(stats.store.embedding_model.unwrap().dimension, 384);
+    let recall = atlas.recall(query("child music class", 1)).await.unwrap();
+    assert_eq!(recall.hits[0].memory.text, "My daughter just started violin lessons.");
+    assert_eq!(recall.hits[0].ranks.get(&Signal::Vector), Some(&1));
+    assert!(recall.skipped().next().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reembed_moves_a_store_to_the_configured_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { db: dir.path().join("switch.db"), embedder: EmbedderKind::Onnx, ..Config::default() };
+    {
+        let store = Arc::new(atlas_store_sqlite_open(&config));
+        let old = Atlas::from_parts(Parts::from_store(store, Some(Arc::new(HashEmbedder::new(16)))), config.clone())
+            .await
+            .unwrap();
+        for t in ["the ferry leaves at nine", "bring the blue umbrella", "call the plumber tomorrow"] {
+            old.remember(say(t, "s")).await.unwrap();
+        }
+        old.flush_vectors(None).await.unwrap();
+    }
+    let err = Atlas::open(config.clone()).await.err().expect("another model").to_string();
+    assert!(
+        err.contains("atlas-test-hash-16") && err.contains("all-minilm-l6-v2-int8") && err.contains("atlas reembed"),
+        "{err}"
+    );
+    let seen = Arc::new(AtomicUsize::new(0));
+    let progress = seen.clone();
+    let done = Atlas::reembed(
+        config.clone(),
+        Some(Arc::new(move |done, total| {
+            assert_eq!(total, 3);
+            progress.store(done, Ordering::SeqCst);
+        })),
+    )
+    .await
+    .unwrap();
+    assert_eq!((done, seen.load(Ordering::SeqCst)), (3, 3));
+    let atlas = Atlas::open(config.clone()).await.unwrap();
+    let stats = atlas.stats().await.unwrap().store;
+    assert_eq!((stats.vectors, stats.pending_vectors), (3, 0));
+    assert_eq!(Atlas::reembed(config, None).await.unwrap(), 0, "already done: nothing to resume");
 }

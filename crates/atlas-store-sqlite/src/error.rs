@@ -11,9 +11,7 @@ pub fn storage(e: rusqlite::Error) -> AtlasError {
             "the database is locked by another writer (waited {} s): {e}",
             crate::BUSY_TIMEOUT.as_secs()
         )),
-        Some(ErrorCode::NotADatabase) => {
-            AtlasError::Storage(format!("not an ATLAS database (SQLite says: {e})"))
-        }
+        Some(ErrorCode::NotADatabase) => AtlasError::Storage(format!("not an ATLAS database (SQLite says: {e})")),
         _ => AtlasError::Storage(e.to_string()),
     }
 }

@@ -16,12 +16,9 @@ use crate::readers::Readers;
 use crate::sql::{MEMORY_COLUMNS, filter_clause, json_columns, query_memories, vector_blob};
 use crate::writer::Writer;
 use async_trait::async_trait;
-use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex,
-};
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
 use atlas_domain::{
-    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result,
-    Timestamp, Validity,
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, Validity,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -65,21 +62,15 @@ impl SqliteStore {
     pub fn open(path: &Path, options: &SqliteOptions) -> Result<Self> {
         register_sqlite_vec();
         let shown = path.display().to_string();
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if !dir.is_dir() {
             return Err(AtlasError::invalid(
                 format!("database {shown}"),
-                format!(
-                    "directory {} does not exist (create it first)",
-                    dir.display()
-                ),
+                format!("directory {} does not exist (create it first)", dir.display()),
             ));
         }
-        let mut conn = Connection::open(path)
-            .map_err(|e| AtlasError::Storage(format!("cannot open database {shown}: {e}")))?;
+        let mut conn =
+            Connection::open(path).map_err(|e| AtlasError::Storage(format!("cannot open database {shown}: {e}")))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
         let synchronous = match options.durability {
             Durability::Normal => "NORMAL",
@@ -119,28 +110,20 @@ fn register_sqlite_vec() {
         // point; registering it once makes every connection opened afterwards load vec0.
         unsafe {
             #[allow(clippy::missing_transmute_annotations)]
-            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(
-                sqlite_vec::sqlite3_vec_init as *const (),
-            )));
+            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(sqlite_vec::sqlite3_vec_init as *const ())));
         }
     });
 }
 
 fn read_model(conn: &Connection) -> Result<Option<EmbeddingModel>> {
     let get = |key: &str| -> Result<Option<String>> {
-        conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| {
-            r.get(0)
-        })
-        .optional()
-        .map_err(storage)
+        conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| r.get(0)).optional().map_err(storage)
     };
     match (get("embedding_model")?, get("embedding_dimension")?) {
         (Some(name), Some(dim)) => {
-            let dimension = dim.parse().map_err(|_| {
-                AtlasError::Storage(format!(
-                    "settings.embedding_dimension is not a number: {dim:?}"
-                ))
-            })?;
+            let dimension = dim
+                .parse()
+                .map_err(|_| AtlasError::Storage(format!("settings.embedding_dimension is not a number: {dim:?}")))?;
             Ok(Some(EmbeddingModel { name, dimension }))
         }
         _ => Ok(None),
@@ -151,11 +134,7 @@ fn kind_of(text: &str) -> MemoryKind {
     text.parse().unwrap_or(MemoryKind::Episode)
 }
 
-fn insert_all(
-    conn: &Connection,
-    batch: &[NewMemory],
-    progress: Option<&ProgressFn>,
-) -> Result<Vec<MemoryId>> {
+fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&ProgressFn>) -> Result<Vec<MemoryId>> {
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO memories (kind, text, speaker, scope_user, scope_agent, scope_session, event_time, \
@@ -200,13 +179,7 @@ fn insert_all(
                 .optional()
                 .map_err(storage)?;
             if let Some(prev) = prev {
-                link.execute(params![
-                    prev,
-                    id,
-                    m.event_time.millis(),
-                    m.recorded_at.millis()
-                ])
-                .map_err(storage)?;
+                link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(storage)?;
             }
         }
         ids.push(MemoryId(id));
@@ -223,25 +196,15 @@ fn insert_all(
 }
 
 fn vector_table_exists(conn: &Connection) -> Result<bool> {
-    conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE name = ?",
-        [VECTOR_TABLE],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|n| n > 0)
-    .map_err(storage)
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?", [VECTOR_TABLE], |r| r.get::<_, i64>(0))
+        .map(|n| n > 0)
+        .map_err(storage)
 }
 
 #[async_trait]
 impl MemoryStore for SqliteStore {
-    async fn insert(
-        &self,
-        batch: Vec<NewMemory>,
-        progress: Option<ProgressFn>,
-    ) -> Result<Vec<MemoryId>> {
-        self.writer
-            .write(move |conn| insert_all(conn, &batch, progress.as_ref()))
-            .await
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
@@ -254,8 +217,7 @@ impl MemoryStore for SqliteStore {
                 let mut found = std::collections::HashMap::with_capacity(ids.len());
                 for chunk in ids.chunks(500) {
                     let marks = vec!["?"; chunk.len()].join(", ");
-                    let sql =
-                        format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id IN ({marks})");
+                    let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id IN ({marks})");
                     let params: Vec<Value> = chunk.iter().map(|id| Value::Integer(id.0)).collect();
                     for m in query_memories(conn, &sql, &params)? {
                         found.insert(m.id, m);
@@ -270,15 +232,9 @@ impl MemoryStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 if vector_table_exists(conn)? {
-                    conn.execute(
-                        &format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"),
-                        [id.0],
-                    )
-                    .map_err(storage)?;
+                    conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [id.0]).map_err(storage)?;
                 }
-                let n = conn
-                    .execute("DELETE FROM memories WHERE id = ?", [id.0])
-                    .map_err(storage)?;
+                let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
                 Ok(n > 0)
             })
             .await
@@ -287,17 +243,8 @@ impl MemoryStore for SqliteStore {
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
         self.readers
             .read(move |conn| {
-                let sql = format!(
-                    "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?"
-                );
-                query_memories(
-                    conn,
-                    &sql,
-                    &[
-                        Value::Integer(after.map_or(0, |a| a.0)),
-                        Value::Integer(limit as i64),
-                    ],
-                )
+                let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?");
+                query_memories(conn, &sql, &[Value::Integer(after.map_or(0, |a| a.0)), Value::Integer(limit as i64)])
             })
             .await
     }
@@ -320,8 +267,15 @@ impl MemoryStore for SqliteStore {
                     .map_err(storage)?;
                 let mut edges = Vec::new();
                 for row in rows {
-                    let (src, dst, kind, weight, from, until, recorded): (i64, i64, String, f64, i64, Option<i64>, i64) =
-                        row.map_err(storage)?;
+                    let (src, dst, kind, weight, from, until, recorded): (
+                        i64,
+                        i64,
+                        String,
+                        f64,
+                        i64,
+                        Option<i64>,
+                        i64,
+                    ) = row.map_err(storage)?;
                     edges.push(Edge {
                         src: MemoryId(src),
                         dst: MemoryId(dst),
@@ -341,24 +295,16 @@ impl MemoryStore for SqliteStore {
         let model = self.bound_model();
         self.readers
             .read(move |conn| {
-                let mut stats = StoreStats {
-                    embedding_model: model,
-                    ..StoreStats::default()
-                };
-                let mut stmt = conn
-                    .prepare_cached("SELECT kind, count(*) FROM memories GROUP BY kind")
-                    .map_err(storage)?;
-                let rows = stmt
-                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-                    .map_err(storage)?;
+                let mut stats = StoreStats { embedding_model: model, ..StoreStats::default() };
+                let mut stmt =
+                    conn.prepare_cached("SELECT kind, count(*) FROM memories GROUP BY kind").map_err(storage)?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(storage)?;
                 for row in rows {
                     let (kind, n) = row.map_err(storage)?;
                     stats.memories_by_kind.insert(kind_of(&kind), n as u64);
                 }
-                let count = |sql: &str| {
-                    conn.query_row(sql, [], |r| r.get::<_, i64>(0))
-                        .map_err(storage)
-                };
+                let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map_err(storage);
                 stats.edges = count("SELECT count(*) FROM edges")? as u64;
                 stats.pending_vectors = count("SELECT count(*) FROM vector_queue")? as u64;
                 if vector_table_exists(conn)? {
@@ -377,21 +323,12 @@ impl MemoryStore for SqliteStore {
 
 #[async_trait]
 impl TextIndex for SqliteStore {
-    async fn search_text(
-        &self,
-        terms: Vec<String>,
-        filter: RecallFilter,
-        limit: usize,
-    ) -> Result<Vec<ScoredId>> {
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
-        let query = terms
-            .iter()
-            .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-            .collect::<Vec<_>>()
-            .join(" OR ");
+        let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
         self.readers
             .read(move |conn| {
                 let (clause, filter_params) = filter_clause(&filter);
@@ -407,10 +344,7 @@ impl TextIndex for SqliteStore {
                 let rows = stmt
                     .query_map(rusqlite::params_from_iter(params.iter()), |r| {
                         // bm25() is lower-is-better; negate so that higher is better everywhere.
-                        Ok(ScoredId {
-                            id: MemoryId(r.get(0)?),
-                            score: -r.get::<_, f64>(1)?,
-                        })
+                        Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
                     })
                     .map_err(storage)?;
                 rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
@@ -436,14 +370,32 @@ impl VectorIndex for SqliteStore {
                         params![model.name, model.dimension.to_string()],
                     )
                     .map_err(storage)?;
-                    conn.execute_batch(&format!(
-                        "CREATE VIRTUAL TABLE IF NOT EXISTS {VECTOR_TABLE} USING vec0(embedding float[{}] distance_metric=cosine)",
-                        model.dimension
-                    ))
-                    .map_err(storage)?;
+                    create_vector_table(conn, model.dimension)?;
                 }
                 *cache.write().expect("model lock") = Some(model);
                 Ok(())
+            })
+            .await
+    }
+
+    async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64> {
+        let cache = Arc::clone(&self.model);
+        self.writer
+            .write(move |conn| {
+                conn.execute_batch(&format!("DROP TABLE IF EXISTS {VECTOR_TABLE}")).map_err(storage)?;
+                conn.execute(
+                    "INSERT OR REPLACE INTO settings (key, value) VALUES ('embedding_model', ?), ('embedding_dimension', ?)",
+                    params![model.name, model.dimension.to_string()],
+                )
+                .map_err(storage)?;
+                create_vector_table(conn, model.dimension)?;
+                let queued = conn
+                    .execute("INSERT OR IGNORE INTO vector_queue (id) SELECT id FROM memories", [])
+                    .map_err(storage)?;
+                let total: i64 = conn.query_row("SELECT count(*) FROM vector_queue", [], |r| r.get(0)).map_err(storage)?;
+                tracing::info!(model = %model.name, queued, "vectors dropped; every memory queued for the new model");
+                *cache.write().expect("model lock") = Some(model);
+                Ok(total as u64)
             })
             .await
     }
@@ -452,7 +404,9 @@ impl VectorIndex for SqliteStore {
         self.readers
             .read(move |conn| {
                 let mut stmt = conn
-                    .prepare_cached("SELECT m.id, m.text FROM vector_queue q JOIN memories m ON m.id = q.id ORDER BY q.id LIMIT ?")
+                    .prepare_cached(
+                        "SELECT m.id, m.text FROM vector_queue q JOIN memories m ON m.id = q.id ORDER BY q.id LIMIT ?",
+                    )
                     .map_err(storage)?;
                 let rows = stmt.query_map([limit as i64], |r| Ok((MemoryId(r.get(0)?), r.get(1)?))).map_err(storage)?;
                 rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
@@ -462,9 +416,7 @@ impl VectorIndex for SqliteStore {
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
         let model = self.bound_model().ok_or_else(|| {
-            AtlasError::Storage(
-                "no embedding model is bound to this store; bind one before storing vectors".into(),
-            )
+            AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())
         })?;
         if let Some((id, v)) = vectors.iter().find(|(_, v)| v.len() != model.dimension) {
             return Err(AtlasError::Embedding(format!(
@@ -476,28 +428,19 @@ impl VectorIndex for SqliteStore {
         }
         self.writer
             .write(move |conn| {
-                let mut exists = conn
-                    .prepare_cached("SELECT 1 FROM memories WHERE id = ?")
-                    .map_err(storage)?;
-                let mut delete = conn
-                    .prepare_cached(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"))
-                    .map_err(storage)?;
+                let mut exists = conn.prepare_cached("SELECT 1 FROM memories WHERE id = ?").map_err(storage)?;
+                let mut delete =
+                    conn.prepare_cached(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?")).map_err(storage)?;
                 let mut insert = conn
-                    .prepare_cached(&format!(
-                        "INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"
-                    ))
+                    .prepare_cached(&format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"))
                     .map_err(storage)?;
-                let mut dequeue = conn
-                    .prepare_cached("DELETE FROM vector_queue WHERE id = ?")
-                    .map_err(storage)?;
+                let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
                 for (id, v) in &vectors {
                     if !exists.exists([id.0]).map_err(storage)? {
                         continue;
                     }
                     delete.execute([id.0]).map_err(storage)?;
-                    insert
-                        .execute(params![id.0, vector_blob(v)])
-                        .map_err(storage)?;
+                    insert.execute(params![id.0, vector_blob(v)]).map_err(storage)?;
                     dequeue.execute([id.0]).map_err(storage)?;
                 }
                 Ok(())
@@ -505,12 +448,7 @@ impl VectorIndex for SqliteStore {
             .await
     }
 
-    async fn search_vector(
-        &self,
-        query: Vec<f32>,
-        filter: RecallFilter,
-        limit: usize,
-    ) -> Result<Vec<ScoredId>> {
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
         let Some(model) = self.bound_model() else {
             return Ok(Vec::new());
         };
@@ -525,21 +463,14 @@ impl VectorIndex for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.readers
-            .read(move |conn| search_vector_sync(conn, &query, &filter, limit))
-            .await
+        self.readers.read(move |conn| search_vector_sync(conn, &query, &filter, limit)).await
     }
 }
 
 /// vec0's KNN cannot apply our filter itself, so it fetches more neighbours than asked and
 /// filters them; when that leaves too few while more neighbours exist, an exact scan over the
 /// filtered memories answers instead. Either way the answer is exact for the filter.
-fn search_vector_sync(
-    conn: &Connection,
-    query: &[f32],
-    filter: &RecallFilter,
-    limit: usize,
-) -> Result<Vec<ScoredId>> {
+fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
     /// vec0 refuses k above 4096.
     const MAX_KNN: usize = 4096;
     let blob = vector_blob(query);
@@ -549,10 +480,7 @@ fn search_vector_sync(
         let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
         let rows = stmt
             .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                Ok(ScoredId {
-                    id: MemoryId(r.get(0)?),
-                    score: 1.0 - r.get::<_, f64>(1)?,
-                })
+                Ok(ScoredId { id: MemoryId(r.get(0)?), score: 1.0 - r.get::<_, f64>(1)? })
             })
             .map_err(storage)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
@@ -569,11 +497,8 @@ fn search_vector_sync(
     if hits.len() >= limit {
         return Ok(hits);
     }
-    let total: i64 = conn
-        .query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| {
-            r.get(0)
-        })
-        .map_err(storage)?;
+    let total: i64 =
+        conn.query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0)).map_err(storage)?;
     if (total as usize) <= fetch {
         return Ok(hits);
     }
@@ -585,6 +510,13 @@ fn search_vector_sync(
     params.extend(filter_params);
     params.push(Value::Integer(limit as i64));
     run(&scan_sql, params)
+}
+
+fn create_vector_table(conn: &Connection, dimension: usize) -> Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS {VECTOR_TABLE} USING vec0(embedding float[{dimension}] distance_metric=cosine)"
+    ))
+    .map_err(storage)
 }
 
 fn check_same_model(bound: &EmbeddingModel, configured: &EmbeddingModel) -> Result<()> {

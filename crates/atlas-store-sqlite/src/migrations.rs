@@ -13,16 +13,8 @@ pub struct Migration {
 
 /// Every migration this build knows, in order; versions are 1, 2, 3… without gaps.
 pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "0001_init",
-        sql: include_str!("../../../migrations/0001_init.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_search",
-        sql: include_str!("../../../migrations/0002_search.sql"),
-    },
+    Migration { version: 1, name: "0001_init", sql: include_str!("../../../migrations/0001_init.sql") },
+    Migration { version: 2, name: "0002_search", sql: include_str!("../../../migrations/0002_search.sql") },
 ];
 
 /// The newest schema this build understands.
@@ -32,8 +24,7 @@ pub fn latest_version() -> i64 {
 
 /// The schema version recorded in the database.
 pub fn current_version(conn: &Connection) -> Result<i64> {
-    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(crate::error::storage)
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(crate::error::storage)
 }
 
 /// Applies every migration newer than the database, each in its own transaction, and returns the
@@ -46,34 +37,17 @@ pub fn migrate(conn: &mut Connection, path_for_errors: &str) -> Result<Vec<i64>>
 pub fn migrate_to(conn: &mut Connection, path_for_errors: &str, target: i64) -> Result<Vec<i64>> {
     let found = current_version(conn)?;
     if found > latest_version() {
-        return Err(AtlasError::SchemaTooNew {
-            path: path_for_errors.to_owned(),
-            found,
-            known: latest_version(),
-        });
+        return Err(AtlasError::SchemaTooNew { path: path_for_errors.to_owned(), found, known: latest_version() });
     }
     let mut applied = Vec::new();
-    for m in MIGRATIONS
-        .iter()
-        .filter(|m| m.version > found && m.version <= target)
-    {
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(crate::error::storage)?;
-        tx.execute_batch(m.sql).map_err(|e| {
-            AtlasError::Storage(format!(
-                "migration {} failed on {path_for_errors}: {e}",
-                m.name
-            ))
-        })?;
-        tx.pragma_update(None, "user_version", m.version)
-            .map_err(crate::error::storage)?;
+    for m in MIGRATIONS.iter().filter(|m| m.version > found && m.version <= target) {
+        let tx =
+            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(crate::error::storage)?;
+        tx.execute_batch(m.sql)
+            .map_err(|e| AtlasError::Storage(format!("migration {} failed on {path_for_errors}: {e}", m.name)))?;
+        tx.pragma_update(None, "user_version", m.version).map_err(crate::error::storage)?;
         tx.commit().map_err(crate::error::storage)?;
-        tracing::info!(
-            migration = m.name,
-            path = path_for_errors,
-            "applied schema migration"
-        );
+        tracing::info!(migration = m.name, path = path_for_errors, "applied schema migration");
         applied.push(m.version);
     }
     Ok(applied)
@@ -87,11 +61,7 @@ mod tests {
     fn versions_are_consecutive_from_one() {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version, i as i64 + 1, "{}", m.name);
-            assert!(
-                m.name.starts_with(&format!("{:04}_", m.version)),
-                "{}",
-                m.name
-            );
+            assert!(m.name.starts_with(&format!("{:04}_", m.version)), "{}", m.name);
         }
     }
 }

@@ -15,10 +15,7 @@ pub struct Readers {
 
 impl Readers {
     pub fn new(path: PathBuf) -> Arc<Self> {
-        Arc::new(Readers {
-            path,
-            idle: Mutex::new(Vec::new()),
-        })
+        Arc::new(Readers { path, idle: Mutex::new(Vec::new()) })
     }
 
     /// Runs `op` on a read connection off the async executor.
@@ -48,8 +45,7 @@ impl Readers {
         )
         .map_err(storage)?;
         conn.busy_timeout(crate::BUSY_TIMEOUT).map_err(storage)?;
-        conn.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -16000;")
-            .map_err(storage)?;
+        conn.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -16000;").map_err(storage)?;
         Ok(conn)
     }
 }

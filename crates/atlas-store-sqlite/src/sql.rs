@@ -1,9 +1,7 @@
 //! SQL pieces shared by the queries: the filter clause, row ↔ record mapping, vector encoding.
 
 use crate::error::storage;
-use atlas_domain::{
-    AtlasError, Body, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp, Validity,
-};
+use atlas_domain::{AtlasError, Body, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp, Validity};
 use rusqlite::Row;
 use rusqlite::types::Value;
 
@@ -62,11 +60,7 @@ pub fn memory_from_row(row: &Row<'_>) -> rusqlite::Result<Memory> {
     Ok(Memory {
         id: MemoryId(id),
         text: row.get(1)?,
-        scope: Scope {
-            user: row.get(2)?,
-            agent: row.get(3)?,
-            session: row.get(4)?,
-        },
+        scope: Scope { user: row.get(2)?, agent: row.get(3)?, session: row.get(4)? },
         event_time: Timestamp(row.get(5)?),
         recorded_at: Timestamp(row.get(6)?),
         validity: Validity {
@@ -90,14 +84,8 @@ pub fn vector_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-pub fn query_memories(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: &[Value],
-) -> Result<Vec<Memory>> {
+pub fn query_memories(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<Vec<Memory>> {
     let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params.iter()), memory_from_row)
-        .map_err(storage)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(params.iter()), memory_from_row).map_err(storage)?;
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
 }

@@ -30,19 +30,12 @@ struct Job<T, F> {
 impl<T: Send, F: FnOnce(&Connection) -> Result<T> + Send> WriteJob for Job<T, F> {
     fn run(&mut self, conn: &Connection) {
         let op = self.op.take().expect("a job runs once");
-        let result = conn
-            .execute_batch("SAVEPOINT job")
-            .map_err(storage)
-            .and_then(|()| {
-                let out = op(conn);
-                let end = if out.is_ok() {
-                    "RELEASE job"
-                } else {
-                    "ROLLBACK TO job; RELEASE job"
-                };
-                conn.execute_batch(end).map_err(storage)?;
-                out
-            });
+        let result = conn.execute_batch("SAVEPOINT job").map_err(storage).and_then(|()| {
+            let out = op(conn);
+            let end = if out.is_ok() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
+            conn.execute_batch(end).map_err(storage)?;
+            out
+        });
         self.result = Some(result);
     }
 
@@ -71,10 +64,7 @@ impl Writer {
             .name("atlas-sqlite-writer".into())
             .spawn(move || writer_loop(conn, receiver))
             .expect("spawn the SQLite writer thread");
-        Writer {
-            sender: Some(sender),
-            thread: Some(thread),
-        }
+        Writer { sender: Some(sender), thread: Some(thread) }
     }
 
     /// Runs `op` in the write transaction; resolves after the commit.
@@ -84,17 +74,9 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job = Box::new(Job {
-            op: Some(op),
-            result: None,
-            reply,
-        });
+        let job = Box::new(Job { op: Some(op), result: None, reply });
         let stopped = || AtlasError::Storage("the SQLite writer thread has stopped".into());
-        self.sender
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(job)
-            .map_err(|_| stopped())?;
+        self.sender.as_ref().ok_or_else(stopped)?.send(job).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }

@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 fn fixture_copy(dir: &Path) -> PathBuf {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/schema-v1.db");
     let path = dir.join("old.db");
-    std::fs::copy(&fixture, &path)
-        .expect("fixtures/schema-v1.db (regenerate with `cargo xtask fixtures`)");
+    std::fs::copy(&fixture, &path).expect("fixtures/schema-v1.db (regenerate with `cargo xtask fixtures`)");
     path
 }
 
@@ -27,41 +26,19 @@ async fn a_schema_1_database_migrates_with_its_data() {
     let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
     let stats = store.stats().await.unwrap();
     assert_eq!(stats.schema_version, Some(latest_version()));
-    assert_eq!(
-        (stats.memories(), stats.edges, stats.pending_vectors),
-        (3, 2, 3),
-        "old rows join the vector queue"
-    );
-    let hit = store
-        .search_text(vec!["pottery".into()], RecallFilter::default(), 10)
-        .await
-        .unwrap();
+    assert_eq!((stats.memories(), stats.edges, stats.pending_vectors), (3, 2, 3), "old rows join the vector queue");
+    let hit = store.search_text(vec!["pottery".into()], RecallFilter::default(), 10).await.unwrap();
     assert_eq!(hit.len(), 2, "old rows are in the new full-text index");
-    let speaker = store
-        .search_text(vec!["melanie".into()], RecallFilter::default(), 10)
-        .await
-        .unwrap();
-    assert_eq!(
-        speaker.iter().map(|h| h.id).collect::<Vec<_>>(),
-        vec![MemoryId(2)]
-    );
+    let speaker = store.search_text(vec!["melanie".into()], RecallFilter::default(), 10).await.unwrap();
+    assert_eq!(speaker.iter().map(|h| h.id).collect::<Vec<_>>(), vec![MemoryId(2)]);
     let m = store.get(MemoryId(3)).await.unwrap().unwrap();
     assert_eq!(m.meta["dia_id"], "D1:3");
     assert_eq!(m.body.speaker(), Some("Caroline"));
     let edges = store.edges_of(MemoryId(3)).await.unwrap();
-    assert_eq!(
-        (edges[0].src, edges[0].kind),
-        (MemoryId(2), EdgeKind::Temporal)
-    );
+    assert_eq!((edges[0].src, edges[0].kind), (MemoryId(2), EdgeKind::Temporal));
     let ids = store
         .insert(
-            vec![atlas_domain::NewMemory::episode(
-                "new turn",
-                m.scope.clone(),
-                None,
-                m.event_time,
-                m.event_time,
-            )],
+            vec![atlas_domain::NewMemory::episode("new turn", m.scope.clone(), None, m.event_time, m.event_time)],
             None,
         )
         .await
@@ -75,13 +52,10 @@ fn a_newer_schema_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("future.db");
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("CREATE TABLE from_the_future (x); PRAGMA user_version = 99;")
-        .unwrap();
+    conn.execute_batch("CREATE TABLE from_the_future (x); PRAGMA user_version = 99;").unwrap();
     drop(conn);
     match SqliteStore::open(&path, &SqliteOptions::default()) {
-        Err(AtlasError::SchemaTooNew {
-            found: 99, known, ..
-        }) => assert_eq!(known, latest_version()),
+        Err(AtlasError::SchemaTooNew { found: 99, known, .. }) => assert_eq!(known, latest_version()),
         Err(other) => panic!("expected SchemaTooNew, got {other}"),
         Ok(_) => panic!("expected SchemaTooNew, the store opened"),
     }
@@ -93,10 +67,7 @@ fn schema(conn: &rusqlite::Connection) -> Vec<(String, String)> {
     let mut stmt = conn
         .prepare("SELECT name, coalesce(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name")
         .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
 }
 
 proptest! {
@@ -126,34 +97,17 @@ async fn the_vector_table_takes_its_dimension_from_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dim.db");
     let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
-    store
-        .bind_model(atlas_domain::ports::EmbeddingModel {
-            name: "m".into(),
-            dimension: 384,
-        })
-        .await
-        .unwrap();
+    store.bind_model(atlas_domain::ports::EmbeddingModel { name: "m".into(), dimension: 384 }).await.unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let sql: String = conn
-        .query_row(
-            "SELECT sql FROM sqlite_master WHERE name = 'memory_vectors'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let sql: String =
+        conn.query_row("SELECT sql FROM sqlite_master WHERE name = 'memory_vectors'", [], |r| r.get(0)).unwrap();
     assert!(sql.contains("float[384]"), "{sql}");
     drop(conn);
     let reopened = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
     let err = reopened
-        .bind_model(atlas_domain::ports::EmbeddingModel {
-            name: "m".into(),
-            dimension: 768,
-        })
+        .bind_model(atlas_domain::ports::EmbeddingModel { name: "m".into(), dimension: 768 })
         .await
         .unwrap_err();
-    assert!(
-        err.to_string().contains("384") && err.to_string().contains("768"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("384") && err.to_string().contains("768"), "{err}");
 }

@@ -6,8 +6,7 @@ use crate::strategies::arb_new_memory;
 use crate::{HashEmbedder, Subject, runtime};
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, TextIndex, VectorIndex};
 use atlas_domain::{
-    AtlasError, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp,
-    Validity,
+    AtlasError, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp, Validity,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -33,7 +32,8 @@ macro_rules! store_conformance {
                 forget_removes_everywhere, text_search_matches_words_best_first, text_search_takes_words_literally,
                 scope_isolation_in_every_search, filters_on_kind_time_and_validity, vector_queue_and_nearest_first,
                 vector_search_is_exact_under_selective_filters, model_binding_is_recorded_and_checked,
-                stats_count_what_is_stored, concurrent_inserts_all_land, empty_and_zero_limits);
+                stats_count_what_is_stored, concurrent_inserts_all_land, empty_and_zero_limits,
+                rebinding_requeues_everything_for_the_new_model);
         }
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -47,17 +47,8 @@ macro_rules! store_conformance {
 }
 
 fn episode(text: &str, session: Option<&str>, t: i64) -> NewMemory {
-    let scope = Scope {
-        session: session.map(String::from),
-        ..Scope::default()
-    };
-    NewMemory::episode(
-        text,
-        scope,
-        Some("Tester".into()),
-        Timestamp(t),
-        Timestamp(t),
-    )
+    let scope = Scope { session: session.map(String::from), ..Scope::default() };
+    NewMemory::episode(text, scope, Some("Tester".into()), Timestamp(t), Timestamp(t))
 }
 
 fn ids_of(hits: &[atlas_domain::ports::ScoredId]) -> Vec<MemoryId> {
@@ -67,13 +58,7 @@ fn ids_of(hits: &[atlas_domain::ports::ScoredId]) -> Vec<MemoryId> {
 const DIM: usize = 16;
 
 async fn bind_test_model<S: Store>(store: &S) {
-    store
-        .bind_model(EmbeddingModel {
-            name: format!("atlas-test-hash-{DIM}"),
-            dimension: DIM,
-        })
-        .await
-        .unwrap();
+    store.bind_model(EmbeddingModel { name: format!("atlas-test-hash-{DIM}"), dimension: DIM }).await.unwrap();
 }
 
 async fn embed_pending<S: Store>(store: &S) {
@@ -83,55 +68,41 @@ async fn embed_pending<S: Store>(store: &S) {
         if pending.is_empty() {
             break;
         }
-        let vectors = pending
-            .into_iter()
-            .map(|(id, text)| (id, embedder.embed_one(&text)))
-            .collect();
+        let vectors = pending.into_iter().map(|(id, text)| (id, embedder.embed_one(&text))).collect();
         store.put_vectors(vectors).await.unwrap();
     }
 }
 
 pub fn round_trip_of_any_record<S: Store>(make: Make<S>) {
     let rt = runtime();
-    let mut runner = TestRunner::new(Config {
-        cases: 24,
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
     runner
-        .run(
-            &proptest::collection::vec(arb_new_memory(), 1..20),
-            |batch| {
-                let subject = make();
-                let store = &subject.store;
-                rt.block_on(async {
-                    let ids = store.insert(batch.clone(), None).await.unwrap();
-                    prop_assert_eq!(ids.len(), batch.len());
-                    let expected: Vec<Memory> = batch
-                        .iter()
-                        .cloned()
-                        .zip(&ids)
-                        .map(|(m, id)| m.with_id(*id))
-                        .collect();
-                    for m in &expected {
-                        let got = store.get(m.id).await.unwrap();
-                        prop_assert_eq!(got.as_ref(), Some(m));
-                    }
-                    let reversed: Vec<MemoryId> = ids.iter().rev().copied().collect();
-                    let many = store.get_many(reversed.clone()).await.unwrap();
-                    prop_assert_eq!(many.iter().map(|m| m.id).collect::<Vec<_>>(), reversed);
-                    let mut scanned = Vec::new();
-                    let mut after = None;
-                    loop {
-                        let page = store.scan(after, 7).await.unwrap();
-                        let Some(last) = page.last() else { break };
-                        after = Some(last.id);
-                        scanned.extend(page);
-                    }
-                    prop_assert_eq!(scanned, expected);
-                    Ok(())
-                })
-            },
-        )
+        .run(&proptest::collection::vec(arb_new_memory(), 1..20), |batch| {
+            let subject = make();
+            let store = &subject.store;
+            rt.block_on(async {
+                let ids = store.insert(batch.clone(), None).await.unwrap();
+                prop_assert_eq!(ids.len(), batch.len());
+                let expected: Vec<Memory> = batch.iter().cloned().zip(&ids).map(|(m, id)| m.with_id(*id)).collect();
+                for m in &expected {
+                    let got = store.get(m.id).await.unwrap();
+                    prop_assert_eq!(got.as_ref(), Some(m));
+                }
+                let reversed: Vec<MemoryId> = ids.iter().rev().copied().collect();
+                let many = store.get_many(reversed.clone()).await.unwrap();
+                prop_assert_eq!(many.iter().map(|m| m.id).collect::<Vec<_>>(), reversed);
+                let mut scanned = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = store.scan(after, 7).await.unwrap();
+                    let Some(last) = page.last() else { break };
+                    after = Some(last.id);
+                    scanned.extend(page);
+                }
+                prop_assert_eq!(scanned, expected);
+                Ok(())
+            })
+        })
         .unwrap();
 }
 
@@ -139,22 +110,11 @@ pub fn ids_increase_and_are_never_reused<S: Store>(make: Make<S>) {
     let subject = make();
     let store = &subject.store;
     runtime().block_on(async {
-        let first = store
-            .insert(vec![episode("one", None, 1), episode("two", None, 2)], None)
-            .await
-            .unwrap();
+        let first = store.insert(vec![episode("one", None, 1), episode("two", None, 2)], None).await.unwrap();
         assert!(first[0] < first[1]);
         assert!(store.forget(first[1]).await.unwrap());
-        let next = store
-            .insert(vec![episode("three", None, 3)], None)
-            .await
-            .unwrap();
-        assert!(
-            next[0] > first[1],
-            "id {} reused after forgetting {}",
-            next[0],
-            first[1]
-        );
+        let next = store.insert(vec![episode("three", None, 3)], None).await.unwrap();
+        assert!(next[0] > first[1], "id {} reused after forgetting {}", next[0], first[1]);
         assert_eq!(store.get(MemoryId(i64::MAX)).await.unwrap(), None);
     });
 }
@@ -165,39 +125,19 @@ pub fn episodes_link_temporally_per_session<S: Store>(make: Make<S>) {
     runtime().block_on(async {
         let a = store
             .insert(
-                vec![
-                    episode("a1", Some("a"), 10),
-                    episode("b1", Some("b"), 11),
-                    episode("a2", Some("a"), 20),
-                ],
+                vec![episode("a1", Some("a"), 10), episode("b1", Some("b"), 11), episode("a2", Some("a"), 20)],
                 None,
             )
             .await
             .unwrap();
         // Inserted later but said earlier than a2: links from a1, its predecessor in time.
-        let late = store
-            .insert(
-                vec![episode("a0.5", Some("a"), 15), episode("none", None, 30)],
-                None,
-            )
-            .await
-            .unwrap();
+        let late = store.insert(vec![episode("a0.5", Some("a"), 15), episode("none", None, 30)], None).await.unwrap();
         let temporal = |edges: Vec<atlas_domain::Edge>| -> Vec<(MemoryId, MemoryId)> {
-            edges
-                .into_iter()
-                .filter(|e| e.kind == EdgeKind::Temporal)
-                .map(|e| (e.src, e.dst))
-                .collect()
+            edges.into_iter().filter(|e| e.kind == EdgeKind::Temporal).map(|e| (e.src, e.dst)).collect()
         };
-        assert_eq!(
-            temporal(store.edges_of(a[2]).await.unwrap()),
-            vec![(a[0], a[2])]
-        );
+        assert_eq!(temporal(store.edges_of(a[2]).await.unwrap()), vec![(a[0], a[2])]);
         assert_eq!(temporal(store.edges_of(a[1]).await.unwrap()), vec![]);
-        assert_eq!(
-            temporal(store.edges_of(late[0]).await.unwrap()),
-            vec![(a[0], late[0])]
-        );
+        assert_eq!(temporal(store.edges_of(late[0]).await.unwrap()), vec![(a[0], late[0])]);
         assert_eq!(temporal(store.edges_of(late[1]).await.unwrap()), vec![]);
         let mut from_a0 = temporal(store.edges_of(a[0]).await.unwrap());
         from_a0.sort();
@@ -213,10 +153,7 @@ pub fn forget_removes_everywhere<S: Store>(make: Make<S>) {
         bind_test_model(store.as_ref()).await;
         let ids = store
             .insert(
-                vec![
-                    episode("pelican migration notes", Some("s"), 1),
-                    episode("pelican beaks", Some("s"), 2),
-                ],
+                vec![episode("pelican migration notes", Some("s"), 1), episode("pelican beaks", Some("s"), 2)],
                 None,
             )
             .await
@@ -226,16 +163,10 @@ pub fn forget_removes_everywhere<S: Store>(make: Make<S>) {
         assert!(!store.forget(ids[0]).await.unwrap());
         assert_eq!(store.get(ids[0]).await.unwrap(), None);
         assert!(store.edges_of(ids[1]).await.unwrap().is_empty());
-        let text = store
-            .search_text(vec!["pelican".into()], RecallFilter::default(), 10)
-            .await
-            .unwrap();
+        let text = store.search_text(vec!["pelican".into()], RecallFilter::default(), 10).await.unwrap();
         assert_eq!(ids_of(&text), vec![ids[1]]);
         let query = HashEmbedder::new(DIM).embed_one("pelican migration notes");
-        let near = store
-            .search_vector(query, RecallFilter::default(), 10)
-            .await
-            .unwrap();
+        let near = store.search_vector(query, RecallFilter::default(), 10).await.unwrap();
         assert_eq!(ids_of(&near), vec![ids[1]]);
         let stats = store.stats().await.unwrap();
         assert_eq!((stats.memories(), stats.vectors, stats.edges), (1, 1, 0));
@@ -258,42 +189,15 @@ pub fn text_search_matches_words_best_first<S: Store>(make: Make<S>) {
             )
             .await
             .unwrap();
-        let zebra = store
-            .search_text(vec!["zebra".into()], RecallFilter::default(), 10)
-            .await
-            .unwrap();
+        let zebra = store.search_text(vec!["zebra".into()], RecallFilter::default(), 10).await.unwrap();
         assert_eq!(ids_of(&zebra), vec![ids[2]]);
-        let both = store
-            .search_text(
-                vec!["zebra".into(), "cat".into()],
-                RecallFilter::default(),
-                10,
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            ids_of(&both)[0],
-            ids[2],
-            "the memory with both words ranks first"
-        );
-        assert_eq!(
-            ids_of(&both).into_iter().collect::<HashSet<_>>(),
-            HashSet::from([ids[0], ids[2]])
-        );
+        let both = store.search_text(vec!["zebra".into(), "cat".into()], RecallFilter::default(), 10).await.unwrap();
+        assert_eq!(ids_of(&both)[0], ids[2], "the memory with both words ranks first");
+        assert_eq!(ids_of(&both).into_iter().collect::<HashSet<_>>(), HashSet::from([ids[0], ids[2]]));
         assert!(both.windows(2).all(|w| w[0].score >= w[1].score));
-        let speaker = store
-            .search_text(vec!["tester".into()], RecallFilter::default(), 2)
-            .await
-            .unwrap();
-        assert_eq!(
-            speaker.len(),
-            2,
-            "the speaker's name is searchable and limit applies"
-        );
-        let none = store
-            .search_text(vec!["unicorn".into()], RecallFilter::default(), 10)
-            .await
-            .unwrap();
+        let speaker = store.search_text(vec!["tester".into()], RecallFilter::default(), 2).await.unwrap();
+        assert_eq!(speaker.len(), 2, "the speaker's name is searchable and limit applies");
+        let none = store.search_text(vec!["unicorn".into()], RecallFilter::default(), 10).await.unwrap();
         assert!(none.is_empty());
     });
 }
@@ -302,100 +206,47 @@ pub fn text_search_takes_words_literally<S: Store>(make: Make<S>) {
     let subject = make();
     let store = &subject.store;
     runtime().block_on(async {
-        let ids = store
-            .insert(
-                vec![episode("near the OR gate and the AND gate", None, 1)],
-                None,
-            )
-            .await
-            .unwrap();
+        let ids = store.insert(vec![episode("near the OR gate and the AND gate", None, 1)], None).await.unwrap();
         for term in ["near", "or", "and", "not"] {
-            let hits = store
-                .search_text(vec![term.into()], RecallFilter::default(), 10)
-                .await
-                .unwrap();
+            let hits = store.search_text(vec![term.into()], RecallFilter::default(), 10).await.unwrap();
             let expected = if term == "not" { vec![] } else { vec![ids[0]] };
             assert_eq!(ids_of(&hits), expected, "term {term:?}");
         }
         for raw in ["\"", "a\"b", "x*", "-y", "col:z", "(", ")", "NEAR(a b)"] {
-            store
-                .search_text(vec![raw.into()], RecallFilter::default(), 10)
-                .await
-                .unwrap();
+            store.search_text(vec![raw.into()], RecallFilter::default(), 10).await.unwrap();
         }
     });
 }
 
 pub fn scope_isolation_in_every_search<S: Store>(make: Make<S>) {
     let rt = runtime();
-    let mut runner = TestRunner::new(Config {
-        cases: 16,
-        ..Config::default()
-    });
-    let filters = (
-        crate::strategies::arb_scope(),
-        proptest::option::of(0usize..3),
-    );
+    let mut runner = TestRunner::new(Config { cases: 16, ..Config::default() });
+    let filters = (crate::strategies::arb_scope(), proptest::option::of(0usize..3));
     runner
-        .run(
-            &(proptest::collection::vec(arb_new_memory(), 1..30), filters),
-            |(batch, (scope, kind))| {
-                let subject = make();
-                let store = &subject.store;
-                rt.block_on(async {
-                    bind_test_model(store.as_ref()).await;
-                    let ids = store.insert(batch.clone(), None).await.unwrap();
-                    embed_pending(store.as_ref()).await;
-                    let kinds = kind.map(|k| {
-                        vec![[MemoryKind::Episode, MemoryKind::Fact, MemoryKind::Strategy][k]]
-                    });
-                    let filter = RecallFilter {
-                        scope,
-                        kinds: kinds.unwrap_or_default(),
-                        ..RecallFilter::default()
-                    };
-                    let all: Vec<Memory> = batch
-                        .into_iter()
-                        .zip(ids)
-                        .map(|(m, id)| m.with_id(id))
-                        .collect();
-                    let admitted: HashSet<MemoryId> = all
-                        .iter()
-                        .filter(|m| filter.admits(m))
-                        .map(|m| m.id)
-                        .collect();
-                    let words: Vec<String> = all
-                        .iter()
-                        .flat_map(|m| atlas_domain::policy::query::terms(&m.text))
-                        .take(40)
-                        .collect();
-                    let text = store
-                        .search_text(words, filter.clone(), 1000)
-                        .await
-                        .unwrap();
-                    for hit in &text {
-                        prop_assert!(
-                            admitted.contains(&hit.id),
-                            "text search returned {} outside {:?}",
-                            hit.id,
-                            filter
-                        );
-                    }
-                    let query = HashEmbedder::new(DIM).embed_one(&all[0].text);
-                    let near = store
-                        .search_vector(query, filter.clone(), 1000)
-                        .await
-                        .unwrap();
-                    let found: HashSet<MemoryId> = near.iter().map(|h| h.id).collect();
-                    prop_assert_eq!(
-                        found,
-                        admitted,
-                        "vector search must return exactly the admitted memories"
-                    );
-                    Ok(())
-                })
-            },
-        )
+        .run(&(proptest::collection::vec(arb_new_memory(), 1..30), filters), |(batch, (scope, kind))| {
+            let subject = make();
+            let store = &subject.store;
+            rt.block_on(async {
+                bind_test_model(store.as_ref()).await;
+                let ids = store.insert(batch.clone(), None).await.unwrap();
+                embed_pending(store.as_ref()).await;
+                let kinds = kind.map(|k| vec![[MemoryKind::Episode, MemoryKind::Fact, MemoryKind::Strategy][k]]);
+                let filter = RecallFilter { scope, kinds: kinds.unwrap_or_default(), ..RecallFilter::default() };
+                let all: Vec<Memory> = batch.into_iter().zip(ids).map(|(m, id)| m.with_id(id)).collect();
+                let admitted: HashSet<MemoryId> = all.iter().filter(|m| filter.admits(m)).map(|m| m.id).collect();
+                let words: Vec<String> =
+                    all.iter().flat_map(|m| atlas_domain::policy::query::terms(&m.text)).take(40).collect();
+                let text = store.search_text(words, filter.clone(), 1000).await.unwrap();
+                for hit in &text {
+                    prop_assert!(admitted.contains(&hit.id), "text search returned {} outside {:?}", hit.id, filter);
+                }
+                let query = HashEmbedder::new(DIM).embed_one(&all[0].text);
+                let near = store.search_vector(query, filter.clone(), 1000).await.unwrap();
+                let found: HashSet<MemoryId> = near.iter().map(|h| h.id).collect();
+                prop_assert_eq!(found, admitted, "vector search must return exactly the admitted memories");
+                Ok(())
+            })
+        })
         .unwrap();
 }
 
@@ -404,10 +255,7 @@ pub fn filters_on_kind_time_and_validity<S: Store>(make: Make<S>) {
     let store = &subject.store;
     runtime().block_on(async {
         let mut expired = episode("apple pie recipe old", None, 100);
-        expired.validity = Validity {
-            valid_from: Timestamp(100),
-            valid_until: Some(Timestamp(200)),
-        };
+        expired.validity = Validity { valid_from: Timestamp(100), valid_until: Some(Timestamp(200)) };
         let mut fact = episode("apple orchard fact", None, 150);
         fact.body = atlas_domain::Body::Fact {
             subject: "orchard".into(),
@@ -416,49 +264,26 @@ pub fn filters_on_kind_time_and_validity<S: Store>(make: Make<S>) {
             confidence: 0.9,
         };
         let current = episode("apple pie recipe new", None, 300);
-        let ids = store
-            .insert(vec![expired, fact, current], None)
-            .await
-            .unwrap();
+        let ids = store.insert(vec![expired, fact, current], None).await.unwrap();
         let search = |filter: RecallFilter| {
             let store = Arc::clone(store);
             async move {
-                let mut got = ids_of(
-                    &store
-                        .search_text(vec!["apple".into()], filter, 10)
-                        .await
-                        .unwrap(),
-                );
+                let mut got = ids_of(&store.search_text(vec!["apple".into()], filter, 10).await.unwrap());
                 got.sort();
                 got
             }
         };
         assert_eq!(search(RecallFilter::default()).await, ids);
-        let now = RecallFilter {
-            valid_at: Some(Timestamp(1000)),
-            ..RecallFilter::default()
-        };
+        let now = RecallFilter { valid_at: Some(Timestamp(1000)), ..RecallFilter::default() };
         assert_eq!(search(now).await, vec![ids[1], ids[2]]);
-        let then = RecallFilter {
-            valid_at: Some(Timestamp(160)),
-            ..RecallFilter::default()
-        };
+        let then = RecallFilter { valid_at: Some(Timestamp(160)), ..RecallFilter::default() };
         assert_eq!(search(then).await, vec![ids[0], ids[1]]);
-        let before_all = RecallFilter {
-            valid_at: Some(Timestamp(50)),
-            ..RecallFilter::default()
-        };
+        let before_all = RecallFilter { valid_at: Some(Timestamp(50)), ..RecallFilter::default() };
         assert_eq!(search(before_all).await, vec![]);
-        let facts = RecallFilter {
-            kinds: vec![MemoryKind::Fact],
-            ..RecallFilter::default()
-        };
+        let facts = RecallFilter { kinds: vec![MemoryKind::Fact], ..RecallFilter::default() };
         assert_eq!(search(facts).await, vec![ids[1]]);
-        let window = RecallFilter {
-            since: Some(Timestamp(150)),
-            until: Some(Timestamp(300)),
-            ..RecallFilter::default()
-        };
+        let window =
+            RecallFilter { since: Some(Timestamp(150)), until: Some(Timestamp(300)), ..RecallFilter::default() };
         assert_eq!(search(window).await, vec![ids[1]]);
     });
 }
@@ -469,11 +294,7 @@ pub fn vector_queue_and_nearest_first<S: Store>(make: Make<S>) {
     runtime().block_on(async {
         let ids = store
             .insert(
-                vec![
-                    episode("red apples", None, 1),
-                    episode("green pears", None, 2),
-                    episode("blue whales", None, 3),
-                ],
+                vec![episode("red apples", None, 1), episode("green pears", None, 2), episode("blue whales", None, 3)],
                 None,
             )
             .await
@@ -481,58 +302,24 @@ pub fn vector_queue_and_nearest_first<S: Store>(make: Make<S>) {
         let pending = store.pending_vectors(10).await.unwrap();
         assert_eq!(pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), ids);
         assert_eq!(pending[0].1, "red apples");
-        assert!(
-            store
-                .put_vectors(vec![(ids[0], vec![1.0; DIM])])
-                .await
-                .is_err(),
-            "no model bound yet"
-        );
+        assert!(store.put_vectors(vec![(ids[0], vec![1.0; DIM])]).await.is_err(), "no model bound yet");
         bind_test_model(store.as_ref()).await;
         let e = HashEmbedder::new(DIM);
         store
-            .put_vectors(vec![
-                (ids[0], e.embed_one("red apples")),
-                (ids[2], e.embed_one("blue whales")),
-            ])
+            .put_vectors(vec![(ids[0], e.embed_one("red apples")), (ids[2], e.embed_one("blue whales"))])
             .await
             .unwrap();
         let pending = store.pending_vectors(10).await.unwrap();
-        assert_eq!(
-            pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-            vec![ids[1]]
-        );
-        let err = store
-            .put_vectors(vec![(ids[1], vec![0.5; DIM + 1])])
-            .await
-            .unwrap_err();
+        assert_eq!(pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![ids[1]]);
+        let err = store.put_vectors(vec![(ids[1], vec![0.5; DIM + 1])]).await.unwrap_err();
         assert!(err.to_string().contains("dimensions"), "{err}");
-        let hits = store
-            .search_vector(e.embed_one("blue whales"), RecallFilter::default(), 10)
-            .await
-            .unwrap();
+        let hits = store.search_vector(e.embed_one("blue whales"), RecallFilter::default(), 10).await.unwrap();
         assert_eq!(ids_of(&hits), vec![ids[2], ids[0]]);
-        assert!(
-            (hits[0].score - 1.0).abs() < 1e-4,
-            "cosine similarity of identical text is 1, got {}",
-            hits[0].score
-        );
+        assert!((hits[0].score - 1.0).abs() < 1e-4, "cosine similarity of identical text is 1, got {}", hits[0].score);
         assert!(hits[0].score > hits[1].score);
-        store
-            .put_vectors(vec![(MemoryId(9_999), e.embed_one("ghost"))])
-            .await
-            .unwrap();
-        assert_eq!(
-            store.stats().await.unwrap().vectors,
-            2,
-            "vectors of unknown memories are dropped"
-        );
-        assert!(
-            store
-                .search_vector(vec![1.0; DIM - 1], RecallFilter::default(), 10)
-                .await
-                .is_err()
-        );
+        store.put_vectors(vec![(MemoryId(9_999), e.embed_one("ghost"))]).await.unwrap();
+        assert_eq!(store.stats().await.unwrap().vectors, 2, "vectors of unknown memories are dropped");
+        assert!(store.search_vector(vec![1.0; DIM - 1], RecallFilter::default(), 10).await.is_err());
     });
 }
 
@@ -541,9 +328,8 @@ pub fn vector_search_is_exact_under_selective_filters<S: Store>(make: Make<S>) {
     let store = &subject.store;
     runtime().block_on(async {
         bind_test_model(store.as_ref()).await;
-        let mut batch: Vec<NewMemory> = (0..300)
-            .map(|i| episode(&format!("common filler text {i}"), None, i))
-            .collect();
+        let mut batch: Vec<NewMemory> =
+            (0..300).map(|i| episode(&format!("common filler text {i}"), None, i)).collect();
         for i in 0..3 {
             let mut rare = episode(&format!("rare user note {i}"), None, 1000 + i);
             rare.scope.user = Some("dana".into());
@@ -551,22 +337,13 @@ pub fn vector_search_is_exact_under_selective_filters<S: Store>(make: Make<S>) {
         }
         let ids = store.insert(batch, None).await.unwrap();
         embed_pending(store.as_ref()).await;
-        let filter = RecallFilter {
-            scope: Scope {
-                user: Some("dana".into()),
-                ..Scope::default()
-            },
-            ..RecallFilter::default()
-        };
+        let filter =
+            RecallFilter { scope: Scope { user: Some("dana".into()), ..Scope::default() }, ..RecallFilter::default() };
         let query = HashEmbedder::new(DIM).embed_one("common filler text 7");
         let hits = store.search_vector(query, filter, 5).await.unwrap();
         let mut got = ids_of(&hits);
         got.sort();
-        assert_eq!(
-            got,
-            ids[300..].to_vec(),
-            "all three of dana's memories, though far from the query"
-        );
+        assert_eq!(got, ids[300..].to_vec(), "all three of dana's memories, though far from the query");
     });
 }
 
@@ -574,32 +351,16 @@ pub fn model_binding_is_recorded_and_checked<S: Store>(make: Make<S>) {
     let subject = make();
     let store = &subject.store;
     runtime().block_on(async {
-        let a = EmbeddingModel {
-            name: "model-a".into(),
-            dimension: 8,
-        };
+        let a = EmbeddingModel { name: "model-a".into(), dimension: 8 };
         store.bind_model(a.clone()).await.unwrap();
         store.bind_model(a.clone()).await.unwrap();
         for other in [
-            EmbeddingModel {
-                name: "model-b".into(),
-                dimension: 8,
-            },
-            EmbeddingModel {
-                name: "model-a".into(),
-                dimension: 4,
-            },
+            EmbeddingModel { name: "model-b".into(), dimension: 8 },
+            EmbeddingModel { name: "model-a".into(), dimension: 4 },
         ] {
             match store.bind_model(other.clone()).await {
-                Err(AtlasError::ModelMismatch {
-                    stored_model,
-                    configured_model,
-                    ..
-                }) => {
-                    assert_eq!(
-                        (stored_model.as_str(), configured_model.as_str()),
-                        ("model-a", other.name.as_str())
-                    );
+                Err(AtlasError::ModelMismatch { stored_model, configured_model, .. }) => {
+                    assert_eq!((stored_model.as_str(), configured_model.as_str()), ("model-a", other.name.as_str()));
                 }
                 other => panic!("expected a model mismatch, got {other:?}"),
             }
@@ -613,53 +374,26 @@ pub fn stats_count_what_is_stored<S: Store>(make: Make<S>) {
     let store = &subject.store;
     runtime().block_on(async {
         let empty = store.stats().await.unwrap();
-        assert_eq!(
-            (
-                empty.memories(),
-                empty.edges,
-                empty.vectors,
-                empty.pending_vectors
-            ),
-            (0, 0, 0, 0)
-        );
+        assert_eq!((empty.memories(), empty.edges, empty.vectors, empty.pending_vectors), (0, 0, 0, 0));
         let mut fact = episode("x is y", None, 5);
-        fact.body = atlas_domain::Body::Core {
-            category: "user_profile".into(),
-        };
-        store
-            .insert(
-                vec![episode("a", Some("s"), 1), episode("b", Some("s"), 2), fact],
-                None,
-            )
-            .await
-            .unwrap();
+        fact.body = atlas_domain::Body::Core { category: "user_profile".into() };
+        store.insert(vec![episode("a", Some("s"), 1), episode("b", Some("s"), 2), fact], None).await.unwrap();
         let stats = store.stats().await.unwrap();
         assert_eq!(stats.memories_by_kind.get(&MemoryKind::Episode), Some(&2));
         assert_eq!(stats.memories_by_kind.get(&MemoryKind::Core), Some(&1));
-        assert_eq!(
-            (stats.memories(), stats.edges, stats.pending_vectors),
-            (3, 1, 3)
-        );
+        assert_eq!((stats.memories(), stats.edges, stats.pending_vectors), (3, 1, 3));
     });
 }
 
 pub fn concurrent_inserts_all_land<S: Store>(make: Make<S>) {
     let subject = make();
     let store = Arc::clone(&subject.store);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
     rt.block_on(async {
         let tasks: Vec<_> = (0..64)
             .map(|i| {
                 let store = Arc::clone(&store);
-                tokio::spawn(async move {
-                    store
-                        .insert(vec![episode(&format!("turn {i}"), Some("s"), i)], None)
-                        .await
-                })
+                tokio::spawn(async move { store.insert(vec![episode(&format!("turn {i}"), Some("s"), i)], None).await })
             })
             .collect();
         let mut ids = HashSet::new();
@@ -676,25 +410,34 @@ pub fn empty_and_zero_limits<S: Store>(make: Make<S>) {
     let store = &subject.store;
     runtime().block_on(async {
         assert!(store.insert(vec![], None).await.unwrap().is_empty());
-        store
-            .insert(vec![episode("solo entry", None, 1)], None)
-            .await
-            .unwrap();
-        assert!(
-            store
-                .search_text(vec!["solo".into()], RecallFilter::default(), 0)
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        assert!(
-            store
-                .search_text(vec![], RecallFilter::default(), 10)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        store.insert(vec![episode("solo entry", None, 1)], None).await.unwrap();
+        assert!(store.search_text(vec!["solo".into()], RecallFilter::default(), 0).await.unwrap().is_empty());
+        assert!(store.search_text(vec![], RecallFilter::default(), 10).await.unwrap().is_empty());
         assert!(store.scan(None, 0).await.unwrap().is_empty());
         assert!(store.get_many(vec![]).await.unwrap().is_empty());
+    });
+}
+
+pub fn rebinding_requeues_everything_for_the_new_model<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = &subject.store;
+    runtime().block_on(async {
+        bind_test_model(store.as_ref()).await;
+        let ids =
+            store.insert(vec![episode("alpha beta", None, 1), episode("gamma delta", None, 2)], None).await.unwrap();
+        embed_pending(store.as_ref()).await;
+        assert_eq!(store.stats().await.unwrap().vectors, 2);
+        let wide = EmbeddingModel { name: "wider-model".into(), dimension: DIM * 2 };
+        assert!(matches!(store.bind_model(wide.clone()).await, Err(AtlasError::ModelMismatch { .. })));
+        assert_eq!(store.rebind_model(wide.clone()).await.unwrap(), 2);
+        let stats = store.stats().await.unwrap();
+        assert_eq!((stats.vectors, stats.pending_vectors), (0, 2));
+        assert_eq!(stats.embedding_model, Some(wide.clone()));
+        store.bind_model(wide).await.unwrap();
+        let embedder = HashEmbedder::new(DIM * 2);
+        store.put_vectors(vec![(ids[0], embedder.embed_one("alpha beta"))]).await.unwrap();
+        let hits = store.search_vector(embedder.embed_one("alpha beta"), RecallFilter::default(), 5).await.unwrap();
+        assert_eq!(ids_of(&hits), vec![ids[0]]);
+        assert_eq!(store.pending_vectors(10).await.unwrap().len(), 1, "the rest still waits: a re-embed resumes");
     });
 }

@@ -19,10 +19,7 @@ impl HashEmbedder {
 
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
         let mut v = vec![0f32; self.dimension];
-        for word in text
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-        {
+        for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
             let h = fnv1a(word.to_lowercase().as_bytes());
             let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
             v[(h % self.dimension as u64) as usize] += sign;
@@ -38,18 +35,13 @@ impl HashEmbedder {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 #[async_trait]
 impl Embedder for HashEmbedder {
     fn model(&self) -> EmbeddingModel {
-        EmbeddingModel {
-            name: format!("atlas-test-hash-{}", self.dimension),
-            dimension: self.dimension,
-        }
+        EmbeddingModel { name: format!("atlas-test-hash-{}", self.dimension), dimension: self.dimension }
     }
 
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
@@ -59,10 +51,7 @@ impl Embedder for HashEmbedder {
 
 /// Cosine similarity of two unit vectors.
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum()
+    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
 }
 
 #[cfg(test)]
@@ -74,9 +63,6 @@ mod tests {
         let e = HashEmbedder::new(64);
         let cat = e.embed_one("the cat sat on the mat");
         assert!((cosine(&cat, &cat) - 1.0).abs() < 1e-5);
-        assert!(
-            cosine(&cat, &e.embed_one("a cat on a mat"))
-                > cosine(&cat, &e.embed_one("quarterly revenue rose"))
-        );
+        assert!(cosine(&cat, &e.embed_one("a cat on a mat")) > cosine(&cat, &e.embed_one("quarterly revenue rose")));
     }
 }

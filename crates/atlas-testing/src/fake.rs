@@ -2,12 +2,9 @@
 
 use crate::embedder::cosine;
 use async_trait::async_trait;
-use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex,
-};
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
 use atlas_domain::{
-    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result,
-    Validity,
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Validity,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -35,19 +32,12 @@ impl FakeStore {
 }
 
 fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
 #[async_trait]
 impl MemoryStore for FakeStore {
-    async fn insert(
-        &self,
-        batch: Vec<NewMemory>,
-        progress: Option<ProgressFn>,
-    ) -> Result<Vec<MemoryId>> {
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
         let mut s = self.state.lock().unwrap();
         let mut ids = Vec::with_capacity(batch.len());
         for m in batch {
@@ -57,9 +47,7 @@ impl MemoryStore for FakeStore {
                 let prev = s
                     .memories
                     .values()
-                    .filter(|o| {
-                        o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session)
-                    })
+                    .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
                     .filter(|o| o.event_time <= m.event_time)
                     .max_by_key(|o| (o.event_time, o.id))
                     .map(|o| o.id);
@@ -90,10 +78,7 @@ impl MemoryStore for FakeStore {
 
     async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
         let s = self.state.lock().unwrap();
-        Ok(ids
-            .iter()
-            .filter_map(|id| s.memories.get(id).cloned())
-            .collect())
+        Ok(ids.iter().filter_map(|id| s.memories.get(id).cloned()).collect())
     }
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
@@ -107,21 +92,12 @@ impl MemoryStore for FakeStore {
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
         let s = self.state.lock().unwrap();
         let start = after.map_or(MemoryId(0), |a| a);
-        Ok(s.memories
-            .range(start..)
-            .filter(|(id, _)| **id > start)
-            .take(limit)
-            .map(|(_, m)| m.clone())
-            .collect())
+        Ok(s.memories.range(start..).filter(|(id, _)| **id > start).take(limit).map(|(_, m)| m.clone()).collect())
     }
 
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
         let s = self.state.lock().unwrap();
-        Ok(s.edges
-            .iter()
-            .filter(|e| e.src == id || e.dst == id)
-            .cloned()
-            .collect())
+        Ok(s.edges.iter().filter(|e| e.src == id || e.dst == id).cloned().collect())
     }
 
     async fn stats(&self) -> Result<StoreStats> {
@@ -146,12 +122,7 @@ impl MemoryStore for FakeStore {
 impl TextIndex for FakeStore {
     /// Scores by summed inverse document frequency of the matched terms (a BM25 without length
     /// normalisation), which ranks the same way as BM25 on the conformance suite's cases.
-    async fn search_text(
-        &self,
-        terms: Vec<String>,
-        filter: RecallFilter,
-        limit: usize,
-    ) -> Result<Vec<ScoredId>> {
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
         let s = self.state.lock().unwrap();
         let docs: Vec<(MemoryId, Vec<String>)> = s
             .memories
@@ -172,15 +143,8 @@ impl TextIndex for FakeStore {
             .iter()
             .filter(|(id, _)| filter.admits(&s.memories[id]))
             .filter_map(|(id, w)| {
-                let score: f64 = weights
-                    .iter()
-                    .filter(|(t, _)| w.contains(t))
-                    .map(|(_, idf)| idf)
-                    .sum();
-                weights
-                    .iter()
-                    .any(|(t, _)| w.contains(t))
-                    .then_some(ScoredId { id: *id, score })
+                let score: f64 = weights.iter().filter(|(t, _)| w.contains(t)).map(|(_, idf)| idf).sum();
+                weights.iter().any(|(t, _)| w.contains(t)).then_some(ScoredId { id: *id, score })
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
@@ -208,22 +172,22 @@ impl VectorIndex for FakeStore {
         }
     }
 
+    async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64> {
+        let mut s = self.state.lock().unwrap();
+        s.model = Some(model);
+        s.vectors.clear();
+        s.queue = s.memories.keys().copied().collect();
+        Ok(s.queue.len() as u64)
+    }
+
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>> {
         let s = self.state.lock().unwrap();
-        Ok(s.queue
-            .iter()
-            .take(limit)
-            .map(|id| (*id, s.memories[id].text.clone()))
-            .collect())
+        Ok(s.queue.iter().take(limit).map(|id| (*id, s.memories[id].text.clone())).collect())
     }
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
         let mut s = self.state.lock().unwrap();
-        let dim = s
-            .model
-            .as_ref()
-            .map(|m| m.dimension)
-            .ok_or_else(|| AtlasError::Storage("no model bound".into()))?;
+        let dim = s.model.as_ref().map(|m| m.dimension).ok_or_else(|| AtlasError::Storage("no model bound".into()))?;
         if let Some((id, v)) = vectors.iter().find(|(_, v)| v.len() != dim) {
             return Err(AtlasError::Embedding(format!(
                 "vector for memory {id} has {} dimensions, expected {dim}",
@@ -239,12 +203,7 @@ impl VectorIndex for FakeStore {
         Ok(())
     }
 
-    async fn search_vector(
-        &self,
-        query: Vec<f32>,
-        filter: RecallFilter,
-        limit: usize,
-    ) -> Result<Vec<ScoredId>> {
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
         let s = self.state.lock().unwrap();
         if let Some(model) = &s.model
             && model.dimension != query.len()
@@ -259,10 +218,7 @@ impl VectorIndex for FakeStore {
             .vectors
             .iter()
             .filter(|(id, _)| filter.admits(&s.memories[id]))
-            .map(|(id, v)| ScoredId {
-                id: *id,
-                score: cosine(&query, v),
-            })
+            .map(|(id, v)| ScoredId { id: *id, score: cosine(&query, v) })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         hits.truncate(limit);

@@ -20,18 +20,12 @@ pub struct Subject<S> {
 
 impl<S> Subject<S> {
     pub fn new(store: S, keep_alive: impl Any + Send + Sync) -> Self {
-        Subject {
-            store: Arc::new(store),
-            _keep_alive: Box::new(keep_alive),
-        }
+        Subject { store: Arc::new(store), _keep_alive: Box::new(keep_alive) }
     }
 }
 
 /// A single-threaded runtime with I/O and time, for tests that drive async code synchronously
 /// (proptest bodies cannot be async).
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }

@@ -6,16 +6,8 @@ use serde_json::{Map, Value};
 
 /// Users drawn from a small set so that filters select real subsets.
 pub fn arb_scope() -> impl Strategy<Value = Scope> {
-    let part = || {
-        proptest::option::of(
-            prop_oneof![Just("alice"), Just("bob"), Just("carol")].prop_map(String::from),
-        )
-    };
-    (part(), part(), proptest::option::of("s[0-3]")).prop_map(|(user, agent, session)| Scope {
-        user,
-        agent,
-        session,
-    })
+    let part = || proptest::option::of(prop_oneof![Just("alice"), Just("bob"), Just("carol")].prop_map(String::from));
+    (part(), part(), proptest::option::of("s[0-3]")).prop_map(|(user, agent, session)| Scope { user, agent, session })
 }
 
 pub fn arb_body() -> impl Strategy<Value = Body> {

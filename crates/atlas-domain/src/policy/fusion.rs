@@ -50,11 +50,7 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
     for list in lists {
         let mut rank = 0usize;
         for id in &list.ids {
-            let entry = by_id.entry(*id).or_insert_with(|| Fused {
-                id: *id,
-                score: 0.0,
-                ranks: BTreeMap::new(),
-            });
+            let entry = by_id.entry(*id).or_insert_with(|| Fused { id: *id, score: 0.0, ranks: BTreeMap::new() });
             if entry.ranks.contains_key(&list.signal) {
                 continue;
             }
@@ -65,10 +61,7 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
     }
     let mut out: Vec<Fused> = by_id.into_values().collect();
     out.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then_with(|| best_rank(a).cmp(&best_rank(b)))
-            .then_with(|| a.id.cmp(&b.id))
+        b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))).then_with(|| a.id.cmp(&b.id))
     });
     out
 }
@@ -84,22 +77,12 @@ mod tests {
     use std::collections::HashSet;
 
     fn list(signal: Signal, ids: &[i64]) -> RankedList {
-        RankedList {
-            signal,
-            weight: 1.0,
-            ids: ids.iter().map(|i| MemoryId(*i)).collect(),
-        }
+        RankedList { signal, weight: 1.0, ids: ids.iter().map(|i| MemoryId(*i)).collect() }
     }
 
     #[test]
     fn agreement_beats_a_single_first_place() {
-        let fused = reciprocal_rank_fusion(
-            &[
-                list(Signal::Text, &[1, 2, 3]),
-                list(Signal::Vector, &[4, 2, 5]),
-            ],
-            60.0,
-        );
+        let fused = reciprocal_rank_fusion(&[list(Signal::Text, &[1, 2, 3]), list(Signal::Vector, &[4, 2, 5])], 60.0);
         assert_eq!(fused[0].id, MemoryId(2));
         assert_eq!(fused[0].ranks[&Signal::Text], 2);
         assert_eq!(fused[0].ranks[&Signal::Vector], 2);
@@ -110,16 +93,8 @@ mod tests {
         let ids = proptest::collection::vec(1i64..40, 0..30);
         (ids.clone(), ids, 0.1f64..3.0, 0.1f64..3.0).prop_map(|(a, b, wa, wb)| {
             vec![
-                RankedList {
-                    signal: Signal::Text,
-                    weight: wa,
-                    ids: a.into_iter().map(MemoryId).collect(),
-                },
-                RankedList {
-                    signal: Signal::Vector,
-                    weight: wb,
-                    ids: b.into_iter().map(MemoryId).collect(),
-                },
+                RankedList { signal: Signal::Text, weight: wa, ids: a.into_iter().map(MemoryId).collect() },
+                RankedList { signal: Signal::Vector, weight: wb, ids: b.into_iter().map(MemoryId).collect() },
             ]
         })
     }

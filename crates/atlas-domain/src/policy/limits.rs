@@ -10,10 +10,7 @@ pub const DEFAULT_MAX_TEXT_BYTES: usize = 1 << 20;
 /// `episodes.jsonl:12`).
 pub fn validate(memory: &NewMemory, max_text_bytes: usize, location: &str) -> Result<()> {
     if memory.text.trim().is_empty() {
-        return Err(AtlasError::invalid(
-            location,
-            "field \"text\": must not be empty",
-        ));
+        return Err(AtlasError::invalid(location, "field \"text\": must not be empty"));
     }
     if memory.text.len() > max_text_bytes {
         return Err(AtlasError::invalid(
@@ -26,20 +23,14 @@ pub fn validate(memory: &NewMemory, max_text_bytes: usize, location: &str) -> Re
         ));
     }
     if memory.text.contains('\0') {
-        return Err(AtlasError::invalid(
-            location,
-            "field \"text\": contains a NUL character",
-        ));
+        return Err(AtlasError::invalid(location, "field \"text\": contains a NUL character"));
     }
     if let Some(until) = memory.validity.valid_until
         && until <= memory.validity.valid_from
     {
         return Err(AtlasError::invalid(
             location,
-            format!(
-                "field \"valid_until\": {until} is not after valid_from {}",
-                memory.validity.valid_from
-            ),
+            format!("field \"valid_until\": {until} is not after valid_from {}", memory.validity.valid_from),
         ));
     }
     if let crate::Body::Fact { confidence, .. } = memory.body
@@ -65,13 +56,9 @@ mod tests {
     #[test]
     fn rejects_blank_oversized_and_nul_text() {
         assert!(validate(&episode("hi"), 10, "x").is_ok());
-        let blank = validate(&episode("  \n"), 10, "f.jsonl:3")
-            .unwrap_err()
-            .to_string();
+        let blank = validate(&episode("  \n"), 10, "f.jsonl:3").unwrap_err().to_string();
         assert!(blank.starts_with("f.jsonl:3: field \"text\""), "{blank}");
-        let big = validate(&episode(&"x".repeat(11)), 10, "x")
-            .unwrap_err()
-            .to_string();
+        let big = validate(&episode(&"x".repeat(11)), 10, "x").unwrap_err().to_string();
         assert!(big.contains("11 bytes exceeds the limit of 10"), "{big}");
         assert!(validate(&episode("a\0b"), 10, "x").is_err());
     }

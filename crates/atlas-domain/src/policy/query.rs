@@ -2,11 +2,10 @@
 
 /// Words too common to carry evidence; dropped unless the query has nothing else.
 const STOP_WORDS: &[&str] = &[
-    "a", "about", "an", "and", "are", "as", "at", "be", "been", "but", "by", "did", "do", "does",
-    "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "in", "is", "it", "its",
-    "me", "my", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "they",
-    "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "why",
-    "will", "with", "would", "you", "your",
+    "a", "about", "an", "and", "are", "as", "at", "be", "been", "but", "by", "did", "do", "does", "for", "from", "had",
+    "has", "have", "he", "her", "his", "how", "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she",
+    "so", "that", "the", "their", "them", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which",
+    "who", "whom", "why", "will", "with", "would", "you", "your",
 ];
 
 /// Most terms a query keeps; a 10k-character query must not become a 2k-term disjunction.
@@ -24,22 +23,11 @@ pub fn terms(text: &str) -> Vec<String> {
         .filter(|w| !w.is_empty())
         .map(|w| w.to_lowercase())
         // to_lowercase can produce non-alphanumeric marks (e.g. combining dots): keep words clean.
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric())
-                .collect::<String>()
-        })
+        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect::<String>())
         .filter(|w| !w.is_empty())
         .collect();
-    let content: Vec<&String> = words
-        .iter()
-        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
-        .collect();
-    let chosen: Vec<&String> = if content.is_empty() {
-        words.iter().collect()
-    } else {
-        content
-    };
+    let content: Vec<&String> = words.iter().filter(|w| !STOP_WORDS.contains(&w.as_str())).collect();
+    let chosen: Vec<&String> = if content.is_empty() { words.iter().collect() } else { content };
     let mut out: Vec<String> = Vec::new();
     for w in chosen {
         if out.len() == MAX_TERMS {
@@ -59,14 +47,8 @@ mod tests {
 
     #[test]
     fn query_syntax_becomes_words() {
-        assert_eq!(
-            terms(r#""hello" NEAR(world*) -foo :bar (("#),
-            ["hello", "near", "world", "foo", "bar"]
-        );
-        assert_eq!(
-            terms("What did Caroline research?"),
-            ["caroline", "research"]
-        );
+        assert_eq!(terms(r#""hello" NEAR(world*) -foo :bar (("#), ["hello", "near", "world", "foo", "bar"]);
+        assert_eq!(terms("What did Caroline research?"), ["caroline", "research"]);
         assert_eq!(terms("who is it"), ["who", "is", "it"]);
         assert!(terms("  ()*:- ").is_empty());
         assert_eq!(terms("Émilie 🎉 café"), ["émilie", "café"]);
