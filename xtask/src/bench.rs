@@ -13,6 +13,12 @@ use std::time::Instant;
 
 #[derive(Subcommand)]
 pub enum Which {
+    /// Embedding latency, throughput and memory, Rust beside Python's onnxruntime on the same files.
+    Embed {
+        /// Sentences embedded by each process of the memory measurement.
+        #[arg(long, default_value_t = 10_000)]
+        rss_sentences: usize,
+    },
     /// `remember` latency and `import` throughput (embedding deferred: no embedder).
     Ingest {
         /// Store sizes, in episodes.
@@ -28,6 +34,7 @@ pub fn run(which: Which) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match which {
         Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
+        Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
     }
 }
 

@@ -3,6 +3,7 @@
 //! everywhere cargo does.
 
 mod bench;
+mod bench_embed;
 mod fixtures;
 
 use anyhow::{Context, Result, bail};
@@ -103,7 +104,7 @@ fn has_cargo_subcommand(name: &str) -> bool {
 }
 
 /// Fetches what is missing and verifies everything, so later steps run offline.
-fn fetch_models() -> Result<()> {
+pub fn fetch_models() -> Result<()> {
     use atlas_embed_onnx::{assets, manifest::Manifest};
     let manifest = Manifest::builtin()?;
     println!("cache: {}", assets::cache_dir().display());
@@ -140,7 +141,7 @@ fn test() -> Result<()> {
     }
 }
 
-fn atlas_binary() -> Result<PathBuf> {
+pub fn atlas_binary() -> Result<PathBuf> {
     cargo(&["build", "--release", "--quiet", "-p", "atlas-cli"])?;
     Ok(target_dir().join("release").join("atlas"))
 }

@@ -110,7 +110,7 @@ impl Default for Config {
             durability: DurabilityKind::Normal,
             max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
             embedder: EmbedderKind::default_for_build(),
-            embed_batch: 64,
+            embed_batch: 256,
             onnx: OnnxConfig::default(),
             recall: RecallConfig::default(),
         }

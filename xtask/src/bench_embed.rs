@@ -1,0 +1,266 @@
+//! `cargo xtask bench embed`: the ONNX embedder beside Python's onnxruntime + tokenizers on the
+//! same model files, threads, batches and sentences, in one run.
+
+use anyhow::{Context, Result, bail};
+use atlas_embed_onnx::{OnnxEmbedder, OnnxOptions, assets, manifest::Manifest};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const WORDS: &[&str] = &[
+    "the",
+    "a",
+    "we",
+    "I",
+    "you",
+    "they",
+    "my",
+    "our",
+    "team",
+    "project",
+    "meeting",
+    "deadline",
+    "dog",
+    "trip",
+    "Lisbon",
+    "coffee",
+    "report",
+    "bug",
+    "release",
+    "friday",
+    "yesterday",
+    "tomorrow",
+    "moved",
+    "finished",
+    "started",
+    "painted",
+    "booked",
+    "called",
+    "decided",
+    "about",
+    "with",
+    "after",
+    "before",
+    "because",
+    "new",
+    "old",
+    "big",
+    "small",
+    "garden",
+    "kitchen",
+    "budget",
+    "review",
+    "school",
+    "music",
+    "lesson",
+    "violin",
+    "race",
+    "training",
+    "knee",
+    "doctor",
+    "sister",
+    "brother",
+    "parents",
+    "weekend",
+    "holiday",
+    "beach",
+    "mountain",
+    "dinner",
+    "recipe",
+    "and",
+    "but",
+    "so",
+    "really",
+    "very",
+    "still",
+    "again",
+    "finally",
+    "maybe",
+    "think",
+    "want",
+    "need",
+    "like",
+];
+
+/// Deterministic English-like sentences of 6 to 28 words.
+pub fn sentences(n: usize) -> Vec<String> {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|_| {
+            let len = 6 + (next() % 23) as usize;
+            let words: Vec<&str> = (0..len).map(|_| WORDS[(next() % WORDS.len() as u64) as usize]).collect();
+            format!("{}.", words.join(" "))
+        })
+        .collect()
+}
+
+struct Figures {
+    p50_ms: f64,
+    p95_ms: f64,
+    batch32_per_s: f64,
+}
+
+fn rust_figures(threads: usize, spinning: bool, texts: &[String]) -> Result<(Figures, f64)> {
+    let embedder = OnnxEmbedder::load(&OnnxOptions { threads, spinning, ..OnnxOptions::default() })?;
+    for t in &texts[..20] {
+        embedder.embed_blocking(std::slice::from_ref(t))?;
+    }
+    let mut single: Vec<f64> = texts[..200]
+        .iter()
+        .map(|t| {
+            let started = Instant::now();
+            embedder.embed_blocking(std::slice::from_ref(t)).map(|_| started.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<Result<_, _>>()?;
+    single.sort_by(f64::total_cmp);
+    let started = Instant::now();
+    for batch in texts[..640].chunks(32) {
+        embedder.embed_blocking(batch)?;
+    }
+    let batch32_per_s = 640.0 / started.elapsed().as_secs_f64();
+    // The same 640 in one call: sorted by length across the whole set, then cut into 32s.
+    let started = Instant::now();
+    embedder.embed_blocking(&texts[..640])?;
+    let bucketed_per_s = 640.0 / started.elapsed().as_secs_f64();
+    let p = |q: f64| single[((single.len() - 1) as f64 * q).round() as usize];
+    Ok((Figures { p50_ms: p(0.5), p95_ms: p(0.95), batch32_per_s }, bucketed_per_s))
+}
+
+/// A virtualenv in the cache with Python's onnxruntime and tokenizers, for the baseline.
+fn python_env() -> Result<PathBuf> {
+    let manifest = Manifest::builtin()?;
+    let venv = assets::cache_dir().join("bench-pyenv");
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status()?;
+        if !status.success() {
+            bail!("python3 -m venv {} failed", venv.display());
+        }
+    }
+    let ready = Command::new(&python)
+        .args(["-c", "import onnxruntime, tokenizers, numpy"])
+        .stderr(std::process::Stdio::null())
+        .status()?
+        .success();
+    if !ready {
+        let status = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", &manifest.runtime.package, "tokenizers", "numpy"])
+            .status()?;
+        if !status.success() {
+            bail!("pip install into {} failed", venv.display());
+        }
+    }
+    Ok(python)
+}
+
+fn python_figures(
+    python: &Path,
+    sentences_file: &Path,
+    model_dir: &Path,
+    threads: usize,
+    spinning: bool,
+) -> Result<Figures> {
+    let script = crate::root().join("xtask/scripts/bench_embed.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(sentences_file)
+        .arg(model_dir)
+        .arg(threads.to_string())
+        .arg(if spinning { "1" } else { "0" })
+        .output()?;
+    if !out.status.success() {
+        bail!("{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("bench_embed.py output")?;
+    let f = |k: &str| v[k].as_f64().with_context(|| format!("bench_embed.py: no {k}"));
+    Ok(Figures { p50_ms: f("p50_ms")?, p95_ms: f("p95_ms")?, batch32_per_s: f("batch32_per_s")? })
+}
+
+/// Peak resident memory of a command, in MB, from GNU time.
+fn peak_rss_mb(command: &mut Command) -> Result<f64> {
+    let out = command.output()?;
+    if !out.status.success() {
+        bail!("{:?} failed: {}", command, String::from_utf8_lossy(&out.stderr));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let kb: f64 = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("MAXRSS_KB=").and_then(|v| v.trim().parse().ok()))
+        .context("no MAXRSS_KB line from /usr/bin/time")?;
+    Ok(kb / 1024.0)
+}
+
+pub fn run(rss_sentences: usize) -> Result<()> {
+    crate::fetch_models()?;
+    let atlas = crate::atlas_binary()?;
+    let manifest = Manifest::builtin()?;
+    let model_dir = assets::model_dir(manifest.default_model());
+    let texts = sentences(rss_sentences.max(640));
+    let dir = tempfile::tempdir()?;
+    let sentences_file = dir.path().join("sentences.json");
+    std::fs::write(&sentences_file, serde_json::to_string(&texts[..640])?)?;
+    let python = python_env()?;
+
+    println!(
+        "| threads | spinning | Rust p50 (ms) | Rust p95 (ms) | Python p50 (ms) | p50 Python / Rust | Rust batch-32 (sent/s) | Python batch-32 (sent/s) | throughput Rust / Python | Rust 640 length-bucketed (sent/s) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (threads, spinning) in [(1, false), (2, false), (2, true)] {
+        let (rust, bucketed) = rust_figures(threads, spinning, &texts)?;
+        let py = python_figures(&python, &sentences_file, &model_dir, threads, spinning)?;
+        println!(
+            "| {threads} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} |",
+            if spinning { "on" } else { "off" },
+            rust.p50_ms,
+            rust.p95_ms,
+            py.p50_ms,
+            py.p50_ms / rust.p50_ms,
+            rust.batch32_per_s,
+            py.batch32_per_s,
+            rust.batch32_per_s / py.batch32_per_s,
+            bucketed
+        );
+    }
+
+    let jsonl = dir.path().join("rss.jsonl");
+    let lines: String = texts[..rss_sentences]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("{}\n", serde_json::json!({"id": i, "text": t})))
+        .collect();
+    std::fs::write(&jsonl, lines)?;
+    let all_file = dir.path().join("all.json");
+    std::fs::write(&all_file, serde_json::to_string(&texts[..rss_sentences])?)?;
+    let rust_rss = peak_rss_mb(
+        Command::new("/usr/bin/time")
+            .args(["-f", "MAXRSS_KB=%M"])
+            .arg(&atlas)
+            .args(["--db", "/nonexistent/unused.db", "embed", "--json", "--batch"])
+            .arg(&jsonl)
+            .env("ATLAS_EMBED_THREADS", "2")
+            .stdout(std::process::Stdio::null()),
+    )?;
+    let py_rss = peak_rss_mb(
+        Command::new("/usr/bin/time")
+            .args(["-f", "MAXRSS_KB=%M"])
+            .arg(&python)
+            .arg(crate::root().join("xtask/scripts/bench_embed.py"))
+            .arg(&all_file)
+            .arg(&model_dir)
+            .args(["2", "0", "--rss-only"]),
+    )?;
+    println!();
+    println!("| process embedding {rss_sentences} sentences | peak RSS (MB) |");
+    println!("|---|---|");
+    println!("| atlas embed --batch (Rust) | {rust_rss:.0} |");
+    println!("| Python onnxruntime + tokenizers | {py_rss:.0} |");
+    println!("| ratio Rust / Python | {:.2} |", rust_rss / py_rss);
+    Ok(())
+}
