@@ -101,6 +101,9 @@ struct RecallArgs {
     /// Recall what was valid at this time instead of now (RFC 3339).
     #[arg(long)]
     as_of: Option<String>,
+    /// Show, for every hit, each signal's rank, raw score and contribution to the fused score.
+    #[arg(long)]
+    explain: bool,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -290,10 +293,13 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
         until: parse_time("--until", args.until)?,
         as_of: parse_time("--as-of", args.as_of)?,
     };
+    // A CLI process lives too briefly for the background embedder: catch up first, so that a
+    // `remember` followed by a `recall` always searches the new memory's vector too.
+    atlas.flush_vectors(None).await?;
     match (args.query, args.batch) {
         (Some(query), None) => {
             let result = atlas.recall(RecallRequest { query, ..template }).await?;
-            output::print_recall(None, &result, json);
+            output::print_recall(None, &result, json, args.explain);
             Ok(())
         }
         (None, Some(batch)) => {
@@ -303,7 +309,7 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
             let stdout = std::io::stdout();
             for [id, query] in queries {
                 let result = atlas.recall(RecallRequest { query: query.clone(), ..template.clone() }).await?;
-                output::print_recall(Some((&id, &query)), &result, json);
+                output::print_recall(Some((&id, &query)), &result, json, args.explain);
             }
             stdout.lock().flush()?;
             Ok(())

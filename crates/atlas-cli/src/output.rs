@@ -14,7 +14,8 @@ pub fn print_line(json: bool, value: Value, human: impl FnOnce() -> String) {
 }
 
 /// Prints one recall; `batch` is the query's id and text when it came from a `--batch` file.
-pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
+/// With `explain`, every hit also shows each signal's rank, raw score and contribution.
+pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, explain: bool) {
     if json {
         let hits: Vec<Value> = recall
             .hits
@@ -22,9 +23,20 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
             .map(|h| {
                 let mut line = jsonl::to_line(&h.memory);
                 let ranks: serde_json::Map<String, Value> =
-                    h.ranks.iter().map(|(s, r)| (s.as_str().to_owned(), Value::from(*r))).collect();
+                    h.signals.iter().map(|(s, v)| (s.as_str().to_owned(), Value::from(v.rank))).collect();
                 line["score"] = Value::from(h.score);
                 line["ranks"] = Value::Object(ranks);
+                if explain {
+                    let detail: serde_json::Map<String, Value> = h
+                        .signals
+                        .iter()
+                        .map(|(s, v)| {
+                            let entry = json!({"rank": v.rank, "score": v.raw, "contribution": v.contribution});
+                            (s.as_str().to_owned(), entry)
+                        })
+                        .collect();
+                    line["explain"] = Value::Object(detail);
+                }
                 line
             })
             .collect();
@@ -55,7 +67,17 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool) {
     for (i, h) in recall.hits.iter().enumerate() {
         let m = &h.memory;
         let who = m.body.speaker().map(|s| format!("{s}: ")).unwrap_or_default();
-        let ranks: Vec<String> = h.ranks.iter().map(|(s, r)| format!("{} #{r}", s.as_str())).collect();
+        let ranks: Vec<String> = h
+            .signals
+            .iter()
+            .map(|(s, v)| {
+                if explain {
+                    format!("{} #{} score {:.4} adds {:.4}", s.as_str(), v.rank, v.raw, v.contribution)
+                } else {
+                    format!("{} #{}", s.as_str(), v.rank)
+                }
+            })
+            .collect();
         println!(
             "{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({})",
             i + 1,

@@ -91,8 +91,17 @@ fn remember_get_forget_stats_export() {
     assert_eq!((stats["memories"].as_u64(), stats["edges"].as_u64()), (Some(2), Some(1)));
     let human = ok(atlas(&db, &["recall", "kenobi"]));
     assert!(human.contains("general kenobi"), "{human}");
-    let scoped = ok(atlas(&db, &["recall", "--json", "--scope", "user:ann", "kenobi"]));
+    let scoped = ok(atlas(&db, &["recall", "--json", "--explain", "--scope", "user:ann", "kenobi"]));
     assert!(!scoped.contains("kenobi") && scoped.contains("hello there"), "only ann's memory: {scoped}");
+    let scoped: serde_json::Value = serde_json::from_str(&scoped).unwrap();
+    assert_eq!(
+        scoped["signals"]["vector"]["note"],
+        serde_json::Value::Null,
+        "recall embedded what remember left pending"
+    );
+    let explain = &scoped["hits"][0]["explain"]["vector"];
+    assert_eq!(explain["rank"], 1);
+    assert!(explain["score"].as_f64().is_some() && explain["contribution"].as_f64().unwrap() > 0.0, "{explain}");
     ok(atlas(&db, &["forget", &id]));
     let err = failed(atlas(&db, &["forget", &id]));
     assert!(err.contains(&format!("no memory with id {id}")), "{err}");

@@ -2,9 +2,8 @@
 
 use crate::Parts;
 use crate::config::RecallConfig;
-use atlas_domain::policy::fusion::{RankedList, Signal, reciprocal_rank_fusion};
+use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, reciprocal_rank_fusion};
 use atlas_domain::policy::query::terms;
-use atlas_domain::ports::ScoredId;
 use atlas_domain::{AtlasError, Memory, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -24,12 +23,19 @@ pub struct RecallRequest {
     pub as_of: Option<Timestamp>,
 }
 
-/// One recalled memory, its fused score and the rank each signal gave it (1 = best).
+/// One recalled memory, its fused score, and per signal that found it: its rank (1 = best),
+/// the signal's raw score and its contribution to the fused score.
 #[derive(Debug, Clone)]
 pub struct Hit {
     pub memory: Memory,
     pub score: f64,
-    pub ranks: BTreeMap<Signal, usize>,
+    pub signals: BTreeMap<Signal, SignalScore>,
+}
+
+impl Hit {
+    pub fn rank(&self, signal: Signal) -> Option<usize> {
+        self.signals.get(&signal).map(|s| s.rank)
+    }
 }
 
 /// Whether a signal took part, and why not when it did not.
@@ -103,10 +109,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     };
     let ((text_hits, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
 
-    let ids = |hits: Vec<ScoredId>| hits.into_iter().map(|h| h.id).collect();
     let lists = [
-        RankedList { signal: Signal::Text, weight: config.text_weight, ids: ids(text_hits) },
-        RankedList { signal: Signal::Vector, weight: config.vector_weight, ids: ids(vector_hits) },
+        RankedList { signal: Signal::Text, weight: config.text_weight, hits: text_hits },
+        RankedList { signal: Signal::Vector, weight: config.vector_weight, hits: vector_hits },
     ];
     let mut fused = reciprocal_rank_fusion(&lists, config.rrf_k);
     fused.truncate(request.k);
@@ -115,7 +120,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // A memory forgotten between search and fetch is simply absent.
     let hits = fused
         .into_iter()
-        .filter_map(|f| memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, ranks: f.ranks }))
+        .filter_map(|f| memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, signals: f.signals }))
         .collect();
     Ok(Recall { hits, signals: vec![text_report, vector_report], took_ms: started.elapsed().as_secs_f64() * 1e3 })
 }

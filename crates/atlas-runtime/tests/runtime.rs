@@ -109,7 +109,7 @@ async fn recall_without_an_embedder_runs_on_text_and_says_so() {
     atlas.remember(say("unrelated chatter about taxes", "s")).await.unwrap();
     let recall = atlas.recall(query("What did Melanie paint?", 10)).await.unwrap();
     assert_eq!(recall.hits[0].memory.id, id);
-    assert_eq!(recall.hits[0].ranks.get(&Signal::Text), Some(&1));
+    assert_eq!(recall.hits[0].rank(Signal::Text), Some(1));
     let skipped: Vec<_> = recall.skipped().collect();
     assert_eq!(skipped.len(), 1);
     assert_eq!(skipped[0].signal, Signal::Vector);
@@ -127,7 +127,9 @@ async fn recall_fuses_text_and_vector_ranks() {
     let recall = atlas.recall(query("grey cat Pixel", 2)).await.unwrap();
     assert_eq!(recall.hits.len(), 2);
     assert_eq!(recall.hits[0].memory.text, "we adopted a grey cat named Pixel");
-    assert_eq!(recall.hits[0].ranks.len(), 2, "found by both signals: {:?}", recall.hits[0].ranks);
+    assert_eq!(recall.hits[0].signals.len(), 2, "found by both signals: {:?}", recall.hits[0].signals);
+    let explained: f64 = recall.hits[0].signals.values().map(|s| s.contribution).sum();
+    assert!((explained - recall.hits[0].score).abs() < 1e-12, "the explanation adds up to the score");
     assert!(recall.skipped().next().is_none());
     assert!(recall.hits[0].score > recall.hits[1].score);
 }
@@ -347,7 +349,7 @@ async fn onnx_vectors_find_a_paraphrase_that_shares_no_words() {
     assert_eq!(stats.store.embedding_model.unwrap().dimension, 384);
     let recall = atlas.recall(query("child music class", 1)).await.unwrap();
     assert_eq!(recall.hits[0].memory.text, "My daughter just started violin lessons.");
-    assert_eq!(recall.hits[0].ranks.get(&Signal::Vector), Some(&1));
+    assert_eq!(recall.hits[0].rank(Signal::Vector), Some(1));
     assert!(recall.skipped().next().is_none());
 }
 

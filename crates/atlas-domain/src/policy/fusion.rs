@@ -1,6 +1,7 @@
 //! Weighted reciprocal rank fusion of ranked lists from independent signals.
 
 use crate::MemoryId;
+use crate::ports::ScoredId;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,20 +27,35 @@ impl Signal {
 /// The reciprocal-rank constant from Cormack et al. (2009); damps the advantage of the top rank.
 pub const DEFAULT_RRF_K: f64 = 60.0;
 
-/// One signal's ranking, best first.
+/// One signal's ranking, best first, with the signal's own scores (higher is better).
 #[derive(Debug, Clone)]
 pub struct RankedList {
     pub signal: Signal,
     pub weight: f64,
-    pub ids: Vec<MemoryId>,
+    pub hits: Vec<ScoredId>,
 }
 
-/// A fused result: its score and the 1-based rank it had in each signal that found it.
+/// What one signal said about a fused result: its 1-based rank, its raw score, and what it
+/// added to the fused score (the explanation `recall --explain` prints).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SignalScore {
+    pub rank: usize,
+    pub raw: f64,
+    pub contribution: f64,
+}
+
+/// A fused result: its score and what each signal that found it contributed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fused {
     pub id: MemoryId,
     pub score: f64,
-    pub ranks: BTreeMap<Signal, usize>,
+    pub signals: BTreeMap<Signal, SignalScore>,
+}
+
+impl Fused {
+    pub fn rank(&self, signal: Signal) -> Option<usize> {
+        self.signals.get(&signal).map(|s| s.rank)
+    }
 }
 
 /// score(d) = Σ over lists of weight / (k + rank(d)). A repeated id within one list counts at
@@ -49,14 +65,16 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
     let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
     for list in lists {
         let mut rank = 0usize;
-        for id in &list.ids {
-            let entry = by_id.entry(*id).or_insert_with(|| Fused { id: *id, score: 0.0, ranks: BTreeMap::new() });
-            if entry.ranks.contains_key(&list.signal) {
+        for hit in &list.hits {
+            let entry =
+                by_id.entry(hit.id).or_insert_with(|| Fused { id: hit.id, score: 0.0, signals: BTreeMap::new() });
+            if entry.signals.contains_key(&list.signal) {
                 continue;
             }
             rank += 1;
-            entry.ranks.insert(list.signal, rank);
-            entry.score += list.weight / (k + rank as f64);
+            let contribution = list.weight / (k + rank as f64);
+            entry.signals.insert(list.signal, SignalScore { rank, raw: hit.score, contribution });
+            entry.score += contribution;
         }
     }
     let mut out: Vec<Fused> = by_id.into_values().collect();
@@ -67,7 +85,7 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
 }
 
 fn best_rank(f: &Fused) -> usize {
-    f.ranks.values().copied().min().unwrap_or(usize::MAX)
+    f.signals.values().map(|s| s.rank).min().unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -76,25 +94,31 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashSet;
 
+    fn hits(ids: impl IntoIterator<Item = i64>) -> Vec<ScoredId> {
+        ids.into_iter().enumerate().map(|(i, id)| ScoredId { id: MemoryId(id), score: -(i as f64) }).collect()
+    }
+
     fn list(signal: Signal, ids: &[i64]) -> RankedList {
-        RankedList { signal, weight: 1.0, ids: ids.iter().map(|i| MemoryId(*i)).collect() }
+        RankedList { signal, weight: 1.0, hits: hits(ids.iter().copied()) }
     }
 
     #[test]
     fn agreement_beats_a_single_first_place() {
         let fused = reciprocal_rank_fusion(&[list(Signal::Text, &[1, 2, 3]), list(Signal::Vector, &[4, 2, 5])], 60.0);
         assert_eq!(fused[0].id, MemoryId(2));
-        assert_eq!(fused[0].ranks[&Signal::Text], 2);
-        assert_eq!(fused[0].ranks[&Signal::Vector], 2);
+        assert_eq!(fused[0].rank(Signal::Text), Some(2));
+        assert_eq!(fused[0].rank(Signal::Vector), Some(2));
         assert!((fused[0].score - 2.0 / 62.0).abs() < 1e-12);
+        let explained: f64 = fused[0].signals.values().map(|s| s.contribution).sum();
+        assert!((explained - fused[0].score).abs() < 1e-12, "contributions add up to the score");
     }
 
     fn arb_lists() -> impl Strategy<Value = Vec<RankedList>> {
         let ids = proptest::collection::vec(1i64..40, 0..30);
         (ids.clone(), ids, 0.1f64..3.0, 0.1f64..3.0).prop_map(|(a, b, wa, wb)| {
             vec![
-                RankedList { signal: Signal::Text, weight: wa, ids: a.into_iter().map(MemoryId).collect() },
-                RankedList { signal: Signal::Vector, weight: wb, ids: b.into_iter().map(MemoryId).collect() },
+                RankedList { signal: Signal::Text, weight: wa, hits: hits(a) },
+                RankedList { signal: Signal::Vector, weight: wb, hits: hits(b) },
             ]
         })
     }
@@ -103,7 +127,7 @@ mod tests {
         #[test]
         fn output_is_the_union_without_duplicates_sorted_by_score(lists in arb_lists()) {
             let fused = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
-            let expected: HashSet<MemoryId> = lists.iter().flat_map(|l| l.ids.iter().copied()).collect();
+            let expected: HashSet<MemoryId> = lists.iter().flat_map(|l| l.hits.iter().map(|h| h.id)).collect();
             let got: Vec<MemoryId> = fused.iter().map(|f| f.id).collect();
             let unique: HashSet<MemoryId> = got.iter().copied().collect();
             prop_assert_eq!(unique.len(), got.len());
@@ -125,13 +149,13 @@ mod tests {
         #[test]
         fn monotone_moving_an_id_up_never_lowers_its_score(lists in arb_lists(), pick in 0usize..30) {
             let mut lists = lists;
-            let text = &mut lists[0].ids;
-            text.dedup();
+            let text = &mut lists[0].hits;
+            text.dedup_by_key(|h| h.id);
             if pick < text.len() && pick > 0 {
-                let target = text[pick];
+                let target = text[pick].id;
                 let before = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
                 let score_before = before.iter().find(|f| f.id == target).unwrap().score;
-                lists[0].ids.swap(pick, pick - 1);
+                lists[0].hits.swap(pick, pick - 1);
                 let after = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
                 let score_after = after.iter().find(|f| f.id == target).unwrap().score;
                 prop_assert!(score_after >= score_before);
