@@ -94,8 +94,8 @@ pub trait VectorIndex: Send + Sync {
     /// model and queues every memory for embedding. Returns how many memories were queued.
     async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64>;
 
-    /// Up to `limit` memories awaiting a vector, oldest first, with their text.
-    async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>>;
+    /// Up to `limit` memories awaiting a vector, oldest first.
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>>;
 
     /// Stores vectors (replacing any) and takes their memories off the queue. Vectors of
     /// memories forgotten in the meantime are dropped.

@@ -2,6 +2,7 @@
 
 use crate::Parts;
 use atlas_domain::Result;
+use atlas_domain::policy::embedding::embedding_text;
 use atlas_domain::ports::ProgressFn;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +71,7 @@ impl Shared {
             if pending.is_empty() {
                 return Ok(done);
             }
-            let (ids, texts): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+            let (ids, texts): (Vec<_>, Vec<_>) = pending.iter().map(|m| (m.id, embedding_text(m))).unzip();
             let vectors = embedder.embed(texts).await?;
             if vectors.len() != ids.len() {
                 return Err(atlas_domain::AtlasError::Embedding(format!(

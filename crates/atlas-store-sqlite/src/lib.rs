@@ -400,16 +400,13 @@ impl VectorIndex for SqliteStore {
             .await
     }
 
-    async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>> {
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
         self.readers
             .read(move |conn| {
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT m.id, m.text FROM vector_queue q JOIN memories m ON m.id = q.id ORDER BY q.id LIMIT ?",
-                    )
-                    .map_err(storage)?;
-                let rows = stmt.query_map([limit as i64], |r| Ok((MemoryId(r.get(0)?), r.get(1)?))).map_err(storage)?;
-                rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+                let sql = format!(
+                    "SELECT {MEMORY_COLUMNS} FROM vector_queue q JOIN memories m ON m.id = q.id ORDER BY q.id LIMIT ?"
+                );
+                query_memories(conn, &sql, &[Value::Integer(limit as i64)])
             })
             .await
     }

@@ -68,7 +68,7 @@ async fn embed_pending<S: Store>(store: &S) {
         if pending.is_empty() {
             break;
         }
-        let vectors = pending.into_iter().map(|(id, text)| (id, embedder.embed_one(&text))).collect();
+        let vectors = pending.into_iter().map(|m| (m.id, embedder.embed_one(&m.text))).collect();
         store.put_vectors(vectors).await.unwrap();
     }
 }
@@ -300,8 +300,8 @@ pub fn vector_queue_and_nearest_first<S: Store>(make: Make<S>) {
             .await
             .unwrap();
         let pending = store.pending_vectors(10).await.unwrap();
-        assert_eq!(pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), ids);
-        assert_eq!(pending[0].1, "red apples");
+        assert_eq!(pending.iter().map(|m| m.id).collect::<Vec<_>>(), ids);
+        assert_eq!(pending[0].text, "red apples");
         assert!(store.put_vectors(vec![(ids[0], vec![1.0; DIM])]).await.is_err(), "no model bound yet");
         bind_test_model(store.as_ref()).await;
         let e = HashEmbedder::new(DIM);
@@ -310,7 +310,7 @@ pub fn vector_queue_and_nearest_first<S: Store>(make: Make<S>) {
             .await
             .unwrap();
         let pending = store.pending_vectors(10).await.unwrap();
-        assert_eq!(pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![ids[1]]);
+        assert_eq!(pending.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[1]]);
         let err = store.put_vectors(vec![(ids[1], vec![0.5; DIM + 1])]).await.unwrap_err();
         assert!(err.to_string().contains("dimensions"), "{err}");
         let hits = store.search_vector(e.embed_one("blue whales"), RecallFilter::default(), 10).await.unwrap();

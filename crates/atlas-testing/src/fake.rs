@@ -180,9 +180,9 @@ impl VectorIndex for FakeStore {
         Ok(s.queue.len() as u64)
     }
 
-    async fn pending_vectors(&self, limit: usize) -> Result<Vec<(MemoryId, String)>> {
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
         let s = self.state.lock().unwrap();
-        Ok(s.queue.iter().take(limit).map(|id| (*id, s.memories[id].text.clone())).collect())
+        Ok(s.queue.iter().take(limit).map(|id| s.memories[id].clone()).collect())
     }
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
