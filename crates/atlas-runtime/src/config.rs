@@ -1,6 +1,6 @@
 //! Configuration: a TOML file, then `ATLAS_*` environment overrides, then command-line flags.
 
-use atlas_domain::policy::fusion::DEFAULT_RRF_K;
+use atlas_domain::policy::fusion::{DEFAULT_RRF_K, FusionMethod};
 use atlas_domain::policy::limits::DEFAULT_MAX_TEXT_BYTES;
 use atlas_domain::{AtlasError, Result};
 use serde::Deserialize;
@@ -89,16 +89,30 @@ impl Default for OnnxConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecallConfig {
+    /// `convex` (min-max-normalised scores, weighted) or `rrf` (reciprocal ranks).
+    pub fusion: FusionMethod,
     pub rrf_k: f64,
     pub text_weight: f64,
     pub vector_weight: f64,
     /// Candidates each signal contributes before fusion (at least k).
     pub candidates: usize,
+    /// Share of a strong hit's score given to the turns before and after it (0 turns it off).
+    pub context_weight: f64,
+    /// How many of the best hits spread to their neighbouring turns.
+    pub context_from: usize,
 }
 
 impl Default for RecallConfig {
     fn default() -> Self {
-        RecallConfig { rrf_k: DEFAULT_RRF_K, text_weight: 1.0, vector_weight: 1.0, candidates: 50 }
+        RecallConfig {
+            fusion: FusionMethod::Convex,
+            rrf_k: DEFAULT_RRF_K,
+            text_weight: 1.0,
+            vector_weight: 1.0,
+            candidates: 100,
+            context_weight: 0.4,
+            context_from: 10,
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 
 use crate::Parts;
 use crate::config::RecallConfig;
-use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, reciprocal_rank_fusion};
+use atlas_domain::EdgeKind;
+use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread_to_neighbours};
 use atlas_domain::policy::query::terms;
 use atlas_domain::{AtlasError, Memory, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
@@ -113,14 +114,32 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         RankedList { signal: Signal::Text, weight: config.text_weight, hits: text_hits },
         RankedList { signal: Signal::Vector, weight: config.vector_weight, hits: vector_hits },
     ];
-    let mut fused = reciprocal_rank_fusion(&lists, config.rrf_k);
-    fused.truncate(request.k);
-    let mut memories: HashMap<_, _> =
-        parts.store.get_many(fused.iter().map(|f| f.id).collect()).await?.into_iter().map(|m| (m.id, m)).collect();
+    let mut fused = fuse(&lists, config.fusion, config.rrf_k);
+    let mut signals = vec![text_report, vector_report];
+    if config.context_weight > 0.0 && request.k > 0 {
+        let from = config.context_from.min(fused.len());
+        let mut neighbours = HashMap::with_capacity(from);
+        for f in &fused[..from] {
+            let edges = parts.store.edges_of(f.id).await?;
+            let adjacent = edges
+                .iter()
+                .filter(|e| e.kind == EdgeKind::Temporal)
+                .map(|e| if e.src == f.id { e.dst } else { e.src })
+                .collect::<Vec<_>>();
+            neighbours.insert(f.id, adjacent);
+        }
+        fused = spread_to_neighbours(fused, &neighbours, from, config.context_weight);
+        signals.push(SignalReport { signal: Signal::Context, used: true, note: None });
+    }
+    // Context can bring in memories no search saw: they pass the same filter before they count.
+    let window: Vec<_> = fused.iter().take(request.k + config.context_from * 2).map(|f| f.id).collect();
+    let mut memories: HashMap<_, _> = parts.store.get_many(window).await?.into_iter().map(|m| (m.id, m)).collect();
     // A memory forgotten between search and fetch is simply absent.
     let hits = fused
         .into_iter()
         .filter_map(|f| memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, signals: f.signals }))
+        .filter(|h| filter.admits(&h.memory))
+        .take(request.k)
         .collect();
-    Ok(Recall { hits, signals: vec![text_report, vector_report], took_ms: started.elapsed().as_secs_f64() * 1e3 })
+    Ok(Recall { hits, signals, took_ms: started.elapsed().as_secs_f64() * 1e3 })
 }

@@ -127,7 +127,8 @@ async fn recall_fuses_text_and_vector_ranks() {
     let recall = atlas.recall(query("grey cat Pixel", 2)).await.unwrap();
     assert_eq!(recall.hits.len(), 2);
     assert_eq!(recall.hits[0].memory.text, "we adopted a grey cat named Pixel");
-    assert_eq!(recall.hits[0].signals.len(), 2, "found by both signals: {:?}", recall.hits[0].signals);
+    let top = &recall.hits[0];
+    assert!(top.rank(Signal::Text).is_some() && top.rank(Signal::Vector).is_some(), "both signals: {:?}", top.signals);
     let explained: f64 = recall.hits[0].signals.values().map(|s| s.contribution).sum();
     assert!((explained - recall.hits[0].score).abs() < 1e-12, "the explanation adds up to the score");
     assert!(recall.skipped().next().is_none());
@@ -388,4 +389,43 @@ async fn reembed_moves_a_store_to_the_configured_model() {
     let stats = atlas.stats().await.unwrap().store;
     assert_eq!((stats.vectors, stats.pending_vectors), (3, 0));
     assert_eq!(Atlas::reembed(config, None).await.unwrap(), 0, "already done: nothing to resume");
+}
+
+#[tokio::test]
+async fn context_brings_the_answer_turn_after_the_question_turn() {
+    let (atlas, _) = fake_atlas(None).await;
+    let question = atlas.remember(say("What did you think of the new pottery studio downtown?", "s1")).await.unwrap();
+    let answer = atlas.remember(say("Honestly I loved it, the teacher was wonderful.", "s1")).await.unwrap();
+    atlas.remember(say("unrelated: the printer is out of toner", "s2")).await.unwrap();
+    let recall = atlas.recall(query("pottery studio", 5)).await.unwrap();
+    let ids: Vec<_> = recall.hits.iter().map(|h| h.memory.id).collect();
+    assert_eq!(ids[..2], [question, answer], "the reply rides on its question: {ids:?}");
+    let context = recall.hits[1].signals[&Signal::Context];
+    assert_eq!(context.rank, 1, "spread from the best hit");
+    assert!(recall.hits[1].rank(Signal::Text).is_none());
+    let off = Config {
+        recall: atlas_runtime::config::RecallConfig { context_weight: 0.0, ..Default::default() },
+        ..Config::default()
+    };
+    let store = Arc::new(FakeStore::new());
+    let plain = Atlas::from_parts(Parts::from_store(store, None), off).await.unwrap();
+    plain.remember(say("What did you think of the new pottery studio downtown?", "s1")).await.unwrap();
+    plain.remember(say("Honestly I loved it, the teacher was wonderful.", "s1")).await.unwrap();
+    assert_eq!(plain.recall(query("pottery studio", 5)).await.unwrap().hits.len(), 1, "without context only the match");
+}
+
+#[tokio::test]
+async fn context_never_crosses_the_filter() {
+    let (atlas, _) = fake_atlas(None).await;
+    let mut mine = say("the pottery studio opens on Monday", "s1");
+    mine.scope.user = Some("ann".into());
+    let mut theirs = say("great, I will bring clay", "s1");
+    theirs.scope.user = Some("bob".into());
+    atlas.remember(mine).await.unwrap();
+    atlas.remember(theirs).await.unwrap();
+    let request =
+        RecallRequest { scope: Scope { user: Some("ann".into()), ..Scope::default() }, ..query("pottery", 5) };
+    let hits = atlas.recall(request).await.unwrap().hits;
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].memory.scope.user.as_deref(), Some("ann"));
 }

@@ -13,6 +13,8 @@ pub enum Signal {
     Text,
     /// Vector similarity.
     Vector,
+    /// Adjacent to a strong hit in its session (the turn before or after).
+    Context,
 }
 
 impl Signal {
@@ -20,6 +22,7 @@ impl Signal {
         match self {
             Signal::Text => "text",
             Signal::Vector => "vector",
+            Signal::Context => "context",
         }
     }
 }
@@ -84,6 +87,90 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
     out
 }
 
+/// How ranked lists are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FusionMethod {
+    /// Σ weight / (k + rank): uses ranks only.
+    Rrf,
+    /// Σ weight × min-max-normalised score: uses how far ahead a hit is, not only its place.
+    Convex,
+}
+
+/// Fuses `lists` by `method` (`k` is the RRF constant).
+pub fn fuse(lists: &[RankedList], method: FusionMethod, k: f64) -> Vec<Fused> {
+    match method {
+        FusionMethod::Rrf => reciprocal_rank_fusion(lists, k),
+        FusionMethod::Convex => convex_combination(lists),
+    }
+}
+
+/// score(d) = Σ over lists of weight × (s(d) − min) / (max − min), the list's raw scores
+/// scaled to [0, 1] (all 1 when they are equal); a list that does not hold d adds nothing.
+/// Unlike RRF it keeps the margins a signal sees: a BM25 hit far ahead of the rest stays far
+/// ahead of a vector hit that is only slightly nearer than its neighbours (Bruch et al., "An
+/// Analysis of Fusion Functions for Hybrid Retrieval", 2023). Measured in docs/EVAL.md.
+pub fn convex_combination(lists: &[RankedList]) -> Vec<Fused> {
+    let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
+    for list in lists {
+        let (min, max) =
+            list.hits.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), h| (lo.min(h.score), hi.max(h.score)));
+        let span = max - min;
+        let mut rank = 0usize;
+        for hit in &list.hits {
+            let entry =
+                by_id.entry(hit.id).or_insert_with(|| Fused { id: hit.id, score: 0.0, signals: BTreeMap::new() });
+            if entry.signals.contains_key(&list.signal) {
+                continue;
+            }
+            rank += 1;
+            let normalised = if span > 0.0 && span.is_finite() { (hit.score - min) / span } else { 1.0 };
+            let contribution = list.weight * normalised;
+            entry.signals.insert(list.signal, SignalScore { rank, raw: hit.score, contribution });
+            entry.score += contribution;
+        }
+    }
+    let mut out: Vec<Fused> = by_id.into_values().collect();
+    out.sort_by(|a, b| {
+        b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))).then_with(|| a.id.cmp(&b.id))
+    });
+    out
+}
+
+/// Context spreading: every memory adjacent (per `neighbours`) to one of the `from` best fused
+/// hits gains `weight ×` that hit's score, from the best such hit only, and the list is
+/// re-sorted. A turn's neighbours carry what it refers to or what answers it ("what did you
+/// think?" → the next turn), which neither words nor vectors of the turn alone find. Scores
+/// from before the spreading are used, so nothing cascades. Measured in docs/EVAL.md.
+pub fn spread_to_neighbours(
+    fused: Vec<Fused>,
+    neighbours: &HashMap<MemoryId, Vec<MemoryId>>,
+    from: usize,
+    weight: f64,
+) -> Vec<Fused> {
+    let mut best: HashMap<MemoryId, SignalScore> = HashMap::new();
+    for (i, parent) in fused.iter().take(from).enumerate() {
+        for n in neighbours.get(&parent.id).into_iter().flatten().filter(|n| **n != parent.id) {
+            let offer = SignalScore { rank: i + 1, raw: parent.score, contribution: weight * parent.score };
+            let slot = best.entry(*n).or_insert(offer);
+            if offer.contribution > slot.contribution {
+                *slot = offer;
+            }
+        }
+    }
+    let mut by_id: HashMap<MemoryId, Fused> = fused.into_iter().map(|f| (f.id, f)).collect();
+    for (id, spread) in best {
+        let entry = by_id.entry(id).or_insert_with(|| Fused { id, score: 0.0, signals: BTreeMap::new() });
+        entry.score += spread.contribution;
+        entry.signals.insert(Signal::Context, spread);
+    }
+    let mut out: Vec<Fused> = by_id.into_values().collect();
+    out.sort_by(|a, b| {
+        b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))).then_with(|| a.id.cmp(&b.id))
+    });
+    out
+}
+
 fn best_rank(f: &Fused) -> usize {
     f.signals.values().map(|s| s.rank).min().unwrap_or(usize::MAX)
 }
@@ -123,7 +210,100 @@ mod tests {
         })
     }
 
+    #[test]
+    fn convex_keeps_the_margin_a_signal_sees() {
+        let text = RankedList {
+            signal: Signal::Text,
+            weight: 1.0,
+            hits: vec![
+                ScoredId { id: MemoryId(1), score: 20.0 },
+                ScoredId { id: MemoryId(2), score: 2.0 },
+                ScoredId { id: MemoryId(3), score: 1.0 },
+            ],
+        };
+        let vector = RankedList {
+            signal: Signal::Vector,
+            weight: 1.0,
+            hits: vec![
+                ScoredId { id: MemoryId(2), score: 0.61 },
+                ScoredId { id: MemoryId(1), score: 0.60 },
+                ScoredId { id: MemoryId(3), score: 0.10 },
+            ],
+        };
+        let fused = convex_combination(&[text, vector]);
+        assert_eq!(fused[0].id, MemoryId(1), "far ahead in text, a hair behind in vectors");
+        let explained: f64 = fused[0].signals.values().map(|s| s.contribution).sum();
+        assert!((explained - fused[0].score).abs() < 1e-12);
+        assert_eq!(fused[0].signals[&Signal::Text].raw, 20.0);
+    }
+
+    fn methods() -> impl Strategy<Value = FusionMethod> {
+        prop_oneof![Just(FusionMethod::Rrf), Just(FusionMethod::Convex)]
+    }
+
     proptest! {
+        #[test]
+        fn every_method_outputs_the_union_once_sorted_by_score(lists in arb_lists(), method in methods()) {
+            let fused = fuse(&lists, method, DEFAULT_RRF_K);
+            let expected: HashSet<MemoryId> = lists.iter().flat_map(|l| l.hits.iter().map(|h| h.id)).collect();
+            let got: Vec<MemoryId> = fused.iter().map(|f| f.id).collect();
+            let unique: HashSet<MemoryId> = got.iter().copied().collect();
+            prop_assert_eq!(unique.len(), got.len());
+            prop_assert_eq!(unique, expected);
+            for w in fused.windows(2) {
+                prop_assert!(w[0].score >= w[1].score);
+            }
+            for f in &fused {
+                let explained: f64 = f.signals.values().map(|s| s.contribution).sum();
+                prop_assert!((explained - f.score).abs() < 1e-9);
+            }
+            prop_assert_eq!(&fuse(&lists, method, DEFAULT_RRF_K), &fused, "deterministic");
+        }
+
+        /// Spreading only adds: no hit loses score, nothing is duplicated, the neighbours of the
+        /// best hit appear, and contributions still add up to each score.
+        #[test]
+        fn spreading_only_adds(lists in arb_lists(), links in proptest::collection::vec((1i64..40, 1i64..60), 0..40), weight in 0.0f64..1.0) {
+            let fused = convex_combination(&lists);
+            let mut neighbours: HashMap<MemoryId, Vec<MemoryId>> = HashMap::new();
+            for (a, b) in links {
+                neighbours.entry(MemoryId(a)).or_default().push(MemoryId(b));
+            }
+            let spread = spread_to_neighbours(fused.clone(), &neighbours, 10, weight);
+            let after: HashMap<MemoryId, f64> = spread.iter().map(|f| (f.id, f.score)).collect();
+            prop_assert_eq!(after.len(), spread.len());
+            for f in &fused {
+                prop_assert!(after[&f.id] >= f.score - 1e-12);
+            }
+            if let Some(top) = fused.first() {
+                for n in neighbours.get(&top.id).into_iter().flatten() {
+                    prop_assert!(after.contains_key(n));
+                }
+            }
+            for f in &spread {
+                let explained: f64 = f.signals.values().map(|s| s.contribution).sum();
+                prop_assert!((explained - f.score).abs() < 1e-9);
+            }
+            for w in spread.windows(2) {
+                prop_assert!(w[0].score >= w[1].score);
+            }
+        }
+
+        /// Raising a hit's score in one signal never lowers its fused score.
+        #[test]
+        fn convex_is_monotone_in_each_score(lists in arb_lists(), pick in 0usize..30, raise in 0.0f64..5.0) {
+            let mut lists = lists;
+            let mut seen = HashSet::new();
+            lists[0].hits.retain(|h| seen.insert(h.id));
+            if pick < lists[0].hits.len() {
+                let target = lists[0].hits[pick].id;
+                let score = |v: &[Fused]| v.iter().find(|f| f.id == target).unwrap().score;
+                let before = score(&convex_combination(&lists));
+                lists[0].hits[pick].score += raise;
+                prop_assert!(score(&convex_combination(&lists)) >= before - 1e-12);
+            }
+        }
+
         #[test]
         fn output_is_the_union_without_duplicates_sorted_by_score(lists in arb_lists()) {
             let fused = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
