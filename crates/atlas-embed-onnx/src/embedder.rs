@@ -64,9 +64,15 @@ struct Inner {
 /// The process-wide ONNX Runtime environment; sessions need it alive.
 static ENVIRONMENT: OnceLock<std::result::Result<ort::environment::Environment, String>> = OnceLock::new();
 
-fn environment(manifest: &Manifest) -> Result<&'static ort::environment::Environment> {
+/// The first load in a process picks the library: the CUDA build (onnxruntime-gpu) when CUDA
+/// is asked for and compiled in, the CPU build otherwise.
+fn environment(manifest: &Manifest, cuda: bool) -> Result<&'static ort::environment::Environment> {
     let env = ENVIRONMENT.get_or_init(|| {
-        let library = assets::runtime_library(&manifest.runtime).map_err(|e| e.to_string())?;
+        let spec = if cuda && cfg!(feature = "cuda") { &manifest.runtime_cuda } else { &manifest.runtime };
+        if spec.sha256.is_none() {
+            tracing::warn!(library = %spec.name, "no sha256 for this ONNX Runtime build in models/manifest.toml; loading it unverified");
+        }
+        let library = assets::runtime_library(spec).map_err(|e| e.to_string())?;
         let builder = ort::init_from(&library).map_err(|e| format!("cannot load ONNX Runtime: {e}"))?;
         builder
             .with_name("atlas")
@@ -88,7 +94,7 @@ impl OnnxEmbedder {
         let spec = manifest.model(&options.model)?;
         let model_path = assets::model_file(spec, "model.onnx", options.model_dir.as_deref())?;
         let tokenizer_path = assets::model_file(spec, "tokenizer.json", options.model_dir.as_deref())?;
-        let environment = environment(&manifest)?;
+        let environment = environment(&manifest, options.cuda)?;
         let tokenizer = load_tokenizer(&tokenizer_path, options.max_length.unwrap_or(spec.max_length))?;
         let session = build_session(environment, &model_path, options)?;
         let input_names: Vec<String> = session.inputs().iter().map(|i| i.name().to_owned()).collect();
