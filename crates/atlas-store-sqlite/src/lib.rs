@@ -9,6 +9,7 @@ mod error;
 pub mod migrations;
 mod readers;
 mod sql;
+mod vector_cache;
 mod writer;
 
 use crate::error::storage;
@@ -53,6 +54,8 @@ pub struct SqliteStore {
     readers: Arc<Readers>,
     /// The model the vectors were made with, once known; `None` until an embedder binds.
     model: Arc<RwLock<Option<EmbeddingModel>>>,
+    /// The quantised in-memory copy of the vectors; `None` until the first vector search.
+    vector_cache: SharedCache,
 }
 
 const VECTOR_TABLE: &str = "memory_vectors";
@@ -91,6 +94,7 @@ impl SqliteStore {
             writer: Writer::spawn(conn),
             readers: Readers::new(path.to_path_buf()),
             model: Arc::new(RwLock::new(model)),
+            vector_cache: Arc::new(RwLock::new(None)),
         })
     }
 
@@ -229,7 +233,8 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
-        self.writer
+        let forgotten = self
+            .writer
             .write(move |conn| {
                 if vector_table_exists(conn)? {
                     conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [id.0]).map_err(storage)?;
@@ -237,7 +242,11 @@ impl MemoryStore for SqliteStore {
                 let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
                 Ok(n > 0)
             })
-            .await
+            .await?;
+        if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
+            index.remove(id.0);
+        }
+        Ok(forgotten)
     }
 
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
@@ -380,7 +389,8 @@ impl VectorIndex for SqliteStore {
 
     async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64> {
         let cache = Arc::clone(&self.model);
-        self.writer
+        let queued = self
+            .writer
             .write(move |conn| {
                 conn.execute_batch(&format!("DROP TABLE IF EXISTS {VECTOR_TABLE}")).map_err(storage)?;
                 conn.execute(
@@ -397,7 +407,10 @@ impl VectorIndex for SqliteStore {
                 *cache.write().expect("model lock") = Some(model);
                 Ok(total as u64)
             })
-            .await
+            .await?;
+        // After the commit, so that no search reloads the old vectors into it.
+        *self.vector_cache.write().expect("vector cache lock") = None;
+        Ok(queued)
     }
 
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
@@ -423,7 +436,8 @@ impl VectorIndex for SqliteStore {
                 model.dimension
             )));
         }
-        self.writer
+        let stored = self
+            .writer
             .write(move |conn| {
                 let mut exists = conn.prepare_cached("SELECT 1 FROM memories WHERE id = ?").map_err(storage)?;
                 let mut delete =
@@ -432,17 +446,26 @@ impl VectorIndex for SqliteStore {
                     .prepare_cached(&format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"))
                     .map_err(storage)?;
                 let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
-                for (id, v) in &vectors {
+                let mut stored = Vec::with_capacity(vectors.len());
+                for (id, v) in vectors {
                     if !exists.exists([id.0]).map_err(storage)? {
                         continue;
                     }
                     delete.execute([id.0]).map_err(storage)?;
-                    insert.execute(params![id.0, vector_blob(v)]).map_err(storage)?;
+                    insert.execute(params![id.0, vector_blob(&v)]).map_err(storage)?;
                     dequeue.execute([id.0]).map_err(storage)?;
+                    stored.push((id, v));
                 }
-                Ok(())
+                Ok(stored)
             })
-            .await
+            .await?;
+        // After the commit: the cache never holds what the database does not.
+        if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
+            for (id, v) in &stored {
+                index.upsert(id.0, v);
+            }
+        }
+        Ok(())
     }
 
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
@@ -460,18 +483,44 @@ impl VectorIndex for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.readers.read(move |conn| search_vector_sync(conn, &query, &filter, limit)).await
+        let cache = Arc::clone(&self.vector_cache);
+        let dim = model.dimension;
+        self.readers.read(move |conn| search_vector_sync(conn, &cache, dim, &query, &filter, limit)).await
     }
 }
 
 /// vec0's KNN cannot apply our filter itself, so it fetches more neighbours than asked and
 /// filters them; when that leaves too few while more neighbours exist, an exact scan over the
 /// filtered memories answers instead. Either way the answer is exact for the filter.
-fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
-    /// vec0 refuses k above 4096.
-    const MAX_KNN: usize = 4096;
+type SharedCache = Arc<RwLock<Option<vector_cache::Index>>>;
+
+/// Nearest memories under `filter`, exact cosine. Candidates come from the in-memory index
+/// (loaded here on first use); SQL applies the filter and computes the exact distance from the
+/// stored floats. When the filter leaves too few of the candidates, an exact scan over the
+/// filtered memories answers instead, so the result is exact for the filter either way.
+fn search_vector_sync(
+    conn: &Connection,
+    cache: &SharedCache,
+    dim: usize,
+    query: &[f32],
+    filter: &RecallFilter,
+    limit: usize,
+) -> Result<Vec<ScoredId>> {
+    let (candidates, total) = {
+        let mut loaded = cache.read().expect("vector cache lock");
+        if loaded.as_ref().is_none_or(|index| index.dim() != dim) {
+            drop(loaded);
+            let mut slot = cache.write().expect("vector cache lock");
+            if slot.as_ref().is_none_or(|index| index.dim() != dim) {
+                *slot = Some(load_vector_cache(conn, dim)?);
+            }
+            drop(slot);
+            loaded = cache.read().expect("vector cache lock");
+        }
+        let index = loaded.as_ref().expect("loaded above");
+        (index.candidates(query, limit), index.len())
+    };
     let blob = vector_blob(query);
-    let fetch = (limit * 8).clamp(64, MAX_KNN);
     let (clause, filter_params) = filter_clause(filter);
     let run = |sql: &str, params: Vec<Value>| -> Result<Vec<ScoredId>> {
         let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
@@ -482,22 +531,21 @@ fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, l
             .map_err(storage)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
     };
-    let knn_sql = format!(
-        "WITH knn AS MATERIALIZED (SELECT rowid AS id, distance FROM {VECTOR_TABLE} WHERE embedding MATCH ? AND k = ?) \
-         SELECT knn.id, knn.distance FROM knn JOIN memories m ON m.id = knn.id WHERE {clause} \
-         ORDER BY knn.distance, knn.id LIMIT ?"
-    );
-    let mut params = vec![Value::Blob(blob.clone()), Value::Integer(fetch as i64)];
-    params.extend(filter_params.iter().cloned());
-    params.push(Value::Integer(limit as i64));
-    let hits = run(&knn_sql, params)?;
-    if hits.len() >= limit {
-        return Ok(hits);
-    }
-    let total: i64 =
-        conn.query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0)).map_err(storage)?;
-    if (total as usize) <= fetch {
-        return Ok(hits);
+    if !candidates.is_empty() {
+        let marks = vec!["?"; candidates.len()].join(", ");
+        let sql = format!(
+            "SELECT m.id, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m \
+             JOIN {VECTOR_TABLE} v ON v.rowid = m.id WHERE m.id IN ({marks}) AND {clause} \
+             ORDER BY distance, m.id LIMIT ?"
+        );
+        let mut params = vec![Value::Blob(blob.clone())];
+        params.extend(candidates.iter().map(|id| Value::Integer(*id)));
+        params.extend(filter_params.iter().cloned());
+        params.push(Value::Integer(limit as i64));
+        let hits = run(&sql, params)?;
+        if hits.len() >= limit || candidates.len() >= total {
+            return Ok(hits);
+        }
     }
     let scan_sql = format!(
         "SELECT m.id, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m \
@@ -507,6 +555,30 @@ fn search_vector_sync(conn: &Connection, query: &[f32], filter: &RecallFilter, l
     params.extend(filter_params);
     params.push(Value::Integer(limit as i64));
     run(&scan_sql, params)
+}
+
+fn load_vector_cache(conn: &Connection, dim: usize) -> Result<vector_cache::Index> {
+    let mut index = vector_cache::Index::new(dim);
+    let mut stmt = conn.prepare(&format!("SELECT rowid, embedding FROM {VECTOR_TABLE}")).map_err(storage)?;
+    let mut rows = stmt.query([]).map_err(storage)?;
+    let mut v = vec![0f32; dim];
+    while let Some(row) = rows.next().map_err(storage)? {
+        let id: i64 = row.get(0).map_err(storage)?;
+        let blob = row.get_ref(1).map_err(storage)?.as_blob().map_err(|e| AtlasError::Storage(e.to_string()))?;
+        if blob.len() != dim * 4 {
+            return Err(AtlasError::Storage(format!(
+                "vector of memory {id} has {} bytes, expected {}",
+                blob.len(),
+                dim * 4
+            )));
+        }
+        for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        index.upsert(id, &v);
+    }
+    tracing::debug!(vectors = index.len(), "vector cache loaded");
+    Ok(index)
 }
 
 fn create_vector_table(conn: &Connection, dimension: usize) -> Result<()> {

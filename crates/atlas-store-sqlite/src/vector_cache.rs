@@ -1,0 +1,202 @@
+//! An in-memory copy of the vector table, quantised, for fast nearest-neighbour candidates.
+//!
+//! SQLite (`memory_vectors`) stays the truth; this is a derived cache, loaded on the first
+//! vector search and kept in step by this process's own writes. A query scans sign bits
+//! (48 bytes a vector for 384 dimensions) by Hamming distance, rescores the best of those with
+//! int8 codes, and hands the survivors to SQL, which applies the filter and computes the exact
+//! cosine from the stored floats. Writes by another process reach this cache when the store is
+//! next opened.
+
+use std::collections::HashMap;
+
+/// Candidates kept after the Hamming scan and after int8 rescoring, per result wanted.
+const BIT_CANDIDATES_PER_RESULT: usize = 16;
+const CODE_CANDIDATES_PER_RESULT: usize = 4;
+/// Below this many vectors one thread scans; above, two (this machine's cores).
+const PARALLEL_FROM: usize = 50_000;
+
+pub struct Index {
+    dim: usize,
+    words: usize,
+    ids: Vec<i64>,
+    bits: Vec<u64>,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    position: HashMap<i64, usize>,
+}
+
+impl Index {
+    pub fn new(dim: usize) -> Self {
+        Index {
+            dim,
+            words: dim.div_ceil(64),
+            ids: Vec::new(),
+            bits: Vec::new(),
+            codes: Vec::new(),
+            scales: Vec::new(),
+            position: HashMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn upsert(&mut self, id: i64, v: &[f32]) {
+        debug_assert_eq!(v.len(), self.dim);
+        let (bits, codes, scale) = self.encode(v);
+        match self.position.get(&id) {
+            Some(&i) => {
+                self.bits[i * self.words..(i + 1) * self.words].copy_from_slice(&bits);
+                self.codes[i * self.dim..(i + 1) * self.dim].copy_from_slice(&codes);
+                self.scales[i] = scale;
+            }
+            None => {
+                self.position.insert(id, self.ids.len());
+                self.ids.push(id);
+                self.bits.extend_from_slice(&bits);
+                self.codes.extend_from_slice(&codes);
+                self.scales.push(scale);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: i64) {
+        let Some(i) = self.position.remove(&id) else { return };
+        let last = self.ids.len() - 1;
+        if i != last {
+            let moved = self.ids[last];
+            self.ids.swap(i, last);
+            for w in 0..self.words {
+                self.bits.swap(i * self.words + w, last * self.words + w);
+            }
+            for d in 0..self.dim {
+                self.codes.swap(i * self.dim + d, last * self.dim + d);
+            }
+            self.scales.swap(i, last);
+            self.position.insert(moved, i);
+        }
+        self.ids.pop();
+        self.bits.truncate(last * self.words);
+        self.codes.truncate(last * self.dim);
+        self.scales.pop();
+    }
+
+    fn encode(&self, v: &[f32]) -> (Vec<u64>, Vec<i8>, f32) {
+        let mut bits = vec![0u64; self.words];
+        for (d, x) in v.iter().enumerate() {
+            if *x > 0.0 {
+                bits[d / 64] |= 1 << (d % 64);
+            }
+        }
+        let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+        let codes = v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8).collect();
+        (bits, codes, scale)
+    }
+
+    /// Ids of the vectors most similar to `query`, about `wanted × 4` of them, best first by
+    /// approximate cosine.
+    pub fn candidates(&self, query: &[f32], wanted: usize) -> Vec<i64> {
+        let n = self.len();
+        if n == 0 || wanted == 0 {
+            return Vec::new();
+        }
+        let (qbits, qcodes, _) = self.encode(query);
+        let keep_bits = (wanted * BIT_CANDIDATES_PER_RESULT).max(256).min(n);
+        let mut near: Vec<(u32, u32)> = if n >= PARALLEL_FROM {
+            let half = n / 2;
+            std::thread::scope(|s| {
+                let first = s.spawn(|| self.hamming(&qbits, 0, half));
+                let mut rest = self.hamming(&qbits, half, n);
+                let mut all = first.join().expect("scan thread");
+                all.append(&mut rest);
+                all
+            })
+        } else {
+            self.hamming(&qbits, 0, n)
+        };
+        if keep_bits < near.len() {
+            near.select_nth_unstable(keep_bits - 1);
+            near.truncate(keep_bits);
+        }
+        let mut scored: Vec<(i32, i64)> = near
+            .iter()
+            .map(|&(_, i)| {
+                let i = i as usize;
+                let code = &self.codes[i * self.dim..(i + 1) * self.dim];
+                let dot: i32 = code.iter().zip(&qcodes).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum();
+                // Per-vector scales differ: compare dot × scale (the query's scale is common).
+                ((dot as f32 * self.scales[i] * 1e4) as i32, self.ids[i])
+            })
+            .collect();
+        scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.truncate((wanted * CODE_CANDIDATES_PER_RESULT).max(64));
+        scored.into_iter().map(|(_, id)| id).collect()
+    }
+
+    fn hamming(&self, qbits: &[u64], from: usize, to: usize) -> Vec<(u32, u32)> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("popcnt") {
+            // SAFETY: the CPU supports popcnt, checked just above.
+            return unsafe { hamming_popcnt(&self.bits, self.words, qbits, from, to) };
+        }
+        hamming_portable(&self.bits, self.words, qbits, from, to)
+    }
+}
+
+fn hamming_portable(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize) -> Vec<(u32, u32)> {
+    (from..to)
+        .map(|i| {
+            let row = &bits[i * words..(i + 1) * words];
+            (row.iter().zip(q).map(|(a, b)| (a ^ b).count_ones()).sum(), i as u32)
+        })
+        .collect()
+}
+
+/// The same loop compiled with the popcnt instruction (the baseline x86-64 target lacks it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+unsafe fn hamming_popcnt(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize) -> Vec<(u32, u32)> {
+    hamming_portable(bits, words, q, from, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(seed: u64, dim: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    }
+
+    #[test]
+    fn finds_the_exact_vector_and_survives_removal() {
+        let mut index = Index::new(48);
+        for id in 1..=500 {
+            index.upsert(id, &unit(id as u64, 48));
+        }
+        assert_eq!(index.candidates(&unit(77, 48), 5)[0], 77);
+        index.remove(77);
+        index.remove(500);
+        assert_eq!(index.len(), 498);
+        assert!(!index.candidates(&unit(77, 48), 5).contains(&77));
+        assert_eq!(index.candidates(&unit(499, 48), 5)[0], 499, "the moved last row is still found");
+        index.upsert(499, &unit(3, 48));
+        assert_eq!(index.candidates(&unit(3, 48), 2)[..2].iter().filter(|id| **id == 499 || **id == 3).count(), 2);
+    }
+}
