@@ -13,6 +13,12 @@ use std::time::Instant;
 
 #[derive(Subcommand)]
 pub enum Which {
+    /// Hybrid recall latency per stage at growing store sizes, beside a plain f32 scan.
+    Recall {
+        /// Store sizes, in memories (10k uses real vectors, larger ones random unit vectors).
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        sizes: Vec<usize>,
+    },
     /// Embedding latency, throughput and memory, Rust beside Python's onnxruntime on the same files.
     Embed {
         /// Sentences embedded by each process of the memory measurement.
@@ -35,6 +41,7 @@ pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
+        Which::Recall { sizes } => crate::bench_recall::run(&sizes),
     }
 }
 

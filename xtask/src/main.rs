@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_embed;
+mod bench_recall;
 mod fixtures;
 
 use anyhow::{Context, Result, bail};

@@ -7,7 +7,7 @@ pub mod config;
 mod recall;
 
 pub use config::Config;
-pub use recall::{Hit, Recall, RecallRequest, SignalReport};
+pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings};
 
 use atlas_domain::jsonl;
 use atlas_domain::policy::limits::validate;

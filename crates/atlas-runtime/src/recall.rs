@@ -7,6 +7,7 @@ use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread
 use atlas_domain::policy::query::terms;
 use atlas_domain::{AtlasError, Memory, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A recall query and its filters.
@@ -53,6 +54,22 @@ pub struct Recall {
     pub hits: Vec<Hit>,
     pub signals: Vec<SignalReport>,
     pub took_ms: f64,
+    pub stages: StageTimings,
+}
+
+/// Where a recall's time went. Full text runs while the query is embedded and searched, so the
+/// stages overlap; `took_ms - query_embedding_ms` is the retrieval time without the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimings {
+    pub query_embedding_ms: f64,
+    pub text_ms: f64,
+    pub vector_ms: f64,
+    /// Fusion, context spreading and fetching the records.
+    pub fusion_ms: f64,
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 impl Recall {
@@ -76,6 +93,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     };
     let candidates = request.k.max(config.candidates);
     let query_terms = terms(&request.query);
+    // Per stage, in microseconds; atomics keep the recall future Send.
+    let (text_us, embed_us, vector_us) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let record = |cell: &AtomicU64, t: Instant| cell.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
 
     let text = async {
         if request.k == 0 {
@@ -85,7 +105,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             let note = Some("the query has no searchable words".to_owned());
             return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: false, note }));
         }
+        let t = Instant::now();
         let hits = parts.text.search_text(query_terms.clone(), filter.clone(), candidates).await?;
+        record(&text_us, t);
         Ok::<_, AtlasError>((hits, SignalReport { signal: Signal::Text, used: true, note: None }))
     };
     let vector = async {
@@ -96,19 +118,24 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         if request.k == 0 {
             return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: true, note: None }));
         }
+        let t = Instant::now();
         let query = embedder
             .embed(vec![request.query.clone()])
             .await?
             .pop()
             .ok_or_else(|| AtlasError::Embedding("the embedder returned no vector for the query".into()))?;
+        record(&embed_us, t);
+        let t = Instant::now();
         let (hits, pending) = tokio::join!(
             parts.vectors.search_vector(query, filter.clone(), candidates),
             parts.vectors.pending_vectors(1)
         );
+        record(&vector_us, t);
         let note = (!pending?.is_empty()).then(|| "some memories are still waiting for their vectors".to_owned());
         Ok::<_, AtlasError>((hits?, SignalReport { signal: Signal::Vector, used: true, note }))
     };
     let ((text_hits, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
+    let fusion_started = Instant::now();
 
     let lists = [
         RankedList { signal: Signal::Text, weight: config.text_weight, hits: text_hits },
@@ -141,5 +168,11 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         .filter(|h| filter.admits(&h.memory))
         .take(request.k)
         .collect();
-    Ok(Recall { hits, signals, took_ms: started.elapsed().as_secs_f64() * 1e3 })
+    let stages = StageTimings {
+        query_embedding_ms: embed_us.load(Ordering::Relaxed) as f64 / 1e3,
+        text_ms: text_us.load(Ordering::Relaxed) as f64 / 1e3,
+        vector_ms: vector_us.load(Ordering::Relaxed) as f64 / 1e3,
+        fusion_ms: ms_since(fusion_started),
+    };
+    Ok(Recall { hits, signals, took_ms: ms_since(started), stages })
 }

@@ -102,6 +102,18 @@ async fn background_embeds_in_batches_of_the_configured_size() {
     assert_eq!(atlas.stats().await.unwrap().store.vectors, 10);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_futures_are_send() {
+    let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(8)))).await;
+    let atlas = Arc::new(atlas);
+    let a = atlas.clone();
+    tokio::spawn(async move { a.remember(say("spawned", "s")).await.unwrap() }).await.unwrap();
+    let a = atlas.clone();
+    let recall = tokio::spawn(async move { a.recall(query("spawned", 1)).await.unwrap() }).await.unwrap();
+    assert_eq!(recall.hits.len(), 1);
+    assert!(recall.stages.text_ms >= 0.0 && recall.took_ms >= recall.stages.fusion_ms);
+}
+
 #[tokio::test]
 async fn recall_without_an_embedder_runs_on_text_and_says_so() {
     let (atlas, _) = fake_atlas(None).await;

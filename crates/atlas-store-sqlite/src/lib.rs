@@ -494,10 +494,9 @@ impl VectorIndex for SqliteStore {
 /// filtered memories answers instead. Either way the answer is exact for the filter.
 type SharedCache = Arc<RwLock<Option<vector_cache::Index>>>;
 
-/// Nearest memories under `filter`, exact cosine. Candidates come from the in-memory index
-/// (loaded here on first use); SQL applies the filter and computes the exact distance from the
-/// stored floats. When the filter leaves too few of the candidates, an exact scan over the
-/// filtered memories answers instead, so the result is exact for the filter either way.
+/// Nearest memories under `filter`, by exact cosine. Candidates come from the in-memory index
+/// (loaded here on first use) and SQL keeps those that pass the filter. When the filter leaves
+/// too few of them, an exact scan over the filtered memories answers instead.
 fn search_vector_sync(
     conn: &Connection,
     cache: &SharedCache,
@@ -532,17 +531,23 @@ fn search_vector_sync(
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
     };
     if !candidates.is_empty() {
+        // The index scored exactly; SQL only says which candidates pass the filter.
         let marks = vec!["?"; candidates.len()].join(", ");
-        let sql = format!(
-            "SELECT m.id, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m \
-             JOIN {VECTOR_TABLE} v ON v.rowid = m.id WHERE m.id IN ({marks}) AND {clause} \
-             ORDER BY distance, m.id LIMIT ?"
-        );
-        let mut params = vec![Value::Blob(blob.clone())];
-        params.extend(candidates.iter().map(|id| Value::Integer(*id)));
+        let sql = format!("SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND {clause}");
+        let mut params: Vec<Value> = candidates.iter().map(|(id, _)| Value::Integer(*id)).collect();
         params.extend(filter_params.iter().cloned());
-        params.push(Value::Integer(limit as i64));
-        let hits = run(&sql, params)?;
+        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+        let admitted: std::collections::HashSet<i64> = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(0))
+            .map_err(storage)?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(storage)?;
+        let hits: Vec<ScoredId> = candidates
+            .iter()
+            .filter(|(id, _)| admitted.contains(id))
+            .take(limit)
+            .map(|(id, score)| ScoredId { id: MemoryId(*id), score: f64::from(*score) })
+            .collect();
         if hits.len() >= limit || candidates.len() >= total {
             return Ok(hits);
         }

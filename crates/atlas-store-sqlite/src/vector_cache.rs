@@ -1,17 +1,15 @@
-//! An in-memory copy of the vector table, quantised, for fast nearest-neighbour candidates.
+//! An in-memory copy of the vector table for fast nearest-neighbour search.
 //!
 //! SQLite (`memory_vectors`) stays the truth; this is a derived cache, loaded on the first
 //! vector search and kept in step by this process's own writes. A query scans sign bits
-//! (48 bytes a vector for 384 dimensions) by Hamming distance, rescores the best of those with
-//! int8 codes, and hands the survivors to SQL, which applies the filter and computes the exact
-//! cosine from the stored floats. Writes by another process reach this cache when the store is
-//! next opened.
+//! (48 bytes a vector for 384 dimensions) by Hamming distance on two threads, then rescores
+//! the best of those exactly with the float vectors; SQL only applies the filter. Writes by
+//! another process reach this cache when the store is next opened.
 
 use std::collections::HashMap;
 
-/// Candidates kept after the Hamming scan and after int8 rescoring, per result wanted.
+/// Candidates kept after the Hamming scan, per result wanted, for exact rescoring.
 const BIT_CANDIDATES_PER_RESULT: usize = 16;
-const CODE_CANDIDATES_PER_RESULT: usize = 4;
 /// Below this many vectors one thread scans; above, two (this machine's cores).
 const PARALLEL_FROM: usize = 50_000;
 
@@ -20,8 +18,7 @@ pub struct Index {
     words: usize,
     ids: Vec<i64>,
     bits: Vec<u64>,
-    codes: Vec<i8>,
-    scales: Vec<f32>,
+    vectors: Vec<f32>,
     position: HashMap<i64, usize>,
 }
 
@@ -32,8 +29,7 @@ impl Index {
             words: dim.div_ceil(64),
             ids: Vec::new(),
             bits: Vec::new(),
-            codes: Vec::new(),
-            scales: Vec::new(),
+            vectors: Vec::new(),
             position: HashMap::new(),
         }
     }
@@ -48,19 +44,17 @@ impl Index {
 
     pub fn upsert(&mut self, id: i64, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        let (bits, codes, scale) = self.encode(v);
+        let bits = self.sign_bits(v);
         match self.position.get(&id) {
             Some(&i) => {
                 self.bits[i * self.words..(i + 1) * self.words].copy_from_slice(&bits);
-                self.codes[i * self.dim..(i + 1) * self.dim].copy_from_slice(&codes);
-                self.scales[i] = scale;
+                self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(v);
             }
             None => {
                 self.position.insert(id, self.ids.len());
                 self.ids.push(id);
                 self.bits.extend_from_slice(&bits);
-                self.codes.extend_from_slice(&codes);
-                self.scales.push(scale);
+                self.vectors.extend_from_slice(v);
             }
         }
     }
@@ -75,38 +69,33 @@ impl Index {
                 self.bits.swap(i * self.words + w, last * self.words + w);
             }
             for d in 0..self.dim {
-                self.codes.swap(i * self.dim + d, last * self.dim + d);
+                self.vectors.swap(i * self.dim + d, last * self.dim + d);
             }
-            self.scales.swap(i, last);
             self.position.insert(moved, i);
         }
         self.ids.pop();
         self.bits.truncate(last * self.words);
-        self.codes.truncate(last * self.dim);
-        self.scales.pop();
+        self.vectors.truncate(last * self.dim);
     }
 
-    fn encode(&self, v: &[f32]) -> (Vec<u64>, Vec<i8>, f32) {
+    fn sign_bits(&self, v: &[f32]) -> Vec<u64> {
         let mut bits = vec![0u64; self.words];
         for (d, x) in v.iter().enumerate() {
             if *x > 0.0 {
                 bits[d / 64] |= 1 << (d % 64);
             }
         }
-        let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
-        let codes = v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8).collect();
-        (bits, codes, scale)
+        bits
     }
 
-    /// Ids of the vectors most similar to `query`, about `wanted × 4` of them, best first by
-    /// approximate cosine.
-    pub fn candidates(&self, query: &[f32], wanted: usize) -> Vec<i64> {
+    /// Up to `wanted × 16` (at least 256) vectors nearest by sign bits, rescored exactly:
+    /// (id, cosine similarity), best first.
+    pub fn candidates(&self, query: &[f32], wanted: usize) -> Vec<(i64, f32)> {
         let n = self.len();
         if n == 0 || wanted == 0 {
             return Vec::new();
         }
-        let (qbits, qcodes, _) = self.encode(query);
+        let qbits = self.sign_bits(query);
         let keep_bits = (wanted * BIT_CANDIDATES_PER_RESULT).max(256).min(n);
         let mut near: Vec<(u32, u32)> = if n >= PARALLEL_FROM {
             let half = n / 2;
@@ -124,19 +113,16 @@ impl Index {
             near.select_nth_unstable(keep_bits - 1);
             near.truncate(keep_bits);
         }
-        let mut scored: Vec<(i32, i64)> = near
+        let mut scored: Vec<(i64, f32)> = near
             .iter()
             .map(|&(_, i)| {
                 let i = i as usize;
-                let code = &self.codes[i * self.dim..(i + 1) * self.dim];
-                let dot: i32 = code.iter().zip(&qcodes).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum();
-                // Per-vector scales differ: compare dot × scale (the query's scale is common).
-                ((dot as f32 * self.scales[i] * 1e4) as i32, self.ids[i])
+                let v = &self.vectors[i * self.dim..(i + 1) * self.dim];
+                (self.ids[i], v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>())
             })
             .collect();
-        scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        scored.truncate((wanted * CODE_CANDIDATES_PER_RESULT).max(64));
-        scored.into_iter().map(|(_, id)| id).collect()
+        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored
     }
 
     fn hamming(&self, qbits: &[u64], from: usize, to: usize) -> Vec<(u32, u32)> {
@@ -190,13 +176,15 @@ mod tests {
         for id in 1..=500 {
             index.upsert(id, &unit(id as u64, 48));
         }
-        assert_eq!(index.candidates(&unit(77, 48), 5)[0], 77);
+        let top = |index: &Index, q: u64| index.candidates(&unit(q, 48), 5).iter().map(|c| c.0).collect::<Vec<_>>();
+        assert_eq!(top(&index, 77)[0], 77);
+        assert!((index.candidates(&unit(77, 48), 5)[0].1 - 1.0).abs() < 1e-5, "exact cosine");
         index.remove(77);
         index.remove(500);
         assert_eq!(index.len(), 498);
-        assert!(!index.candidates(&unit(77, 48), 5).contains(&77));
-        assert_eq!(index.candidates(&unit(499, 48), 5)[0], 499, "the moved last row is still found");
+        assert!(!top(&index, 77).contains(&77));
+        assert_eq!(top(&index, 499)[0], 499, "the moved last row is still found");
         index.upsert(499, &unit(3, 48));
-        assert_eq!(index.candidates(&unit(3, 48), 2)[..2].iter().filter(|id| **id == 499 || **id == 3).count(), 2);
+        assert_eq!(top(&index, 3)[..2].iter().filter(|id| **id == 499 || **id == 3).count(), 2);
     }
 }

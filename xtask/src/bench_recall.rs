@@ -1,0 +1,239 @@
+//! `cargo xtask bench recall`: hybrid recall latency on synthetic stores of growing size, with
+//! each stage timed and the floor of a plain Rust scan over the same vectors, in one run.
+//!
+//! Text: synthetic, Zipf-distributed words (see `ZipfText`). 10k: vectors from the real
+//! embedder. Larger stores: random unit vectors (labelled so) bound as the real model, so that
+//! queries are embedded for real and searched through the same path.
+
+use anyhow::Result;
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
+use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
+use atlas_runtime::config::EmbedderKind;
+use atlas_runtime::{Atlas, Config, ImportProgress, Parts, RecallRequest};
+use atlas_store_sqlite::{SqliteOptions, SqliteStore};
+use std::sync::Arc;
+use std::time::Instant;
+
+const QUERIES: usize = 200;
+
+/// Synthetic text with a realistic word distribution: 40% common English words, the rest drawn
+/// from 20,000 invented words by Zipf's law (rank r with weight 1/r), 8 to 30 words a text.
+struct ZipfText {
+    state: u64,
+    words: Vec<String>,
+    cumulative: Vec<f64>,
+}
+
+impl ZipfText {
+    fn new(seed: u64) -> Self {
+        let syllables = [
+            "ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri", "fen", "gar", "hol",
+            "nim", "sor", "tep", "wyn", "jas", "cor", "lin", "bex", "mur", "oth", "pra", "sil",
+        ];
+        let mut words = Vec::with_capacity(20_000);
+        'all: for a in syllables {
+            for b in syllables {
+                for c in syllables {
+                    words.push(format!("{a}{b}{c}"));
+                    if words.len() == 20_000 {
+                        break 'all;
+                    }
+                }
+            }
+        }
+        let mut total = 0.0;
+        let cumulative = (1..=words.len())
+            .map(|r| {
+                total += 1.0 / r as f64;
+                total
+            })
+            .collect();
+        ZipfText { state: seed | 1, words, cumulative }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+
+    fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn text(&mut self, min: usize, max: usize) -> String {
+        const COMMON: &[&str] = &[
+            "the", "a", "we", "I", "you", "and", "to", "of", "it", "was", "with", "for", "on", "my", "that", "is",
+            "at", "so", "but", "really",
+        ];
+        let len = min + (self.next() % (max - min + 1) as u64) as usize;
+        let mut out = Vec::with_capacity(len);
+        for _ in 0..len {
+            if self.uniform() < 0.4 {
+                out.push(COMMON[(self.next() % COMMON.len() as u64) as usize].to_owned());
+            } else {
+                let target = self.uniform() * self.cumulative[self.cumulative.len() - 1];
+                let rank = self.cumulative.partition_point(|c| *c < target).min(self.words.len() - 1);
+                out.push(self.words[rank].clone());
+            }
+        }
+        out.join(" ")
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+struct Xorshift(u64);
+impl Xorshift {
+    fn unit(&mut self, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    }
+}
+
+/// The floor: one thread, f32 dot products over every vector, top 100 by partial selection.
+fn floor_scan(vectors: &[f32], dim: usize, query: &[f32]) -> f64 {
+    let started = Instant::now();
+    let mut scores: Vec<(f32, u32)> = vectors
+        .chunks_exact(dim)
+        .enumerate()
+        .map(|(i, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>(), i as u32))
+        .collect();
+    let k = 100.min(scores.len());
+    scores.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+    std::hint::black_box(&scores[..k]);
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+pub fn run(sizes: &[usize]) -> Result<()> {
+    crate::fetch_models()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        println!("| memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor f32 scan p50 | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for &n in sizes {
+            bench_size(n).await?;
+        }
+        Ok(())
+    })
+}
+
+async fn bench_size(n: usize) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("bench.db");
+    let mut generator = ZipfText::new(0x5EED_0000 + n as u64);
+    let texts: Vec<String> = (0..n).map(|_| generator.text(8, 30)).collect();
+    let real = n <= 10_000;
+    let batch: Vec<(String, NewMemory)> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let scope =
+                Scope { session: Some(format!("bench/{}", i / 20)), user: Some(format!("u{}", i % 5)), agent: None };
+            let time = Timestamp(1_700_000_000_000 + i as i64 * 60_000);
+            (
+                format!("bench:{i}"),
+                NewMemory::episode(t.clone(), scope, Some(["Ada", "Brook"][i % 2].into()), time, time),
+            )
+        })
+        .collect();
+    let onnx = Config { db: db.clone(), embedder: EmbedderKind::Onnx, ..Config::default() };
+    let mut floor_vectors: Vec<f32> = Vec::new();
+    let dim;
+    if real {
+        let atlas = Atlas::open(onnx.clone()).await?;
+        atlas.import(batch, ImportProgress::default()).await?;
+        dim = atlas.stats().await?.store.embedding_model.map_or(384, |m| m.dimension);
+        let store = SqliteStore::open(&db, &SqliteOptions::default())?;
+        let mut after = None;
+        loop {
+            let page = store.scan(after, 10_000).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            let embedder = atlas.embedder().expect("onnx");
+            let vectors =
+                embedder.embed(page.iter().map(atlas_domain::policy::embedding::embedding_text).collect()).await?;
+            floor_vectors.extend(vectors.into_iter().flatten());
+        }
+    } else {
+        let store = SqliteStore::open(&db, &SqliteOptions::default())?;
+        let text_only = Config { db: db.clone(), embedder: EmbedderKind::None, ..Config::default() };
+        let atlas = Atlas::from_parts(Parts::from_store(Arc::new(store), None), text_only).await?;
+        let ids = atlas.import(batch, ImportProgress::default()).await?;
+        drop(atlas);
+        let model = atlas_runtime::open_embedder(&onnx).await?.expect("onnx").model();
+        dim = model.dimension;
+        let store = SqliteStore::open(&db, &SqliteOptions::default())?;
+        store.bind_model(EmbeddingModel { name: model.name.clone(), dimension: dim }).await?;
+        let mut rng = Xorshift(0x1234_5678_9ABC_DEF1);
+        for chunk in ids.chunks(10_000) {
+            let vectors: Vec<(MemoryId, Vec<f32>)> = chunk.iter().map(|id| (*id, rng.unit(dim))).collect();
+            floor_vectors.extend(vectors.iter().flat_map(|(_, v)| v.iter().copied()));
+            store.put_vectors(vectors).await?;
+        }
+    }
+
+    let atlas = Atlas::open(onnx).await?;
+    let queries: Vec<String> = (0..QUERIES).map(|_| generator.text(6, 10)).collect();
+    let first = Instant::now();
+    atlas.recall(RecallRequest { query: queries[0].clone(), k: 10, ..RecallRequest::default() }).await?;
+    let first_ms = first.elapsed().as_secs_f64() * 1e3;
+    let (mut total, mut retrieval, mut embed, mut text, mut vector, mut fusion, mut floor) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let floor_query = atlas.embedder().expect("onnx").embed(vec![queries[0].clone()]).await?.remove(0);
+    for q in &queries {
+        let r = atlas.recall(RecallRequest { query: q.clone(), k: 10, ..RecallRequest::default() }).await?;
+        total.push(r.took_ms);
+        retrieval.push(r.took_ms - r.stages.query_embedding_ms);
+        embed.push(r.stages.query_embedding_ms);
+        text.push(r.stages.text_ms);
+        vector.push(r.stages.vector_ms);
+        fusion.push(r.stages.fusion_ms);
+        floor.push(floor_scan(&floor_vectors, dim, &floor_query));
+    }
+    let (total, retrieval, embed, text, vector, fusion, floor) =
+        (sorted(total), sorted(retrieval), sorted(embed), sorted(text), sorted(vector), sorted(fusion), sorted(floor));
+    let p50 = |v: &[f64]| percentile(v, 0.5);
+    println!(
+        "| {n} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_ms:.0} | {:.0} |",
+        if real { "MiniLM int8" } else { "random unit" },
+        p50(&total),
+        percentile(&total, 0.95),
+        p50(&retrieval),
+        percentile(&retrieval, 0.95),
+        p50(&embed),
+        p50(&text),
+        p50(&vector),
+        p50(&fusion),
+        p50(&floor),
+        p50(&vector) / p50(&floor),
+        peak_rss_mb()
+    );
+    Ok(())
+}
