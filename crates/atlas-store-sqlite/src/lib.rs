@@ -338,28 +338,55 @@ impl TextIndex for SqliteStore {
         }
         // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
         let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
-        self.readers
-            .read(move |conn| {
-                let (clause, filter_params) = filter_clause(&filter);
-                let sql = format!(
-                    "SELECT m.id, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts \
-                     JOIN memories m ON m.id = memories_fts.rowid \
-                     WHERE memories_fts MATCH ? AND {clause} ORDER BY rank LIMIT ?"
-                );
-                let mut params = vec![Value::Text(query)];
-                params.extend(filter_params);
-                params.push(Value::Integer(limit as i64));
-                let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-                let rows = stmt
-                    .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                        // bm25() is lower-is-better; negate so that higher is better everywhere.
-                        Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
-                    })
-                    .map_err(storage)?;
-                rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
-            })
-            .await
+        self.readers.read(move |conn| search_text_sync(conn, &query, &filter, limit)).await
     }
+}
+
+/// BM25 over the index alone first (no join per match: most matches are never looked at), then
+/// the filter on the best of them; if the filter rejects too many, the joined query answers.
+fn search_text_sync(conn: &Connection, query: &str, filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+    let fetch = limit * 2 + 16;
+    let scored = |sql: &str, params: Vec<Value>| -> Result<Vec<ScoredId>> {
+        let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                // bm25() is lower-is-better; negate so that higher is better everywhere.
+                Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
+            })
+            .map_err(storage)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+    };
+    let best = scored(
+        "SELECT rowid, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts WHERE memories_fts MATCH ? \
+         ORDER BY rank LIMIT ?",
+        vec![Value::Text(query.to_owned()), Value::Integer(fetch as i64)],
+    )?;
+    let (clause, filter_params) = filter_clause(filter);
+    if !best.is_empty() {
+        let marks = vec!["?"; best.len()].join(", ");
+        let sql = format!("SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND {clause}");
+        let mut params: Vec<Value> = best.iter().map(|h| Value::Integer(h.id.0)).collect();
+        params.extend(filter_params.iter().cloned());
+        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+        let admitted: std::collections::HashSet<i64> = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(0))
+            .map_err(storage)?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(storage)?;
+        let hits: Vec<ScoredId> = best.iter().filter(|h| admitted.contains(&h.id.0)).take(limit).copied().collect();
+        if hits.len() >= limit || best.len() < fetch {
+            return Ok(hits);
+        }
+    }
+    let sql = format!(
+        "SELECT m.id, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts \
+         JOIN memories m ON m.id = memories_fts.rowid \
+         WHERE memories_fts MATCH ? AND {clause} ORDER BY rank LIMIT ?"
+    );
+    let mut params = vec![Value::Text(query.to_owned())];
+    params.extend(filter_params);
+    params.push(Value::Integer(limit as i64));
+    scored(&sql, params)
 }
 
 #[async_trait]
