@@ -83,12 +83,13 @@ fn remember_get_forget_stats_export() {
     .unwrap();
     let id = first["id"].as_i64().unwrap().to_string();
     ok(atlas(&db, &["remember", "--session", "s", "--speaker", "Ann", "--meta", "{\"k\": 1}", "general kenobi"]));
+    ok(atlas(&db, &["remember", "--session", "s", "--scope", "user:ann", "see you soon"]));
     let got: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["get", &id, "--json"]))).unwrap();
     assert_eq!(got["text"], "hello there");
     assert_eq!(got["scope"]["user"], "ann");
-    assert_eq!(got["edges"][0]["kind"], "temporal");
+    assert_eq!(got["edges"][0]["kind"], "temporal", "linked to ann's next turn, not to the other user's");
     let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
-    assert_eq!((stats["memories"].as_u64(), stats["edges"].as_u64()), (Some(2), Some(1)));
+    assert_eq!((stats["memories"].as_u64(), stats["edges"].as_u64()), (Some(3), Some(1)));
     let human = ok(atlas(&db, &["recall", "kenobi"]));
     assert!(human.contains("general kenobi"), "{human}");
     let scoped = ok(atlas(&db, &["recall", "--json", "--explain", "--scope", "user:ann", "kenobi"]));
@@ -106,7 +107,7 @@ fn remember_get_forget_stats_export() {
     let err = failed(atlas(&db, &["forget", &id]));
     assert!(err.contains(&format!("no memory with id {id}")), "{err}");
     let export = ok(atlas(&db, &["export"]));
-    assert_eq!(export.lines().count(), 1);
+    assert_eq!(export.lines().count(), 2);
     assert!(export.contains("general kenobi"));
 }
 

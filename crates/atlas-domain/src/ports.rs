@@ -52,8 +52,8 @@ pub struct EmbeddingModel {
 pub trait MemoryStore: Send + Sync {
     /// Stores the batch atomically (all or nothing) and returns the new ids in input order; the
     /// write is durable when this returns. Every episode with a session gets a `temporal` edge
-    /// from the episode of the same session that precedes it in (event time, id) order among
-    /// those stored before it. Every new memory joins the queue of memories awaiting a vector.
+    /// from the episode of the same session, user and agent that precedes it in (event time, id)
+    /// order among those stored before it. Every new memory joins the queue of memories awaiting a vector.
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>>;
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>>;

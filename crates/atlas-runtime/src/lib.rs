@@ -153,7 +153,8 @@ impl Atlas {
     }
 
     /// Stores a batch atomically after validating every record, then waits until the batch's
-    /// vectors are stored (when an embedder is configured). `location` names each record in
+    /// vectors are stored (when an embedder is configured; if embedding fails the records stay
+    /// stored, the failure is logged, and the vectors remain queued). `location` names each record in
     /// errors, e.g. `file.jsonl:12`.
     pub async fn import(&self, batch: Vec<(String, NewMemory)>, progress: ImportProgress) -> Result<Vec<MemoryId>> {
         for (location, memory) in &batch {
@@ -161,7 +162,11 @@ impl Atlas {
         }
         let memories = batch.into_iter().map(|(_, m)| m).collect();
         let ids = self.parts.store.insert(memories, progress.stored).await?;
-        self.flush_vectors(progress.embedded).await?;
+        // The records are committed: an embedding failure must not read as "nothing imported"
+        // (a retry would store everything twice). The vectors stay queued for the next run.
+        if let Err(e) = self.flush_vectors(progress.embedded).await {
+            tracing::warn!(error = %e, stored = ids.len(), "imported, but embedding failed; the vectors stay queued");
+        }
         Ok(ids)
     }
 

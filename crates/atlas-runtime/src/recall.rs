@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+/// The most memories one recall returns.
+pub const MAX_K: usize = 10_000;
+
 /// A recall query and its filters.
 #[derive(Debug, Clone, Default)]
 pub struct RecallRequest {
@@ -83,6 +86,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let started = Instant::now();
     if request.query.trim().is_empty() {
         return Err(AtlasError::invalid("recall", "the query is empty"));
+    }
+    if request.k > MAX_K {
+        return Err(AtlasError::invalid("recall", format!("k = {} is more than the maximum of {MAX_K}", request.k)));
     }
     let filter = RecallFilter {
         scope: request.scope,

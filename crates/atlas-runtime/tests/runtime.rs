@@ -441,3 +441,29 @@ async fn context_never_crosses_the_filter() {
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].memory.scope.user.as_deref(), Some("ann"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_recall_with_k_ten_thousand_and_beyond() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sqlite_config(&dir);
+    let store = Arc::new(atlas_store_sqlite_open(&config));
+    let atlas =
+        Atlas::from_parts(Parts::from_store(store, Some(Arc::new(HashEmbedder::new(16)))), config).await.unwrap();
+    let batch = (0..6_000)
+        .map(|i| {
+            let m = atlas_domain::NewMemory::episode(
+                format!("shared word note {i}"),
+                Scope::default(),
+                None,
+                Timestamp(i),
+                Timestamp(i),
+            );
+            (i.to_string(), m)
+        })
+        .collect();
+    atlas.import(batch, ImportProgress::default()).await.unwrap();
+    let all = atlas.recall(query("shared word", 10_000)).await.unwrap();
+    assert_eq!(all.hits.len(), 6_000, "every memory, without SQL parameter limits getting in the way");
+    let err = atlas.recall(query("shared", 10_001)).await.unwrap_err().to_string();
+    assert!(err.contains("10001") && err.contains("10000"), "{err}");
+}

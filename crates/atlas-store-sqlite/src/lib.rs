@@ -148,6 +148,7 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
     let mut previous = conn
         .prepare_cached(
             "SELECT id FROM memories WHERE scope_session = ?1 AND kind = 'episode' AND id <> ?3 \
+             AND scope_user IS ?4 AND scope_agent IS ?5 \
              AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)) ORDER BY event_time DESC, id DESC LIMIT 1",
         )
         .map_err(storage)?;
@@ -179,7 +180,7 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
         let id = conn.last_insert_rowid();
         if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
             let prev: Option<i64> = previous
-                .query_row(params![session, m.event_time.millis(), id], |r| r.get(0))
+                .query_row(params![session, m.event_time.millis(), id, m.scope.user, m.scope.agent], |r| r.get(0))
                 .optional()
                 .map_err(storage)?;
             if let Some(prev) = prev {
@@ -363,16 +364,8 @@ fn search_text_sync(conn: &Connection, query: &str, filter: &RecallFilter, limit
     )?;
     let (clause, filter_params) = filter_clause(filter);
     if !best.is_empty() {
-        let marks = vec!["?"; best.len()].join(", ");
-        let sql = format!("SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND {clause}");
-        let mut params: Vec<Value> = best.iter().map(|h| Value::Integer(h.id.0)).collect();
-        params.extend(filter_params.iter().cloned());
-        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-        let admitted: std::collections::HashSet<i64> = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(0))
-            .map_err(storage)?
-            .collect::<rusqlite::Result<_>>()
-            .map_err(storage)?;
+        let ids: Vec<i64> = best.iter().map(|h| h.id.0).collect();
+        let admitted = admitted_ids(conn, &ids, &clause, &filter_params)?;
         let hits: Vec<ScoredId> = best.iter().filter(|h| admitted.contains(&h.id.0)).take(limit).copied().collect();
         if hits.len() >= limit || best.len() < fetch {
             return Ok(hits);
@@ -395,47 +388,49 @@ impl VectorIndex for SqliteStore {
         if let Some(bound) = self.bound_model() {
             return check_same_model(&bound, &model);
         }
-        let cache = Arc::clone(&self.model);
+        let stored = model.clone();
         self.writer
             .write(move |conn| {
                 if let Some(bound) = read_model(conn)? {
-                    check_same_model(&bound, &model)?;
+                    check_same_model(&bound, &stored)?;
                 } else {
                     conn.execute(
                         "INSERT INTO settings (key, value) VALUES ('embedding_model', ?), ('embedding_dimension', ?)",
-                        params![model.name, model.dimension.to_string()],
+                        params![stored.name, stored.dimension.to_string()],
                     )
                     .map_err(storage)?;
-                    create_vector_table(conn, model.dimension)?;
+                    create_vector_table(conn, stored.dimension)?;
                 }
-                *cache.write().expect("model lock") = Some(model);
                 Ok(())
             })
-            .await
+            .await?;
+        // Published only once committed.
+        *self.model.write().expect("model lock") = Some(model);
+        Ok(())
     }
 
     async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64> {
-        let cache = Arc::clone(&self.model);
+        let stored = model.clone();
         let queued = self
             .writer
             .write(move |conn| {
                 conn.execute_batch(&format!("DROP TABLE IF EXISTS {VECTOR_TABLE}")).map_err(storage)?;
                 conn.execute(
                     "INSERT OR REPLACE INTO settings (key, value) VALUES ('embedding_model', ?), ('embedding_dimension', ?)",
-                    params![model.name, model.dimension.to_string()],
+                    params![stored.name, stored.dimension.to_string()],
                 )
                 .map_err(storage)?;
-                create_vector_table(conn, model.dimension)?;
+                create_vector_table(conn, stored.dimension)?;
                 let queued = conn
                     .execute("INSERT OR IGNORE INTO vector_queue (id) SELECT id FROM memories", [])
                     .map_err(storage)?;
                 let total: i64 = conn.query_row("SELECT count(*) FROM vector_queue", [], |r| r.get(0)).map_err(storage)?;
-                tracing::info!(model = %model.name, queued, "vectors dropped; every memory queued for the new model");
-                *cache.write().expect("model lock") = Some(model);
+                tracing::info!(model = %stored.name, queued, "vectors dropped; every memory queued for the new model");
                 Ok(total as u64)
             })
             .await?;
         // After the commit, so that no search reloads the old vectors into it.
+        *self.model.write().expect("model lock") = Some(model);
         *self.vector_cache.write().expect("vector cache lock") = None;
         Ok(queued)
     }
@@ -466,6 +461,11 @@ impl VectorIndex for SqliteStore {
         let stored = self
             .writer
             .write(move |conn| {
+                // Another instance may have switched the model since this one bound it.
+                match read_model(conn)? {
+                    Some(current) => check_same_model(&current, &model)?,
+                    None => return Err(AtlasError::Storage("no embedding model is bound to this store".into())),
+                }
                 let mut exists = conn.prepare_cached("SELECT 1 FROM memories WHERE id = ?").map_err(storage)?;
                 let mut delete =
                     conn.prepare_cached(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?")).map_err(storage)?;
@@ -532,19 +532,22 @@ fn search_vector_sync(
     filter: &RecallFilter,
     limit: usize,
 ) -> Result<Vec<ScoredId>> {
+    let ready = |slot: &Option<vector_cache::Index>| slot.as_ref().is_some_and(|index| index.dim() == dim);
     let (candidates, total) = {
-        let mut loaded = cache.read().expect("vector cache lock");
-        if loaded.as_ref().is_none_or(|index| index.dim() != dim) {
-            drop(loaded);
+        let shared = cache.read().expect("vector cache lock");
+        if ready(&shared) {
+            let index = shared.as_ref().expect("checked");
+            (index.candidates(query, limit), index.len())
+        } else {
+            drop(shared);
+            // Load and search under the same write guard: nothing can clear it in between.
             let mut slot = cache.write().expect("vector cache lock");
-            if slot.as_ref().is_none_or(|index| index.dim() != dim) {
+            if !ready(&slot) {
                 *slot = Some(load_vector_cache(conn, dim)?);
             }
-            drop(slot);
-            loaded = cache.read().expect("vector cache lock");
+            let index = slot.as_ref().expect("loaded");
+            (index.candidates(query, limit), index.len())
         }
-        let index = loaded.as_ref().expect("loaded above");
-        (index.candidates(query, limit), index.len())
     };
     let blob = vector_blob(query);
     let (clause, filter_params) = filter_clause(filter);
@@ -559,16 +562,8 @@ fn search_vector_sync(
     };
     if !candidates.is_empty() {
         // The index scored exactly; SQL only says which candidates pass the filter.
-        let marks = vec!["?"; candidates.len()].join(", ");
-        let sql = format!("SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND {clause}");
-        let mut params: Vec<Value> = candidates.iter().map(|(id, _)| Value::Integer(*id)).collect();
-        params.extend(filter_params.iter().cloned());
-        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
-        let admitted: std::collections::HashSet<i64> = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(0))
-            .map_err(storage)?
-            .collect::<rusqlite::Result<_>>()
-            .map_err(storage)?;
+        let ids: Vec<i64> = candidates.iter().map(|(id, _)| *id).collect();
+        let admitted = admitted_ids(conn, &ids, &clause, &filter_params)?;
         let hits: Vec<ScoredId> = candidates
             .iter()
             .filter(|(id, _)| admitted.contains(id))
@@ -587,6 +582,29 @@ fn search_vector_sync(
     params.extend(filter_params);
     params.push(Value::Integer(limit as i64));
     run(&scan_sql, params)
+}
+
+/// Which of `ids` pass the filter `clause`; asked in chunks to stay under SQLite's limit on
+/// bound parameters.
+fn admitted_ids(
+    conn: &Connection,
+    ids: &[i64],
+    clause: &str,
+    filter_params: &[Value],
+) -> Result<std::collections::HashSet<i64>> {
+    let mut admitted = std::collections::HashSet::with_capacity(ids.len());
+    for chunk in ids.chunks(4096) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!("SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND {clause}");
+        let mut params: Vec<Value> = chunk.iter().map(|id| Value::Integer(*id)).collect();
+        params.extend(filter_params.iter().cloned());
+        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(0)).map_err(storage)?;
+        for id in rows {
+            admitted.insert(id.map_err(storage)?);
+        }
+    }
+    Ok(admitted)
 }
 
 fn load_vector_cache(conn: &Connection, dim: usize) -> Result<vector_cache::Index> {

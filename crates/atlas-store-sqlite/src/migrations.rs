@@ -43,6 +43,11 @@ pub fn migrate_to(conn: &mut Connection, path_for_errors: &str, target: i64) -> 
     for m in MIGRATIONS.iter().filter(|m| m.version > found && m.version <= target) {
         let tx =
             conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(crate::error::storage)?;
+        // Another process may have applied it while this one waited for the lock.
+        let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(crate::error::storage)?;
+        if now >= m.version {
+            continue;
+        }
         tx.execute_batch(m.sql)
             .map_err(|e| AtlasError::Storage(format!("migration {} failed on {path_for_errors}: {e}", m.name)))?;
         tx.pragma_update(None, "user_version", m.version).map_err(crate::error::storage)?;

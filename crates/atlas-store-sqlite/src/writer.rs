@@ -105,6 +105,16 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Box<dyn WriteJob>>) {
         }
         for job in &mut jobs {
             job.run(&conn);
+            if conn.is_autocommit() {
+                // SQLite rolled the whole transaction back (disk full, I/O error): later jobs
+                // must not run outside it, and earlier ones did not land.
+                break;
+            }
+        }
+        if conn.is_autocommit() {
+            let e = AtlasError::Storage("SQLite rolled the write transaction back; nothing of it was stored".into());
+            jobs.into_iter().for_each(|j| j.finish(Err(&e)));
+            continue;
         }
         match conn.execute_batch("COMMIT").map_err(storage) {
             Ok(()) => jobs.into_iter().for_each(|j| j.finish(Ok(()))),

@@ -48,6 +48,7 @@ impl MemoryStore for FakeStore {
                     .memories
                     .values()
                     .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
+                    .filter(|o| o.scope.user == m.scope.user && o.scope.agent == m.scope.agent)
                     .filter(|o| o.event_time <= m.event_time)
                     .max_by_key(|o| (o.event_time, o.id))
                     .map(|o| o.id);
