@@ -100,6 +100,10 @@ pub struct RecallConfig {
     pub context_weight: f64,
     /// How many of the best hits spread to their neighbouring turns.
     pub context_from: usize,
+    /// How many turns away (along temporal edges) context reaches.
+    pub context_reach: u32,
+    /// Each further turn gets this fraction of the previous one's share.
+    pub context_decay: f64,
 }
 
 impl Default for RecallConfig {
@@ -112,6 +116,8 @@ impl Default for RecallConfig {
             candidates: 100,
             context_weight: 0.4,
             context_from: 10,
+            context_reach: 1,
+            context_decay: 0.5,
         }
     }
 }

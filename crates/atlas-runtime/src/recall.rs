@@ -5,7 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread_to_neighbours};
 use atlas_domain::policy::query::terms;
-use atlas_domain::{AtlasError, Memory, MemoryKind, RecallFilter, Result, Scope, Timestamp};
+use atlas_domain::{AtlasError, Memory, MemoryId, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -82,6 +82,31 @@ impl Recall {
     }
 }
 
+/// Memories up to `reach` temporal edges away from `start`, with their distance (breadth first,
+/// each memory once, cycle-safe).
+async fn turns_around(parts: &Parts, start: MemoryId, reach: u32) -> Result<Vec<(MemoryId, u32)>> {
+    let mut seen = std::collections::HashSet::from([start]);
+    let mut frontier = vec![start];
+    let mut out = Vec::new();
+    for distance in 1..=reach {
+        let mut next = Vec::new();
+        for id in frontier {
+            for e in parts.store.edges_of(id).await? {
+                if e.kind != EdgeKind::Temporal {
+                    continue;
+                }
+                let other = if e.src == id { e.dst } else { e.src };
+                if seen.insert(other) {
+                    out.push((other, distance));
+                    next.push(other);
+                }
+            }
+        }
+        frontier = next;
+    }
+    Ok(out)
+}
+
 pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest, now: Timestamp) -> Result<Recall> {
     let started = Instant::now();
     if request.query.trim().is_empty() {
@@ -153,19 +178,14 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         let from = config.context_from.min(fused.len());
         let mut neighbours = HashMap::with_capacity(from);
         for f in &fused[..from] {
-            let edges = parts.store.edges_of(f.id).await?;
-            let adjacent = edges
-                .iter()
-                .filter(|e| e.kind == EdgeKind::Temporal)
-                .map(|e| if e.src == f.id { e.dst } else { e.src })
-                .collect::<Vec<_>>();
-            neighbours.insert(f.id, adjacent);
+            neighbours.insert(f.id, turns_around(parts, f.id, config.context_reach).await?);
         }
-        fused = spread_to_neighbours(fused, &neighbours, from, config.context_weight);
+        fused = spread_to_neighbours(fused, &neighbours, from, config.context_weight, config.context_decay);
         signals.push(SignalReport { signal: Signal::Context, used: true, note: None });
     }
     // Context can bring in memories no search saw: they pass the same filter before they count.
-    let window: Vec<_> = fused.iter().take(request.k + config.context_from * 2).map(|f| f.id).collect();
+    let reachable = config.context_from * 2 * config.context_reach as usize;
+    let window: Vec<_> = fused.iter().take(request.k + reachable).map(|f| f.id).collect();
     let mut memories: HashMap<_, _> = parts.store.get_many(window).await?.into_iter().map(|m| (m.id, m)).collect();
     // A memory forgotten between search and fetch is simply absent.
     let hits = fused

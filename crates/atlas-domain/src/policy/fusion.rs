@@ -137,21 +137,23 @@ pub fn convex_combination(lists: &[RankedList]) -> Vec<Fused> {
     out
 }
 
-/// Context spreading: every memory adjacent (per `neighbours`) to one of the `from` best fused
-/// hits gains `weight ×` that hit's score, from the best such hit only, and the list is
-/// re-sorted. A turn's neighbours carry what it refers to or what answers it ("what did you
+/// Context spreading: every memory near (per `neighbours`: id and distance in turns) one of the
+/// `from` best fused hits gains `weight × decay^(distance − 1) ×` that hit's score, from the
+/// best such offer only, and the list is re-sorted. A turn's neighbours carry what it refers to or what answers it ("what did you
 /// think?" → the next turn), which neither words nor vectors of the turn alone find. Scores
 /// from before the spreading are used, so nothing cascades. Measured in docs/EVAL.md.
 pub fn spread_to_neighbours(
     fused: Vec<Fused>,
-    neighbours: &HashMap<MemoryId, Vec<MemoryId>>,
+    neighbours: &HashMap<MemoryId, Vec<(MemoryId, u32)>>,
     from: usize,
     weight: f64,
+    decay: f64,
 ) -> Vec<Fused> {
     let mut best: HashMap<MemoryId, SignalScore> = HashMap::new();
     for (i, parent) in fused.iter().take(from).enumerate() {
-        for n in neighbours.get(&parent.id).into_iter().flatten().filter(|n| **n != parent.id) {
-            let offer = SignalScore { rank: i + 1, raw: parent.score, contribution: weight * parent.score };
+        for (n, distance) in neighbours.get(&parent.id).into_iter().flatten().filter(|(n, _)| *n != parent.id) {
+            let share = weight * decay.powi(distance.saturating_sub(1) as i32);
+            let offer = SignalScore { rank: i + 1, raw: parent.score, contribution: share * parent.score };
             let slot = best.entry(*n).or_insert(offer);
             if offer.contribution > slot.contribution {
                 *slot = offer;
@@ -263,20 +265,20 @@ mod tests {
         /// Spreading only adds: no hit loses score, nothing is duplicated, the neighbours of the
         /// best hit appear, and contributions still add up to each score.
         #[test]
-        fn spreading_only_adds(lists in arb_lists(), links in proptest::collection::vec((1i64..40, 1i64..60), 0..40), weight in 0.0f64..1.0) {
+        fn spreading_only_adds(lists in arb_lists(), links in proptest::collection::vec((1i64..40, 1i64..60, 1u32..4), 0..40), weight in 0.0f64..1.0) {
             let fused = convex_combination(&lists);
-            let mut neighbours: HashMap<MemoryId, Vec<MemoryId>> = HashMap::new();
-            for (a, b) in links {
-                neighbours.entry(MemoryId(a)).or_default().push(MemoryId(b));
+            let mut neighbours: HashMap<MemoryId, Vec<(MemoryId, u32)>> = HashMap::new();
+            for (a, b, d) in links {
+                neighbours.entry(MemoryId(a)).or_default().push((MemoryId(b), d));
             }
-            let spread = spread_to_neighbours(fused.clone(), &neighbours, 10, weight);
+            let spread = spread_to_neighbours(fused.clone(), &neighbours, 10, weight, 0.5);
             let after: HashMap<MemoryId, f64> = spread.iter().map(|f| (f.id, f.score)).collect();
             prop_assert_eq!(after.len(), spread.len());
             for f in &fused {
                 prop_assert!(after[&f.id] >= f.score - 1e-12);
             }
             if let Some(top) = fused.first() {
-                for n in neighbours.get(&top.id).into_iter().flatten() {
+                for (n, _) in neighbours.get(&top.id).into_iter().flatten() {
                     prop_assert!(after.contains_key(n));
                 }
             }
