@@ -5,6 +5,7 @@
 //! embedder. Larger stores: random unit vectors (labelled so) bound as the real model, so that
 //! queries are embedded for real and searched through the same path.
 
+use crate::bench::percentile;
 use anyhow::Result;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
@@ -80,10 +81,6 @@ impl ZipfText {
         }
         out.join(" ")
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {

@@ -65,8 +65,16 @@ impl Fused {
 /// its first (best) rank only. Ties break by best single rank, then by id, so the output is a
 /// deterministic function of the input.
 pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
+    combine(lists, |list| move |rank: usize, _score: f64| list.weight / (k + rank as f64))
+}
+
+/// The one accumulation every method shares: each list's first occurrence of an id, at its
+/// 1-based rank among first occurrences, adds `contribution(rank, raw score)`; `scorer` builds
+/// that function once per list.
+fn combine<'l, F: Fn(usize, f64) -> f64>(lists: &'l [RankedList], scorer: impl Fn(&'l RankedList) -> F) -> Vec<Fused> {
     let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
     for list in lists {
+        let contribution = scorer(list);
         let mut rank = 0usize;
         for hit in &list.hits {
             let entry =
@@ -75,16 +83,20 @@ pub fn reciprocal_rank_fusion(lists: &[RankedList], k: f64) -> Vec<Fused> {
                 continue;
             }
             rank += 1;
-            let contribution = list.weight / (k + rank as f64);
-            entry.signals.insert(list.signal, SignalScore { rank, raw: hit.score, contribution });
-            entry.score += contribution;
+            let added = contribution(rank, hit.score);
+            entry.signals.insert(list.signal, SignalScore { rank, raw: hit.score, contribution: added });
+            entry.score += added;
         }
     }
-    let mut out: Vec<Fused> = by_id.into_values().collect();
-    out.sort_by(|a, b| {
+    sorted(by_id.into_values().collect())
+}
+
+/// Best score first; ties by best single rank, then by id: a deterministic order.
+fn sorted(mut fused: Vec<Fused>) -> Vec<Fused> {
+    fused.sort_by(|a, b| {
         b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))).then_with(|| a.id.cmp(&b.id))
     });
-    out
+    fused
 }
 
 /// How ranked lists are combined.
@@ -111,30 +123,15 @@ pub fn fuse(lists: &[RankedList], method: FusionMethod, k: f64) -> Vec<Fused> {
 /// ahead of a vector hit that is only slightly nearer than its neighbours (Bruch et al., "An
 /// Analysis of Fusion Functions for Hybrid Retrieval", 2023). Measured in docs/EVAL.md.
 pub fn convex_combination(lists: &[RankedList]) -> Vec<Fused> {
-    let mut by_id: HashMap<MemoryId, Fused> = HashMap::new();
-    for list in lists {
+    combine(lists, |list| {
         let (min, max) =
             list.hits.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), h| (lo.min(h.score), hi.max(h.score)));
         let span = max - min;
-        let mut rank = 0usize;
-        for hit in &list.hits {
-            let entry =
-                by_id.entry(hit.id).or_insert_with(|| Fused { id: hit.id, score: 0.0, signals: BTreeMap::new() });
-            if entry.signals.contains_key(&list.signal) {
-                continue;
-            }
-            rank += 1;
-            let normalised = if span > 0.0 && span.is_finite() { (hit.score - min) / span } else { 1.0 };
-            let contribution = list.weight * normalised;
-            entry.signals.insert(list.signal, SignalScore { rank, raw: hit.score, contribution });
-            entry.score += contribution;
+        move |_rank: usize, score: f64| {
+            let normalised = if span > 0.0 && span.is_finite() { (score - min) / span } else { 1.0 };
+            list.weight * normalised
         }
-    }
-    let mut out: Vec<Fused> = by_id.into_values().collect();
-    out.sort_by(|a, b| {
-        b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))).then_with(|| a.id.cmp(&b.id))
-    });
-    out
+    })
 }
 
 /// Context spreading: every memory near (per `neighbours`: id and distance in turns) one of the
@@ -166,11 +163,7 @@ pub fn spread_to_neighbours(
         entry.score += spread.contribution;
         entry.signals.insert(Signal::Context, spread);
     }
-    let mut out: Vec<Fused> = by_id.into_values().collect();
-    out.sort_by(|a, b| {
-        b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))).then_with(|| a.id.cmp(&b.id))
-    });
-    out
+    sorted(by_id.into_values().collect())
 }
 
 fn best_rank(f: &Fused) -> usize {
