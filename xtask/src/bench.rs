@@ -5,6 +5,7 @@
 //! same rows, pragmas and commit pattern but without ATLAS (no writer thread, no FTS, no edges,
 //! no queue), so a ratio shows what ATLAS's own work costs.
 
+use crate::rng::Xorshift;
 use anyhow::Result;
 use atlas_domain::{NewMemory, Scope, Timestamp};
 use atlas_runtime::{Atlas, Config, Remember};
@@ -47,7 +48,7 @@ pub fn run(which: Which) -> Result<()> {
 
 /// Deterministic synthetic conversation text: 8–30 words from a 4,000-word vocabulary.
 struct Corpus {
-    state: u64,
+    rng: Xorshift,
     vocabulary: Vec<String>,
 }
 
@@ -66,19 +67,12 @@ impl Corpus {
                 }
             }
         }
-        Corpus { state: 0x9E37_79B9_7F4A_7C15, vocabulary }
-    }
-
-    fn next(&mut self) -> u64 {
-        self.state ^= self.state << 13;
-        self.state ^= self.state >> 7;
-        self.state ^= self.state << 17;
-        self.state
+        Corpus { rng: Xorshift::new(0x9E37_79B9_7F4A_7C15), vocabulary }
     }
 
     fn sentence(&mut self) -> String {
-        let n = 8 + (self.next() % 23) as usize;
-        let picks: Vec<usize> = (0..n).map(|_| (self.next() % self.vocabulary.len() as u64) as usize).collect();
+        let n = 8 + self.rng.below(23);
+        let picks: Vec<usize> = (0..n).map(|_| self.rng.below(self.vocabulary.len())).collect();
         picks.iter().map(|&i| self.vocabulary[i].as_str()).collect::<Vec<_>>().join(" ")
     }
 

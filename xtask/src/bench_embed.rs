@@ -84,17 +84,11 @@ const WORDS: &[&str] = &[
 
 /// Deterministic English-like sentences of 6 to 28 words.
 pub fn sentences(n: usize) -> Vec<String> {
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = crate::rng::Xorshift::new(0x2545_F491_4F6C_DD1D);
     (0..n)
         .map(|_| {
-            let len = 6 + (next() % 23) as usize;
-            let words: Vec<&str> = (0..len).map(|_| WORDS[(next() % WORDS.len() as u64) as usize]).collect();
+            let len = 6 + rng.below(23);
+            let words: Vec<&str> = (0..len).map(|_| WORDS[rng.below(WORDS.len())]).collect();
             format!("{}.", words.join(" "))
         })
         .collect()

@@ -6,6 +6,7 @@
 //! queries are embedded for real and searched through the same path.
 
 use crate::bench::percentile;
+use crate::rng::Xorshift;
 use anyhow::Result;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
@@ -20,7 +21,7 @@ const QUERIES: usize = 200;
 /// Synthetic text with a realistic word distribution: 40% common English words, the rest drawn
 /// from 20,000 invented words by Zipf's law (rank r with weight 1/r), 8 to 30 words a text.
 struct ZipfText {
-    state: u64,
+    rng: Xorshift,
     words: Vec<String>,
     cumulative: Vec<f64>,
 }
@@ -49,18 +50,7 @@ impl ZipfText {
                 total
             })
             .collect();
-        ZipfText { state: seed | 1, words, cumulative }
-    }
-
-    fn next(&mut self) -> u64 {
-        self.state ^= self.state << 13;
-        self.state ^= self.state >> 7;
-        self.state ^= self.state << 17;
-        self.state
-    }
-
-    fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        ZipfText { rng: Xorshift::new(seed), words, cumulative }
     }
 
     fn text(&mut self, min: usize, max: usize) -> String {
@@ -68,13 +58,13 @@ impl ZipfText {
             "the", "a", "we", "I", "you", "and", "to", "of", "it", "was", "with", "for", "on", "my", "that", "is",
             "at", "so", "but", "really",
         ];
-        let len = min + (self.next() % (max - min + 1) as u64) as usize;
+        let len = min + self.rng.below(max - min + 1);
         let mut out = Vec::with_capacity(len);
         for _ in 0..len {
-            if self.uniform() < 0.4 {
-                out.push(COMMON[(self.next() % COMMON.len() as u64) as usize].to_owned());
+            if self.rng.uniform() < 0.4 {
+                out.push(COMMON[self.rng.below(COMMON.len())].to_owned());
             } else {
-                let target = self.uniform() * self.cumulative[self.cumulative.len() - 1];
+                let target = self.rng.uniform() * self.cumulative[self.cumulative.len() - 1];
                 let rank = self.cumulative.partition_point(|c| *c < target).min(self.words.len() - 1);
                 out.push(self.words[rank].clone());
             }
@@ -95,23 +85,6 @@ fn peak_rss_mb() -> f64 {
             s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
-struct Xorshift(u64);
-impl Xorshift {
-    fn unit(&mut self, dim: usize) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..dim)
-            .map(|_| {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|x| *x /= n);
-        v
-    }
 }
 
 /// The floor: one thread, f32 dot products over every vector, top 100 by partial selection.
@@ -188,9 +161,9 @@ async fn bench_size(n: usize) -> Result<()> {
         dim = model.dimension;
         let store = SqliteStore::open(&db, &SqliteOptions::default())?;
         store.bind_model(EmbeddingModel { name: model.name.clone(), dimension: dim }).await?;
-        let mut rng = Xorshift(0x1234_5678_9ABC_DEF1);
+        let mut rng = Xorshift::new(0x1234_5678_9ABC_DEF1);
         for chunk in ids.chunks(10_000) {
-            let vectors: Vec<(MemoryId, Vec<f32>)> = chunk.iter().map(|id| (*id, rng.unit(dim))).collect();
+            let vectors: Vec<(MemoryId, Vec<f32>)> = chunk.iter().map(|id| (*id, rng.unit_vector(dim))).collect();
             floor_vectors.extend(vectors.iter().flat_map(|(_, v)| v.iter().copied()));
             store.put_vectors(vectors).await?;
         }

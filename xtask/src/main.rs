@@ -6,6 +6,7 @@ mod bench;
 mod bench_embed;
 mod bench_recall;
 mod fixtures;
+mod rng;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
