@@ -8,6 +8,7 @@
 use crate::rng::Xorshift;
 use anyhow::Result;
 use atlas_domain::{NewMemory, Scope, Timestamp};
+use atlas_runtime::config::EmbedderKind;
 use atlas_runtime::{Atlas, Config, Remember};
 use clap::Subcommand;
 use std::time::Instant;
@@ -103,7 +104,9 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
         let dir = tempfile::tempdir()?;
 
         let floor_import = floor_import(&dir.path().join("floor.db"), &batch)?;
-        let atlas = Atlas::open(Config { db: dir.path().join("atlas.db"), ..Config::default() }).await?;
+        // Embedding deferred: the hot path and bulk path as measured without any model work.
+        let config = Config { db: dir.path().join("atlas.db"), embedder: EmbedderKind::None, ..Config::default() };
+        let atlas = Atlas::open(config).await?;
         let started = Instant::now();
         atlas.import(batch, atlas_runtime::ImportProgress::default()).await?;
         let import_rate = n as f64 / started.elapsed().as_secs_f64();
