@@ -210,12 +210,46 @@ proptest! {
             Ok(())
         })?;
     }
+
+    /// Whatever the data, the time window and the as-of time: every hit, whichever signal
+    /// brought it (context included), lies in the window and was valid at the as-of time.
+    #[test]
+    fn recall_respects_time_and_validity(batch in proptest::collection::vec(atlas_testing::strategies::arb_new_memory(), 1..30),
+                                         pick in 0usize..30,
+                                         since in proptest::option::of(1_600_000_000_000i64..1_800_000_000_000),
+                                         span in proptest::option::of(1i64..200_000_000_000),
+                                         as_of in 1_600_000_000_000i64..1_900_000_000_000) {
+        let rt = atlas_testing::runtime();
+        rt.block_on(async {
+            let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(16)))).await;
+            let q = batch[pick % batch.len()].text.clone();
+            atlas.import(batch.into_iter().enumerate().map(|(i, m)| (i.to_string(), m)).collect(), ImportProgress::default()).await.unwrap();
+            let until = since.zip(span).map(|(s, d)| Timestamp(s + d));
+            let request = RecallRequest {
+                since: since.map(Timestamp),
+                until,
+                as_of: Some(Timestamp(as_of)),
+                ..query(&q, 50)
+            };
+            let filter = atlas_domain::RecallFilter {
+                since: since.map(Timestamp),
+                until,
+                valid_at: Some(Timestamp(as_of)),
+                ..atlas_domain::RecallFilter::default()
+            };
+            for hit in atlas.recall(request).await.unwrap().hits {
+                prop_assert!(filter.admits(&hit.memory), "{:?} outside {:?}", hit.memory, filter);
+            }
+            Ok(())
+        })?;
+    }
 }
 
 // --- the SQLite store behind the runtime: bad input and durability ---
 
+/// SQLite without an embedder: these tests are about the store and input, not vectors.
 fn sqlite_config(dir: &tempfile::TempDir) -> Config {
-    Config { db: dir.path().join("atlas.db"), ..Config::default() }
+    Config { db: dir.path().join("atlas.db"), embedder: EmbedderKind::None, ..Config::default() }
 }
 
 fn write_file(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
