@@ -62,24 +62,34 @@ struct Inner {
 }
 
 /// The process-wide ONNX Runtime environment; sessions need it alive.
-static ENVIRONMENT: OnceLock<std::result::Result<ort::environment::Environment, String>> = OnceLock::new();
+static ENVIRONMENT: OnceLock<ort::environment::Environment> = OnceLock::new();
 
-/// The first load in a process picks the library: the CUDA build (onnxruntime-gpu) when CUDA
-/// is asked for and compiled in, the CPU build otherwise.
+/// Serialises first loads, so that a failure (a missing library, a download that failed) is
+/// retried by the next load instead of being remembered for the life of the process.
+static LOADING: Mutex<()> = Mutex::new(());
+
+/// The first successful load in a process picks the library: the CUDA build (onnxruntime-gpu)
+/// when CUDA is asked for and compiled in, the CPU build otherwise.
 fn environment(manifest: &Manifest, cuda: bool) -> Result<&'static ort::environment::Environment> {
-    let env = ENVIRONMENT.get_or_init(|| {
-        let spec = if cuda && cfg!(feature = "cuda") { &manifest.runtime_cuda } else { &manifest.runtime };
-        if spec.sha256.is_none() {
-            tracing::warn!(library = %spec.name, "no sha256 for this ONNX Runtime build in models/manifest.toml; loading it unverified");
-        }
-        let library = assets::runtime_library(spec).map_err(|e| e.to_string())?;
-        let builder = ort::init_from(&library).map_err(|e| format!("cannot load ONNX Runtime: {e}"))?;
-        builder
-            .with_name("atlas")
-            .build()
-            .map_err(|e| format!("cannot start ONNX Runtime from {}: {e}", library.display()))
-    });
-    env.as_ref().map_err(|e| AtlasError::Embedding(e.clone()))
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env);
+    }
+    let _one_at_a_time = LOADING.lock().map_err(|_| AtlasError::Embedding("the loader lock is poisoned".into()))?;
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env);
+    }
+    let spec = if cuda && cfg!(feature = "cuda") { &manifest.runtime_cuda } else { &manifest.runtime };
+    if spec.sha256.is_none() {
+        tracing::warn!(library = %spec.name, "no sha256 for this ONNX Runtime build in models/manifest.toml; loading it unverified");
+    }
+    let library = assets::runtime_library(spec)?;
+    let builder =
+        ort::init_from(&library).map_err(|e| AtlasError::Embedding(format!("cannot load ONNX Runtime: {e}")))?;
+    let env = builder
+        .with_name("atlas")
+        .build()
+        .map_err(|e| AtlasError::Embedding(format!("cannot start ONNX Runtime from {}: {e}", library.display())))?;
+    Ok(ENVIRONMENT.get_or_init(|| env))
 }
 
 fn ort_error(what: &str) -> impl Fn(ort::Error) -> AtlasError + '_ {
