@@ -55,19 +55,7 @@ struct Corpus {
 
 impl Corpus {
     fn new() -> Self {
-        let syllables =
-            ["ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri", "fen", "gar", "hol"];
-        let mut vocabulary = Vec::new();
-        'outer: for a in syllables {
-            for b in syllables {
-                for c in syllables {
-                    vocabulary.push(format!("{a}{b}{c}"));
-                    if vocabulary.len() == 4000 {
-                        break 'outer;
-                    }
-                }
-            }
-        }
+        let vocabulary = Xorshift::invented_words(4000);
         Corpus { rng: Xorshift::new(0x9E37_79B9_7F4A_7C15), vocabulary }
     }
 

@@ -28,21 +28,7 @@ struct ZipfText {
 
 impl ZipfText {
     fn new(seed: u64) -> Self {
-        let syllables = [
-            "ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri", "fen", "gar", "hol",
-            "nim", "sor", "tep", "wyn", "jas", "cor", "lin", "bex", "mur", "oth", "pra", "sil",
-        ];
-        let mut words = Vec::with_capacity(20_000);
-        'all: for a in syllables {
-            for b in syllables {
-                for c in syllables {
-                    words.push(format!("{a}{b}{c}"));
-                    if words.len() == 20_000 {
-                        break 'all;
-                    }
-                }
-            }
-        }
+        let words = Xorshift::invented_words(20_000);
         let mut total = 0.0;
         let cumulative = (1..=words.len())
             .map(|r| {

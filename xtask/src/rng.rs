@@ -25,6 +25,19 @@ impl Xorshift {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// `n` distinct invented words of three syllables (the same list for the same `n`).
+    pub fn invented_words(n: usize) -> Vec<String> {
+        const SYLLABLES: [&str; 28] = [
+            "ka", "lo", "mi", "ren", "to", "sha", "vel", "dor", "pi", "qua", "zen", "ul", "bri", "fen", "gar", "hol",
+            "nim", "sor", "tep", "wyn", "jas", "cor", "lin", "bex", "mur", "oth", "pra", "sil",
+        ];
+        SYLLABLES
+            .iter()
+            .flat_map(|a| SYLLABLES.iter().flat_map(move |b| SYLLABLES.iter().map(move |c| format!("{a}{b}{c}"))))
+            .take(n)
+            .collect()
+    }
+
     /// A random direction in `dim` dimensions, unit length.
     pub fn unit_vector(&mut self, dim: usize) -> Vec<f32> {
         let mut v: Vec<f32> = (0..dim).map(|_| self.uniform() as f32 - 0.5).collect();

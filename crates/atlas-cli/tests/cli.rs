@@ -279,31 +279,35 @@ fn fake_onnxruntime(dir: &Path, version: &str) -> PathBuf {
              const OrtApiBase *OrtGetApiBase(void) {{ return &base; }}\n"
         ),
     );
-    let lib = dir.join("libonnxruntime.so.fake");
-    let status = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&source).status().expect("cc");
-    assert!(status.success());
-    lib
+    shared_library(&source, &dir.join("libonnxruntime.so.fake"))
+}
+
+/// Compiles one C file into a shared library with the machine's C compiler.
+fn shared_library(source: &Path, lib: &Path) -> PathBuf {
+    let status = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(lib).arg(source).status().expect("cc");
+    assert!(status.success(), "cc failed on {}", source.display());
+    lib.to_path_buf()
+}
+
+/// `atlas embed` on one text with `ORT_DYLIB_PATH` pointing at `library`; returns stderr.
+fn embed_with_library(dir: &Path, library: &Path) -> String {
+    let input = write(dir, "t.jsonl", "{\"id\": \"a\", \"text\": \"hello\"}\n");
+    let out = command(&dir.join("x.db"), &["embed", "--batch", input.to_str().unwrap()])
+        .env("ORT_DYLIB_PATH", library)
+        .output()
+        .unwrap();
+    failed(out)
 }
 
 #[test]
 fn a_wrong_onnx_runtime_library_is_a_clear_error_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let input = write(dir.path(), "t.jsonl", "{\"id\": \"a\", \"text\": \"hello\"}\n");
     let old = fake_onnxruntime(dir.path(), "1.20.0");
-    let out = command(&dir.path().join("x.db"), &["embed", "--batch", input.to_str().unwrap()])
-        .env("ORT_DYLIB_PATH", &old)
-        .output()
-        .unwrap();
-    let err = failed(out);
+    let err = embed_with_library(dir.path(), &old);
     assert!(err.contains("1.20.0") && err.contains("1.31"), "{err}");
     let not_ort = write(dir.path(), "empty.c", "int nothing_here(void) { return 0; }\n");
-    let lib = dir.path().join("libnot_ort.so");
-    assert!(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&not_ort).status().unwrap().success());
-    let out = command(&dir.path().join("x.db"), &["embed", "--batch", input.to_str().unwrap()])
-        .env("ORT_DYLIB_PATH", &lib)
-        .output()
-        .unwrap();
-    let err = failed(out);
+    let lib = shared_library(&not_ort, &dir.path().join("libnot_ort.so"));
+    let err = embed_with_library(dir.path(), &lib);
     assert!(err.contains("OrtGetApiBase") && err.contains("libnot_ort.so"), "{err}");
 }
 
