@@ -1,7 +1,7 @@
 //! Ports: the small async traits that storage, embedding and LLM adapters implement.
 //!
-//! A store implements [`MemoryStore`], [`TextIndex`] and [`VectorIndex`] (one adapter may
-//! implement all three over one database); `atlas-testing` runs one conformance suite over every
+//! A store implements [`MemoryStore`], [`TextIndex`], [`VectorIndex`] and [`Replica`] (one
+//! adapter may implement all four over one database); `atlas-testing` runs one conformance suite over every
 //! implementation, the in-memory fake included.
 
 use crate::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
@@ -103,6 +103,39 @@ pub trait VectorIndex: Send + Sync {
 
     /// Nearest memories to `query` by cosine similarity (score = similarity), best first.
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
+}
+
+/// A memory with everything a store keeps about it, for copying it to another store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMemory {
+    pub memory: Memory,
+    /// `None` while the memory waits for its vector.
+    pub vector: Option<Vec<f32>>,
+    /// The memory's edges whose other end has a smaller id (or is itself), so that restoring in
+    /// id order always finds both ends already present.
+    pub edges: Vec<Edge>,
+}
+
+impl StoredMemory {
+    /// Whether `edge` travels with the memory `id` (its later end).
+    pub fn carries(id: MemoryId, edge: &Edge) -> bool {
+        edge.src.max(edge.dst) == id
+    }
+}
+
+/// Bulk copy between stores with ids preserved: migrations and backups.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait Replica: Send + Sync {
+    /// Up to `limit` memories with ids greater than `after`, in id order, each with its vector
+    /// and the edges it carries ([`StoredMemory::carries`]).
+    async fn export_batch(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<StoredMemory>>;
+
+    /// Writes the batch atomically under the memories' own ids, replacing any memory, vector or
+    /// edge already stored under the same key, so a re-run updates rather than duplicates. No
+    /// temporal edges are derived: they come with the batch. Vectors need a bound model of their
+    /// dimension; memories without one join the vector queue. Later inserts get larger ids.
+    async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()>;
 }
 
 /// Turns text into unit-length vectors.

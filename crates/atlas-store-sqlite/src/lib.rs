@@ -14,13 +14,15 @@ mod writer;
 
 use crate::error::storage;
 use crate::readers::Readers;
-use crate::sql::{MEMORY_COLUMNS, filter_clause, json_columns, query_memories, vector_blob};
+use crate::sql::{
+    EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, filter_clause, json_columns, query_edges, query_memories, vector_blob,
+};
 use crate::writer::Writer;
 use async_trait::async_trait;
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
-use atlas_domain::{
-    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, Validity,
+use atlas_domain::ports::{
+    EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
 };
+use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -262,40 +264,11 @@ impl MemoryStore for SqliteStore {
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
         self.readers
             .read(move |conn| {
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT src, dst, kind, weight, valid_from, valid_until, recorded_at FROM edges WHERE src = ?1 \
-                         UNION ALL SELECT src, dst, kind, weight, valid_from, valid_until, recorded_at FROM edges \
-                         WHERE dst = ?1 AND src <> ?1",
-                    )
-                    .map_err(storage)?;
-                let rows = stmt
-                    .query_map([id.0], |r| {
-                        let kind: String = r.get(2)?;
-                        Ok((r.get(0)?, r.get(1)?, kind, r.get(3)?, r.get(4)?, r.get::<_, Option<i64>>(5)?, r.get(6)?))
-                    })
-                    .map_err(storage)?;
-                let mut edges = Vec::new();
-                for row in rows {
-                    let (src, dst, kind, weight, from, until, recorded): (
-                        i64,
-                        i64,
-                        String,
-                        f64,
-                        i64,
-                        Option<i64>,
-                        i64,
-                    ) = row.map_err(storage)?;
-                    edges.push(Edge {
-                        src: MemoryId(src),
-                        dst: MemoryId(dst),
-                        kind: kind.parse::<EdgeKind>().map_err(AtlasError::Storage)?,
-                        weight: weight as f32,
-                        validity: Validity { valid_from: Timestamp(from), valid_until: until.map(Timestamp) },
-                        recorded_at: Timestamp(recorded),
-                    });
-                }
-                Ok(edges)
+                let sql = format!(
+                    "SELECT {EDGE_COLUMNS} FROM edges WHERE src = ?1 UNION ALL SELECT {EDGE_COLUMNS} FROM edges \
+                     WHERE dst = ?1 AND src <> ?1"
+                );
+                query_edges(conn, &sql, &[Value::Integer(id.0)])
             })
             .await
     }
@@ -513,6 +486,167 @@ impl VectorIndex for SqliteStore {
         let cache = Arc::clone(&self.vector_cache);
         let dim = model.dimension;
         self.readers.read(move |conn| search_vector_sync(conn, &cache, dim, &query, &filter, limit)).await
+    }
+}
+
+#[async_trait]
+impl Replica for SqliteStore {
+    async fn export_batch(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<StoredMemory>> {
+        self.readers
+            .read(move |conn| {
+                let after = after.map_or(0, |a| a.0);
+                let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?");
+                let memories = query_memories(conn, &sql, &[Value::Integer(after), Value::Integer(limit as i64)])?;
+                let Some(last) = memories.last().map(|m| m.id.0) else {
+                    return Ok(Vec::new());
+                };
+                let range = [Value::Integer(after), Value::Integer(last)];
+                let mut vectors = std::collections::HashMap::new();
+                if vector_table_exists(conn)? {
+                    let mut stmt = conn
+                        .prepare_cached(&format!(
+                            "SELECT rowid, embedding FROM {VECTOR_TABLE} WHERE rowid > ? AND rowid <= ?"
+                        ))
+                        .map_err(storage)?;
+                    let rows = stmt
+                        .query_map(rusqlite::params_from_iter(range.iter()), |r| {
+                            Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                        })
+                        .map_err(storage)?;
+                    for row in rows {
+                        let (id, blob) = row.map_err(storage)?;
+                        vectors.insert(id, blob_vector(&blob));
+                    }
+                }
+                let mut edges: std::collections::HashMap<i64, Vec<Edge>> = std::collections::HashMap::new();
+                let sql = format!(
+                    "SELECT {EDGE_COLUMNS} FROM edges WHERE src > ?1 AND src <= ?2 AND src >= dst \
+                     UNION ALL SELECT {EDGE_COLUMNS} FROM edges WHERE dst > ?1 AND dst <= ?2 AND dst > src"
+                );
+                for edge in query_edges(conn, &sql, &range)? {
+                    edges.entry(edge.src.max(edge.dst).0).or_default().push(edge);
+                }
+                Ok(memories
+                    .into_iter()
+                    .map(|memory| StoredMemory {
+                        vector: vectors.remove(&memory.id.0),
+                        edges: edges.remove(&memory.id.0).unwrap_or_default(),
+                        memory,
+                    })
+                    .collect())
+            })
+            .await
+    }
+
+    async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        let model = self.bound_model();
+        if let Some(item) = batch.iter().find(|m| m.vector.is_some()) {
+            let dim = item.vector.as_ref().map_or(0, Vec::len);
+            match &model {
+                None => {
+                    return Err(AtlasError::Storage(
+                        "no embedding model is bound to this store; bind one before restoring vectors".into(),
+                    ));
+                }
+                Some(m) if batch.iter().filter_map(|i| i.vector.as_ref()).any(|v| v.len() != m.dimension) => {
+                    return Err(AtlasError::Embedding(format!(
+                        "vector for memory {} has {dim} dimensions, the store's model {} has {}",
+                        item.memory.id, m.name, m.dimension
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let written = self
+            .writer
+            .write(move |conn| {
+                let has_vectors = vector_table_exists(conn)?;
+                let mut upsert = conn
+                    .prepare_cached(
+                        "INSERT INTO memories (id, kind, text, speaker, scope_user, scope_agent, scope_session, \
+                         event_time, recorded_at, valid_from, valid_until, meta, body) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
+                         kind = excluded.kind, text = excluded.text, speaker = excluded.speaker, \
+                         scope_user = excluded.scope_user, scope_agent = excluded.scope_agent, \
+                         scope_session = excluded.scope_session, event_time = excluded.event_time, \
+                         recorded_at = excluded.recorded_at, valid_from = excluded.valid_from, \
+                         valid_until = excluded.valid_until, meta = excluded.meta, body = excluded.body",
+                    )
+                    .map_err(storage)?;
+                let mut edge = conn
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .map_err(storage)?;
+                let mut enqueue =
+                    conn.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(storage)?;
+                let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
+                let mut written = Vec::new();
+                for item in batch {
+                    let m = &item.memory;
+                    let (meta, body) = json_columns(&m.to_new())?;
+                    upsert
+                        .execute(params![
+                            m.id.0,
+                            m.kind().as_str(),
+                            m.text,
+                            m.body.speaker(),
+                            m.scope.user,
+                            m.scope.agent,
+                            m.scope.session,
+                            m.event_time.millis(),
+                            m.recorded_at.millis(),
+                            m.validity.valid_from.millis(),
+                            m.validity.valid_until.map(Timestamp::millis),
+                            meta,
+                            body,
+                        ])
+                        .map_err(storage)?;
+                    for e in &item.edges {
+                        edge.execute(params![
+                            e.src.0,
+                            e.dst.0,
+                            e.kind.as_str(),
+                            f64::from(e.weight),
+                            e.validity.valid_from.millis(),
+                            e.validity.valid_until.map(Timestamp::millis),
+                            e.recorded_at.millis(),
+                        ])
+                        .map_err(storage)?;
+                    }
+                    if has_vectors {
+                        conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [m.id.0])
+                            .map_err(storage)?;
+                    }
+                    match item.vector {
+                        Some(v) => {
+                            conn.execute(
+                                &format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"),
+                                params![m.id.0, vector_blob(&v)],
+                            )
+                            .map_err(storage)?;
+                            dequeue.execute([m.id.0]).map_err(storage)?;
+                            written.push((m.id, Some(v)));
+                        }
+                        None => {
+                            enqueue.execute([m.id.0]).map_err(storage)?;
+                            written.push((m.id, None));
+                        }
+                    }
+                }
+                Ok(written)
+            })
+            .await?;
+        if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
+            for (id, v) in &written {
+                match v {
+                    Some(v) => index.upsert(id.0, v),
+                    None => index.remove(id.0),
+                }
+            }
+        }
+        Ok(())
     }
 }
 

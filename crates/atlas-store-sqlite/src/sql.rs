@@ -1,7 +1,9 @@
 //! SQL pieces shared by the queries: the filter clause, row ↔ record mapping, vector encoding.
 
 use crate::error::storage;
-use atlas_domain::{AtlasError, Body, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp, Validity};
+use atlas_domain::{
+    AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp, Validity,
+};
 use rusqlite::Row;
 use rusqlite::types::Value;
 
@@ -70,6 +72,37 @@ pub fn memory_from_row(row: &Row<'_>) -> rusqlite::Result<Memory> {
         meta,
         body,
     })
+}
+
+/// The columns [`edge_from_row`] reads.
+pub const EDGE_COLUMNS: &str = "src, dst, kind, weight, valid_from, valid_until, recorded_at";
+
+pub fn edge_from_row(row: &Row<'_>) -> rusqlite::Result<Edge> {
+    let kind: String = row.get(2)?;
+    Ok(Edge {
+        src: MemoryId(row.get(0)?),
+        dst: MemoryId(row.get(1)?),
+        kind: kind
+            .parse::<EdgeKind>()
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into()))?,
+        weight: row.get::<_, f64>(3)? as f32,
+        validity: Validity {
+            valid_from: Timestamp(row.get(4)?),
+            valid_until: row.get::<_, Option<i64>>(5)?.map(Timestamp),
+        },
+        recorded_at: Timestamp(row.get(6)?),
+    })
+}
+
+pub fn query_edges(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<Vec<Edge>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(params.iter()), edge_from_row).map_err(storage)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+}
+
+/// The inverse of [`vector_blob`].
+pub fn blob_vector(blob: &[u8]) -> Vec<f32> {
+    blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// Serialises the JSON columns of a new memory.

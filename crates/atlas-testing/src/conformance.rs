@@ -4,7 +4,7 @@
 
 use crate::strategies::arb_new_memory;
 use crate::{HashEmbedder, Subject, runtime};
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, TextIndex, VectorIndex};
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, Replica, StoredMemory, TextIndex, VectorIndex};
 use atlas_domain::{
     AtlasError, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp, Validity,
 };
@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 /// What a storage adapter implements.
-pub trait Store: MemoryStore + TextIndex + VectorIndex + 'static {}
-impl<T: MemoryStore + TextIndex + VectorIndex + 'static> Store for T {}
+pub trait Store: MemoryStore + TextIndex + VectorIndex + Replica + 'static {}
+impl<T: MemoryStore + TextIndex + VectorIndex + Replica + 'static> Store for T {}
 
 pub type Make<'a, S> = &'a dyn Fn() -> Subject<S>;
 
@@ -24,25 +24,33 @@ pub type Make<'a, S> = &'a dyn Fn() -> Subject<S>;
 #[macro_export]
 macro_rules! store_conformance {
     ($name:ident, $make:expr) => {
+        $crate::store_conformance!($name, $make, #[test]);
+    };
+    // `$attr`: the attributes of every case, e.g. `#[test] #[ignore = "needs a server"]`.
+    ($name:ident, $make:expr, $(#[$attr:meta])+) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            $crate::store_conformance!(@cases $make;
+            $crate::store_conformance!(@cases $make; [$(#[$attr])+];
                 round_trip_of_any_record, ids_increase_and_are_never_reused, episodes_link_temporally_per_session,
                 forget_removes_everywhere, text_search_matches_words_best_first, text_search_takes_words_literally,
                 scope_isolation_in_every_search, filters_on_kind_time_and_validity, vector_queue_and_nearest_first,
                 vector_search_is_exact_under_selective_filters, model_binding_is_recorded_and_checked,
                 stats_count_what_is_stored, concurrent_inserts_all_land, empty_and_zero_limits,
-                rebinding_requeues_everything_for_the_new_model);
+                rebinding_requeues_everything_for_the_new_model, replica_copies_ids_vectors_and_edges_idempotently,
+                restore_refuses_vectors_of_another_dimension);
         }
     };
-    (@cases $make:expr; $($case:ident),* $(,)?) => {
+    (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
         $(
-            #[test]
-            fn $case() {
-                $crate::conformance::$case(&$make);
-            }
+            $crate::store_conformance!(@case $make; $attrs; $case);
         )*
+    };
+    (@case $make:expr; [$(#[$attr:meta])+]; $case:ident) => {
+        $(#[$attr])+
+        fn $case() {
+            $crate::conformance::$case(&$make);
+        }
     };
 }
 
@@ -439,5 +447,105 @@ pub fn rebinding_requeues_everything_for_the_new_model<S: Store>(make: Make<S>) 
         let hits = store.search_vector(embedder.embed_one("alpha beta"), RecallFilter::default(), 5).await.unwrap();
         assert_eq!(ids_of(&hits), vec![ids[0]]);
         assert_eq!(store.pending_vectors(10).await.unwrap().len(), 1, "the rest still waits: a re-embed resumes");
+    });
+}
+
+async fn export_all<S: Store>(store: &S, batch: usize) -> Vec<StoredMemory> {
+    let mut all: Vec<StoredMemory> = Vec::new();
+    loop {
+        let after = all.last().map(|m| m.memory.id);
+        let next = store.export_batch(after, batch).await.unwrap();
+        if next.is_empty() {
+            return all;
+        }
+        assert!(next.len() <= batch);
+        all.extend(next);
+    }
+}
+
+fn sorted_edges(mut items: Vec<StoredMemory>) -> Vec<StoredMemory> {
+    for item in &mut items {
+        item.edges.sort_by_key(|e| (e.src, e.dst, e.kind));
+    }
+    items
+}
+
+pub fn replica_copies_ids_vectors_and_edges_idempotently<S: Store>(make: Make<S>) {
+    let (source, target) = (make(), make());
+    runtime().block_on(async {
+        let (a, b) = (source.store.as_ref(), target.store.as_ref());
+        bind_test_model(a).await;
+        let mut batch: Vec<NewMemory> = (0..12)
+            .map(|i| episode(&format!("turn {i} about harbour lights"), Some(["s1", "s2"][i % 2]), i as i64))
+            .collect();
+        let mut fact = episode("the harbour closes at nine", None, 50);
+        fact.body = atlas_domain::Body::Fact {
+            subject: "harbour".into(),
+            predicate: "closes_at".into(),
+            object: "nine".into(),
+            confidence: 0.8,
+        };
+        fact.validity.valid_until = Some(Timestamp(90));
+        batch.push(fact);
+        let ids = a.insert(batch, None).await.unwrap();
+        a.forget(ids[3]).await.unwrap();
+        embed_pending(a).await;
+        let late =
+            a.insert(vec![episode("late turn still waiting for a vector", Some("s1"), 100)], None).await.unwrap();
+
+        let exported = sorted_edges(export_all(a, 4).await);
+        assert_eq!(exported.len(), 13, "every memory but the forgotten one");
+        assert!(exported.iter().all(|m| m.memory.id != ids[3]));
+        assert!(exported.iter().all(|m| m.vector.is_some() == (m.memory.id != late[0])));
+        assert!(exported.iter().all(|m| m.edges.iter().all(|e| StoredMemory::carries(m.memory.id, e))));
+        let edges: usize = exported.iter().map(|m| m.edges.len()).sum();
+        assert_eq!(edges as u64, a.stats().await.unwrap().edges, "each edge travels exactly once");
+
+        bind_test_model(b).await;
+        for chunk in exported.chunks(5) {
+            b.restore(chunk.to_vec()).await.unwrap();
+        }
+        assert_eq!(sorted_edges(export_all(b, 3).await), exported);
+        // A re-run (say, after an interruption) updates rather than duplicates.
+        b.restore(exported[4..].to_vec()).await.unwrap();
+        assert_eq!(sorted_edges(export_all(b, 100).await), exported);
+        let (sa, sb) = (a.stats().await.unwrap(), b.stats().await.unwrap());
+        assert_eq!(
+            (sb.memories_by_kind, sb.edges, sb.vectors, sb.pending_vectors),
+            (sa.memories_by_kind, sa.edges, sa.vectors, sa.pending_vectors)
+        );
+        assert_eq!(
+            b.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect::<Vec<_>>(),
+            late,
+            "what waited for a vector still waits"
+        );
+        let words = vec!["harbour".to_string()];
+        assert_eq!(
+            ids_of(&b.search_text(words.clone(), RecallFilter::default(), 20).await.unwrap()).len(),
+            ids_of(&a.search_text(words, RecallFilter::default(), 20).await.unwrap()).len()
+        );
+        let query = HashEmbedder::new(DIM).embed_one("turn 5 about harbour lights");
+        assert_eq!(
+            ids_of(&b.search_vector(query.clone(), RecallFilter::default(), 5).await.unwrap()),
+            ids_of(&a.search_vector(query, RecallFilter::default(), 5).await.unwrap())
+        );
+        let new = b.insert(vec![episode("after the copy", Some("s1"), 200)], None).await.unwrap();
+        assert!(new[0] > late[0], "ids after a restore never collide with restored ones");
+    });
+}
+
+pub fn restore_refuses_vectors_of_another_dimension<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = subject.store.as_ref();
+    runtime().block_on(async {
+        bind_test_model(store).await;
+        let ids = store.insert(vec![episode("kept as it was", None, 1)], None).await.unwrap();
+        let before = export_all(store, 10).await;
+        let mut changed = before[0].clone();
+        changed.memory.text = "overwritten".into();
+        let wrong = StoredMemory { vector: Some(vec![0.5; DIM + 1]), ..changed };
+        assert!(store.restore(vec![wrong]).await.is_err());
+        assert_eq!(export_all(store, 10).await, before, "a refused batch changes nothing");
+        assert_eq!(store.get(ids[0]).await.unwrap().unwrap().text, "kept as it was");
     });
 }

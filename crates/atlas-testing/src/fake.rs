@@ -2,7 +2,9 @@
 
 use crate::embedder::cosine;
 use async_trait::async_trait;
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, ProgressFn, ScoredId, StoreStats, TextIndex, VectorIndex};
+use atlas_domain::ports::{
+    EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
+};
 use atlas_domain::{
     AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Validity,
 };
@@ -224,5 +226,63 @@ impl VectorIndex for FakeStore {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         hits.truncate(limit);
         Ok(hits)
+    }
+}
+
+#[async_trait]
+impl Replica for FakeStore {
+    async fn export_batch(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<StoredMemory>> {
+        let s = self.state.lock().unwrap();
+        let start = after.unwrap_or(MemoryId(0));
+        Ok(s.memories
+            .range(start..)
+            .filter(|(id, _)| **id > start)
+            .take(limit)
+            .map(|(id, m)| StoredMemory {
+                memory: m.clone(),
+                vector: s.vectors.get(id).cloned(),
+                edges: s.edges.iter().filter(|e| StoredMemory::carries(*id, e)).cloned().collect(),
+            })
+            .collect())
+    }
+
+    async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        let dim = s.model.as_ref().map(|m| m.dimension);
+        for item in &batch {
+            if let Some(v) = &item.vector {
+                match dim {
+                    None => return Err(AtlasError::Storage("no embedding model is bound to this store".into())),
+                    Some(d) if d != v.len() => {
+                        return Err(AtlasError::Embedding(format!(
+                            "vector for memory {} has {} dimensions, expected {d}",
+                            item.memory.id,
+                            v.len()
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        for item in batch {
+            let id = item.memory.id;
+            s.last_id = s.last_id.max(id.0);
+            s.memories.insert(id, item.memory);
+            match item.vector {
+                Some(v) => {
+                    s.queue.remove(&id);
+                    s.vectors.insert(id, v);
+                }
+                None => {
+                    s.vectors.remove(&id);
+                    s.queue.insert(id);
+                }
+            }
+            for edge in item.edges {
+                s.edges.retain(|e| (e.src, e.dst, e.kind) != (edge.src, edge.dst, edge.kind));
+                s.edges.push(edge);
+            }
+        }
+        Ok(())
     }
 }
