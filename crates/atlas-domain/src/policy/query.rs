@@ -11,6 +11,17 @@ const STOP_WORDS: &[&str] = &[
 /// Most terms a query keeps; a 10k-character query must not become a 2k-term disjunction.
 pub const MAX_TERMS: usize = 64;
 
+/// Every word of `text`, lowercase, in order, repeats included: the word boundaries of SQLite's
+/// `unicode61` tokenizer, which adapters without FTS5 use to index text the same way.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase())
+        // to_lowercase can produce non-alphanumeric marks (e.g. combining dots): keep words clean.
+        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect::<String>())
+        .filter(|w| !w.is_empty())
+}
+
 /// Splits `text` into lowercase words of letters and digits (the same word boundaries as
 /// SQLite's `unicode61` tokenizer), drops stop words unless nothing else is left, removes
 /// duplicates keeping first occurrences, and keeps at most [`MAX_TERMS`].
@@ -18,14 +29,7 @@ pub const MAX_TERMS: usize = 64;
 /// Quotes, `NEAR`, `*`, `-`, `:` and parentheses are separators here, so the result is always
 /// safe to quote as literal FTS5 strings.
 pub fn terms(text: &str) -> Vec<String> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase())
-        // to_lowercase can produce non-alphanumeric marks (e.g. combining dots): keep words clean.
-        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect::<String>())
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words: Vec<String> = words(text).collect();
     let content: Vec<&String> = words.iter().filter(|w| !STOP_WORDS.contains(&w.as_str())).collect();
     let chosen: Vec<&String> = if content.is_empty() { words.iter().collect() } else { content };
     let mut out: Vec<String> = Vec::new();

@@ -1,0 +1,293 @@
+//! The space's Qdrant collection: naming, creation with vectors and payload indexes, checks of
+//! an existing one, and the calls the store makes, with errors that name the collection.
+
+use crate::payload::field;
+use crate::{QdrantOptions, Quantization};
+use atlas_domain::ports::EmbeddingModel;
+use atlas_domain::{AtlasError, MemoryId, Result};
+use qdrant_client::qdrant::vectors_config::Config;
+use qdrant_client::qdrant::{
+    Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
+    CreateVectorNameRequestBuilder, DeletePointsBuilder, DeleteVectorNameRequestBuilder,
+    DenseVectorCreationConfigBuilder, Distance, FieldType, Filter, Modifier, PointId, PointStruct, PointsIdsList,
+    ScalarQuantizationBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder,
+    VectorParamsBuilder, VectorsConfigBuilder,
+};
+use qdrant_client::{Qdrant, QdrantError};
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tonic::Code;
+
+/// The sparse vector carrying BM25 term weights.
+pub const TEXT_VECTOR: &str = "text";
+
+/// Payload indexes: every field a filter touches.
+const INDEXED_FIELDS: [(&str, FieldType); 8] = [
+    (field::KIND, FieldType::Keyword),
+    (field::USER, FieldType::Keyword),
+    (field::AGENT, FieldType::Keyword),
+    (field::SESSION, FieldType::Keyword),
+    (field::EVENT_TIME, FieldType::Integer),
+    (field::VALID_FROM, FieldType::Integer),
+    (field::VALID_UNTIL, FieldType::Integer),
+    (field::ID, FieldType::Integer),
+];
+
+/// The dense vector of a model: named after it, so vectors of two models never mix.
+pub fn dense_vector_name(model: &EmbeddingModel) -> String {
+    let name: String = model
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    format!("dense-{name}-{}", model.dimension)
+}
+
+/// `{prefix}_{file stem}_{8 hex digits}`: readable, and unique per space even for two files
+/// with one name (the digits come from the path and the time the space was created).
+pub fn name_for(prefix: &str, space: &Path) -> String {
+    let stem: String = space
+        .file_stem()
+        .map(|s| s.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect())
+        .unwrap_or_default();
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let seed = format!(
+        "{}|{created}|{}",
+        std::path::absolute(space).unwrap_or(space.to_path_buf()).display(),
+        std::process::id()
+    );
+    let hash = seed.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    format!("{prefix}_{stem}_{hash:08x}")
+}
+
+/// What went wrong, in the user's terms.
+pub fn describe(url: &str, collection: &str, op: &str, e: &QdrantError) -> AtlasError {
+    let status = match e {
+        QdrantError::ResponseError { status } => status,
+        QdrantError::ResourceExhaustedError { retry_after_seconds, .. } => {
+            return AtlasError::Busy(format!(
+                "Qdrant at {url} is rate limiting ({op} on collection {collection}); retry after {retry_after_seconds} s"
+            ));
+        }
+        other => return AtlasError::Storage(format!("Qdrant at {url}, collection {collection}: {op}: {other}")),
+    };
+    let message = status.message();
+    match status.code() {
+        Code::Unauthenticated | Code::PermissionDenied => AtlasError::Config(format!(
+            "Qdrant at {url} refused the API key ({op} on collection {collection}: {message}); set qdrant.api_key or ATLAS_QDRANT_API_KEY"
+        )),
+        Code::Unavailable => {
+            AtlasError::Storage(format!("Qdrant at {url} is unreachable ({op} on collection {collection}): {message}"))
+        }
+        Code::Internal if message.starts_with("Failed to connect") => {
+            AtlasError::Storage(format!("Qdrant at {url} is unreachable ({op} on collection {collection}): {message}"))
+        }
+        Code::Cancelled | Code::DeadlineExceeded => AtlasError::Storage(format!(
+            "Qdrant at {url} timed out ({op} on collection {collection}): {message}; raise qdrant.timeout_ms if the server is busy"
+        )),
+        code => {
+            AtlasError::Storage(format!("Qdrant at {url}, collection {collection}: {op} failed ({code:?}): {message}"))
+        }
+    }
+}
+
+pub struct Collection {
+    client: Qdrant,
+    name: String,
+    options: QdrantOptions,
+    known_to_exist: AtomicBool,
+}
+
+impl Collection {
+    pub fn new(client: Qdrant, name: String, options: QdrantOptions) -> Self {
+        Collection { client, name, options, known_to_exist: AtomicBool::new(false) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn client(&self) -> &Qdrant {
+        &self.client
+    }
+
+    /// Awaits a client call, naming the server, the collection and the operation on failure.
+    pub async fn call<T>(&self, op: &str, fut: impl Future<Output = Result<T, QdrantError>>) -> Result<T> {
+        fut.await.map_err(|e| describe(&self.options.url, &self.name, op, &e))
+    }
+
+    pub async fn exists(&self) -> Result<bool> {
+        if self.known_to_exist.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let exists = self.call("check the collection", self.client.collection_exists(&self.name)).await?;
+        self.known_to_exist.store(exists, Ordering::Release);
+        Ok(exists)
+    }
+
+    /// The dense vectors the collection has: name → (size, distance).
+    async fn dense_vectors(&self) -> Result<Vec<(String, u64, Distance)>> {
+        let info = self.call("read the collection's settings", self.client.collection_info(&self.name)).await?;
+        let config = info.result.and_then(|r| r.config).and_then(|c| c.params).and_then(|p| p.vectors_config);
+        let params = match config.and_then(|c| c.config) {
+            Some(Config::ParamsMap(map)) => map.map.into_iter().collect(),
+            Some(Config::Params(p)) => vec![(String::new(), p)],
+            None => Vec::new(),
+        };
+        Ok(params
+            .into_iter()
+            .map(|(name, p)| (name, p.size, Distance::try_from(p.distance).unwrap_or(Distance::UnknownDistance)))
+            .collect())
+    }
+
+    /// Checks an existing collection against the model: a vector of the model's name must have
+    /// its dimension and cosine distance.
+    pub async fn check(&self, model: Option<&EmbeddingModel>) -> Result<()> {
+        if !self.exists().await? {
+            return Ok(());
+        }
+        let Some(model) = model else { return Ok(()) };
+        let wanted = dense_vector_name(model);
+        for (name, size, distance) in self.dense_vectors().await? {
+            if name == wanted && (size != model.dimension as u64 || distance != Distance::Cosine) {
+                return Err(AtlasError::Storage(format!(
+                    "Qdrant collection {} has vector {name:?} with {size} dimensions and {distance:?} distance, \
+                     but the store's model {} needs {} dimensions and Cosine; use another collection_prefix or \
+                     delete the collection",
+                    self.name, model.name, model.dimension
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the collection if missing (with the model's dense vector when known) and adds the
+    /// model's vector to an existing one that lacks it.
+    pub async fn ensure(&self, model: Option<&EmbeddingModel>) -> Result<()> {
+        if !self.exists().await? {
+            match self.create(model).await {
+                Ok(()) => {}
+                // Created by another process meanwhile: fine, check it like any existing one.
+                Err(_) if self.refresh_exists().await? => self.check(model).await?,
+                Err(e) => return Err(e),
+            }
+            self.known_to_exist.store(true, Ordering::Release);
+        }
+        let Some(model) = model else { return Ok(()) };
+        self.check(Some(model)).await?;
+        let wanted = dense_vector_name(model);
+        if !self.dense_vectors().await?.iter().any(|(name, _, _)| *name == wanted) {
+            let config = DenseVectorCreationConfigBuilder::new(model.dimension as u64, Distance::Cosine);
+            let request = CreateVectorNameRequestBuilder::new(&self.name, &wanted, config).wait(true);
+            self.call(
+                "add the model's vector (needs Qdrant server 1.18 or newer)",
+                self.client.create_vector_name(request),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn refresh_exists(&self) -> Result<bool> {
+        self.known_to_exist.store(false, Ordering::Release);
+        self.exists().await
+    }
+
+    async fn create(&self, model: Option<&EmbeddingModel>) -> Result<()> {
+        let o = &self.options;
+        let mut sparse = SparseVectorsConfigBuilder::default();
+        sparse.add_named_vector_params(TEXT_VECTOR, SparseVectorParamsBuilder::default().modifier(Modifier::Idf));
+        let mut request = CreateCollectionBuilder::new(&self.name).sparse_vectors_config(sparse);
+        if let Some(model) = model {
+            let mut dense = VectorsConfigBuilder::default();
+            dense.add_named_vector_params(
+                dense_vector_name(model),
+                VectorParamsBuilder::new(model.dimension as u64, Distance::Cosine).on_disk(o.on_disk_vectors),
+            );
+            request = request.vectors_config(dense);
+        }
+        if let Some(shards) = o.shards {
+            request = request.shard_number(shards);
+        }
+        if let Some(replicas) = o.replication_factor {
+            request = request.replication_factor(replicas);
+        }
+        if o.quantization == Quantization::Int8 {
+            request = request.quantization_config(ScalarQuantizationBuilder::default().quantile(0.99).always_ram(true));
+        }
+        self.call("create the collection", self.client.create_collection(request)).await?;
+        for (field, kind) in INDEXED_FIELDS {
+            let request = CreateFieldIndexCollectionBuilder::new(&self.name, field, kind).wait(true);
+            self.call(&format!("index payload field {field}"), self.client.create_field_index(request)).await?;
+        }
+        tracing::info!(collection = %self.name, url = %o.url, "created Qdrant collection");
+        Ok(())
+    }
+
+    /// Drops the vectors of a model the space no longer uses.
+    pub async fn drop_dense(&self, model: &EmbeddingModel) -> Result<()> {
+        let name = dense_vector_name(model);
+        if self.dense_vectors().await?.iter().any(|(n, _, _)| *n == name) {
+            let request = DeleteVectorNameRequestBuilder::new(&self.name, &name).wait(true);
+            self.call("drop the old model's vector", self.client.delete_vector_name(request)).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn upsert(&self, points: Vec<PointStruct>) -> Result<()> {
+        let request = UpsertPointsBuilder::new(&self.name, points).wait(true);
+        self.call("upsert points", self.client.upsert_points(request)).await.map(drop)
+    }
+
+    pub async fn delete_points(&self, ids: &[MemoryId]) -> Result<()> {
+        if ids.is_empty() || !self.exists().await? {
+            return Ok(());
+        }
+        let ids = ids.iter().map(|id| crate::payload::point_id(*id).map(PointId::from)).collect::<Result<Vec<_>>>()?;
+        let request = DeletePointsBuilder::new(&self.name).points(PointsIdsList { ids }).wait(true);
+        self.call("delete points", self.client.delete_points(request)).await.map(drop)
+    }
+
+    pub async fn count(&self, filter: Option<Filter>) -> Result<u64> {
+        let mut request = CountPointsBuilder::new(&self.name).exact(true);
+        if let Some(f) = filter {
+            request = request.filter(f);
+        }
+        let response = self.call("count points", self.client.count(request)).await?;
+        Ok(response.result.map_or(0, |r| r.count))
+    }
+
+    pub async fn count_with_vector(&self, name: &str) -> Result<u64> {
+        self.count(Some(Filter::must([Condition::has_vector(name)]))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_readable_and_distinct() {
+        let a = name_for("atlas", Path::new("/tmp/my agent.db"));
+        assert!(a.starts_with("atlas_my_agent_") && a.len() == "atlas_my_agent_".len() + 8, "{a}");
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        let model = EmbeddingModel { name: "all-MiniLM-L6-v2 (int8)".into(), dimension: 384 };
+        assert_eq!(dense_vector_name(&model), "dense-all-minilm-l6-v2--int8--384");
+    }
+
+    #[test]
+    fn errors_name_server_collection_and_remedy() {
+        let auth = QdrantError::ResponseError { status: tonic::Status::unauthenticated("Invalid api-key") };
+        let msg = describe("http://q:6334", "atlas_x_1", "upsert points", &auth).to_string();
+        assert!(msg.contains("http://q:6334") && msg.contains("atlas_x_1") && msg.contains("api_key"), "{msg}");
+        let down = QdrantError::ResponseError { status: tonic::Status::internal("Failed to connect to http://q:6334") };
+        let msg = describe("http://q:6334", "atlas_x_1", "count points", &down).to_string();
+        assert!(msg.contains("unreachable") && msg.contains("count points"), "{msg}");
+        let dim = QdrantError::ResponseError {
+            status: tonic::Status::invalid_argument("Wrong input: Vector dimension error: expected dim: 384, got 3"),
+        };
+        let msg = describe("http://q:6334", "atlas_x_1", "upsert points", &dim).to_string();
+        assert!(msg.contains("expected dim: 384") && msg.contains("atlas_x_1"), "{msg}");
+    }
+}

@@ -1,0 +1,536 @@
+//! The Qdrant adapter: every storage port of `atlas-domain` on a Qdrant server or cluster.
+//!
+//! One collection per memory space holds every kind of memory as points (point id = memory id,
+//! the record as payload with indexes on scope, kind, times and validity), a dense named vector
+//! per embedding model and a sparse `text` vector carrying BM25 (see [`sparse`]). Filters are
+//! pushed down to Qdrant. What Qdrant does not model (id allocation, the ledger of acknowledged
+//! writes, edges, the vector queue, settings) lives in the space's SQLite file ([`sidecar`]).
+
+mod collection;
+pub mod filter;
+pub mod payload;
+pub mod sidecar;
+pub mod sparse;
+
+use crate::collection::{Collection, dense_vector_name};
+use crate::payload::{from_payload, point_id, to_payload};
+use crate::sidecar::Sidecar;
+use crate::sparse::Bm25;
+use async_trait::async_trait;
+use atlas_domain::ports::{
+    EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
+};
+use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
+use qdrant_client::Qdrant;
+use qdrant_client::qdrant::point_id::PointIdOptions;
+use qdrant_client::qdrant::{
+    GetPointsBuilder, PointId, PointStruct, PointVectors, QueryPointsBuilder, RetrievedPoint, ScrollPointsBuilder,
+    UpdatePointVectorsBuilder, Vector, VectorsSelector,
+};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// How vectors are kept in RAM by Qdrant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quantization {
+    #[default]
+    None,
+    /// Scalar int8 quantisation, kept in RAM, with the float vectors on disk for rescoring.
+    Int8,
+}
+
+/// Connection and collection settings (config section `[qdrant]`).
+#[derive(Debug, Clone)]
+pub struct QdrantOptions {
+    pub url: String,
+    pub api_key: Option<String>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Collections are named `{prefix}_{space}_{suffix}`.
+    pub collection_prefix: String,
+    pub shards: Option<u32>,
+    pub replication_factor: Option<u32>,
+    pub on_disk_vectors: bool,
+    pub quantization: Quantization,
+    /// Points per upsert request.
+    pub batch: usize,
+    /// Typical length of a memory in words, for BM25's length normalisation.
+    pub bm25_avg_len: f32,
+}
+
+impl QdrantOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        QdrantOptions {
+            url: url.into(),
+            api_key: None,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            collection_prefix: "atlas".into(),
+            shards: None,
+            replication_factor: None,
+            on_disk_vectors: false,
+            quantization: Quantization::None,
+            batch: 256,
+            bm25_avg_len: 20.0,
+        }
+    }
+}
+
+/// The Qdrant store of one memory space.
+pub struct QdrantStore {
+    collection: Collection,
+    side: Sidecar,
+    bm25: Bm25,
+    batch: usize,
+    model: RwLock<Option<EmbeddingModel>>,
+}
+
+impl QdrantStore {
+    /// Opens the memory space whose sidecar file is `space` (created if new) on the server in
+    /// `options`, checks the collection if it exists, and rolls back writes a crash left unfinished.
+    pub async fn open(space: &Path, options: QdrantOptions) -> Result<Self> {
+        let side = Sidecar::open(space)?;
+        let name = match side.read(|c| sidecar::setting(c, "collection")).await? {
+            Some(name) => name,
+            None => {
+                let name = collection::name_for(&options.collection_prefix, space);
+                let chosen = name.clone();
+                side.write(move |tx| {
+                    // Another process may have chosen first.
+                    match sidecar::setting(tx, "collection")? {
+                        Some(existing) => Ok(existing),
+                        None => sidecar::set_setting(tx, "collection", &chosen).map(|()| chosen),
+                    }
+                })
+                .await?
+            }
+        };
+        let client = Qdrant::from_url(&options.url)
+            .api_key(options.api_key.clone())
+            .timeout(options.timeout)
+            .connect_timeout(options.connect_timeout)
+            .skip_compatibility_check()
+            .build()
+            .map_err(|e| AtlasError::Config(format!("qdrant.url {:?}: {e}", options.url)))?;
+        let model = side.read(|c| sidecar::model(c)).await?;
+        let collection = Collection::new(client, name, options.clone());
+        collection.check(model.as_ref()).await?;
+        let store = QdrantStore {
+            collection,
+            side,
+            bm25: Bm25::new(options.bm25_avg_len),
+            batch: options.batch.max(1),
+            model: RwLock::new(model),
+        };
+        store.recover().await?;
+        Ok(store)
+    }
+
+    /// The collection this space lives in.
+    pub fn collection(&self) -> &str {
+        self.collection.name()
+    }
+
+    fn bound_model(&self) -> Option<EmbeddingModel> {
+        self.model.read().expect("model lock").clone()
+    }
+
+    async fn recover(&self) -> Result<()> {
+        let unfinished = self.side.read(|c| sidecar::unfinished(c)).await?;
+        if unfinished.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(count = unfinished.len(), collection = self.collection(), "rolling back unfinished writes");
+        self.collection.delete_points(&unfinished).await?;
+        self.side.write(move |tx| sidecar::delete(tx, &unfinished)).await
+    }
+
+    fn point(&self, m: &Memory, dense: Option<(&str, Vec<f32>)>) -> Result<PointStruct> {
+        let text = self.bm25.document(&m.text, m.body.speaker());
+        let mut vectors: HashMap<String, Vector> = HashMap::new();
+        if !text.indices.is_empty() {
+            vectors.insert(collection::TEXT_VECTOR.into(), Vector::new_sparse(text.indices, text.values));
+        }
+        if let Some((name, v)) = dense {
+            vectors.insert(name.into(), Vector::new_dense(v));
+        }
+        Ok(PointStruct::new(point_id(m.id)?, vectors, qdrant_client::Payload::from(to_payload(m))))
+    }
+
+    /// Writes points, then marks them acknowledged; on failure removes what may have landed.
+    async fn write_points(&self, ids: Vec<MemoryId>, points: Vec<PointStruct>) -> Result<()> {
+        let mut result = Ok(());
+        let mut chunk_start = 0;
+        while chunk_start < points.len() && result.is_ok() {
+            let chunk = points[chunk_start..(chunk_start + self.batch).min(points.len())].to_vec();
+            result = self.collection.upsert(chunk).await;
+            chunk_start += self.batch;
+        }
+        match result {
+            Ok(()) => {
+                let done = ids.clone();
+                self.side.write(move |tx| sidecar::finish_insert(tx, &done)).await
+            }
+            Err(e) => {
+                // Best effort: if this fails too, the next open rolls them back after the lease.
+                if self.collection.delete_points(&ids).await.is_ok() {
+                    self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn fetch(&self, ids: &[MemoryId], with_dense: bool) -> Result<Vec<(Memory, Option<Vec<f32>>)>> {
+        if ids.is_empty() || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        let dense = if with_dense { self.bound_model().map(|m| dense_vector_name(&m)) } else { None };
+        let mut found: HashMap<MemoryId, (Memory, Option<Vec<f32>>)> = HashMap::new();
+        for chunk in ids.chunks(self.batch) {
+            let point_ids = chunk.iter().map(|id| point_id(*id).map(PointId::from)).collect::<Result<Vec<_>>>()?;
+            let mut request = GetPointsBuilder::new(self.collection.name(), point_ids).with_payload(true);
+            request = match &dense {
+                Some(name) => request.with_vectors(VectorsSelector::from(vec![name.clone()])),
+                None => request.with_vectors(false),
+            };
+            let points = self.collection.call("get points", self.collection.client().get_points(request)).await?.result;
+            for p in points {
+                let (memory, vector) = decode(p, dense.as_deref())?;
+                found.insert(memory.id, (memory, vector));
+            }
+        }
+        Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+    }
+
+    async fn search(&self, request: QueryPointsBuilder) -> Result<Vec<ScoredId>> {
+        let hits = self.collection.call("query", self.collection.client().query(request)).await?.result;
+        hits.into_iter().map(|p| Ok(ScoredId { id: memory_id(p.id.as_ref())?, score: f64::from(p.score) })).collect()
+    }
+}
+
+fn memory_id(id: Option<&PointId>) -> Result<MemoryId> {
+    match id.and_then(|p| p.point_id_options.as_ref()) {
+        Some(PointIdOptions::Num(n)) => i64::try_from(*n)
+            .map(MemoryId)
+            .map_err(|_| AtlasError::Storage(format!("Qdrant point id {n} is not an ATLAS memory id"))),
+        other => Err(AtlasError::Storage(format!("Qdrant point id {other:?} is not an ATLAS memory id"))),
+    }
+}
+
+fn decode(p: RetrievedPoint, dense: Option<&str>) -> Result<(Memory, Option<Vec<f32>>)> {
+    let id = memory_id(p.id.as_ref())?;
+    let payload: serde_json::Map<String, serde_json::Value> =
+        p.payload.into_iter().map(|(k, v)| (k, serde_json::Value::from(v))).collect();
+    let memory = from_payload(id.0 as u64, payload)?;
+    let vector = match (dense, p.vectors) {
+        (Some(name), Some(vectors)) => match vectors.get_vector_by_name(name) {
+            Some(qdrant_client::qdrant::vector_output::Vector::Dense(d)) => Some(d.data),
+            Some(_) => return Err(AtlasError::Storage(format!("Qdrant point {id}: vector {name:?} is not dense"))),
+            None => None,
+        },
+        _ => None,
+    };
+    Ok((memory, vector))
+}
+
+#[async_trait]
+impl MemoryStore for QdrantStore {
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let model = self.bound_model();
+        self.collection.ensure(model.as_ref()).await?;
+        let rows = batch.clone();
+        let ids = self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?;
+        let points =
+            batch.into_iter().zip(&ids).map(|(m, id)| self.point(&m.with_id(*id), None)).collect::<Result<Vec<_>>>()?;
+        self.write_points(ids.clone(), points).await?;
+        if let Some(p) = progress {
+            p(ids.len());
+        }
+        Ok(ids)
+    }
+
+    async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
+        Ok(self.get_many(vec![id]).await?.pop())
+    }
+
+    async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
+        Ok(self.fetch(&ids, false).await?.into_iter().map(|(m, _)| m).collect())
+    }
+
+    async fn forget(&self, id: MemoryId) -> Result<bool> {
+        if !self.side.write(move |tx| sidecar::begin_forget(tx, id)).await? {
+            return Ok(false);
+        }
+        self.collection.delete_points(&[id]).await?;
+        self.side.write(move |tx| sidecar::delete(tx, &[id])).await?;
+        Ok(true)
+    }
+
+    async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
+        Ok(self.export_batch(after, limit).await?.into_iter().map(|s| s.memory).collect())
+    }
+
+    async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
+        self.side.read(move |c| sidecar::edges_of(c, id)).await
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let mut stats = self
+            .side
+            .read(|c| {
+                Ok(StoreStats {
+                    edges: sidecar::count(c, "SELECT count(*) FROM edges")?,
+                    pending_vectors: sidecar::count(
+                        c,
+                        "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'",
+                    )?,
+                    schema_version: Some(sidecar::SCHEMA_VERSION),
+                    embedding_model: sidecar::model(c)?,
+                    ..StoreStats::default()
+                })
+            })
+            .await?;
+        if self.collection.exists().await? {
+            for kind in MemoryKind::ALL {
+                let n = self
+                    .collection
+                    .count(
+                        Some(filter::to_qdrant(&RecallFilter { kinds: vec![kind], ..RecallFilter::default() }))
+                            .flatten(),
+                    )
+                    .await?;
+                if n > 0 {
+                    stats.memories_by_kind.insert(kind, n);
+                }
+            }
+            if let Some(model) = &stats.embedding_model {
+                stats.vectors = self.collection.count_with_vector(&dense_vector_name(model)).await?;
+            }
+        }
+        Ok(stats)
+    }
+}
+
+#[async_trait]
+impl TextIndex for QdrantStore {
+    async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        let query = self.bm25.query(&terms);
+        if limit == 0 || query.indices.is_empty() || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        let pairs: Vec<(u32, f32)> = query.indices.into_iter().zip(query.values).collect();
+        let mut request = QueryPointsBuilder::new(self.collection.name())
+            .query(qdrant_client::qdrant::Query::new_nearest(pairs.as_slice()))
+            .using(collection::TEXT_VECTOR)
+            .limit(limit as u64)
+            .with_payload(false);
+        if let Some(f) = filter::to_qdrant(&filter) {
+            request = request.filter(f);
+        }
+        self.search(request).await
+    }
+}
+
+#[async_trait]
+impl VectorIndex for QdrantStore {
+    async fn bind_model(&self, model: EmbeddingModel) -> Result<()> {
+        let stored = model.clone();
+        let bound = self
+            .side
+            .write(move |tx| match sidecar::model(tx)? {
+                Some(bound) => Ok(bound),
+                None => sidecar::set_model(tx, &stored).map(|()| stored),
+            })
+            .await?;
+        if bound != model {
+            return Err(AtlasError::ModelMismatch {
+                stored_model: bound.name,
+                stored_dim: bound.dimension,
+                configured_model: model.name,
+                configured_dim: model.dimension,
+            });
+        }
+        self.collection.ensure(Some(&model)).await?;
+        *self.model.write().expect("model lock") = Some(model);
+        Ok(())
+    }
+
+    async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64> {
+        let previous = self.bound_model();
+        self.collection.ensure(None).await?;
+        if let Some(old) = &previous
+            && dense_vector_name(old) != dense_vector_name(&model)
+        {
+            self.collection.drop_dense(old).await?;
+        }
+        self.collection.ensure(Some(&model)).await?;
+        let stored = model.clone();
+        let queued = self
+            .side
+            .write(move |tx| {
+                sidecar::set_model(tx, &stored)?;
+                sidecar::enqueue_all(tx)
+            })
+            .await?;
+        *self.model.write().expect("model lock") = Some(model);
+        Ok(queued)
+    }
+
+    async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
+        let ids = self.side.read(move |c| sidecar::queued(c, limit)).await?;
+        self.get_many(ids).await
+    }
+
+    async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
+        let model = self.side.read(|c| sidecar::model(c)).await?.ok_or_else(|| {
+            AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())
+        })?;
+        if let Some(bound) = self.bound_model()
+            && bound != model
+        {
+            // Another process re-embedded with another model since this one bound.
+            return Err(AtlasError::ModelMismatch {
+                stored_model: model.name,
+                stored_dim: model.dimension,
+                configured_model: bound.name,
+                configured_dim: bound.dimension,
+            });
+        }
+        if let Some((id, v)) = vectors.iter().find(|(_, v)| v.len() != model.dimension) {
+            return Err(AtlasError::Embedding(format!(
+                "vector for memory {id} has {} dimensions, the store's model {} has {}",
+                v.len(),
+                model.name,
+                model.dimension
+            )));
+        }
+        let ids: Vec<MemoryId> = vectors.iter().map(|(id, _)| *id).collect();
+        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
+        let name = dense_vector_name(&model);
+        let mut points = Vec::new();
+        let mut done = Vec::new();
+        for (id, v) in vectors {
+            if live.contains(&id) {
+                let mut named: HashMap<String, Vector> = HashMap::new();
+                named.insert(name.clone(), Vector::new_dense(v));
+                points.push(PointVectors { id: Some(PointId::from(point_id(id)?)), vectors: Some(named.into()) });
+                done.push(id);
+            }
+        }
+        for chunk in points.chunks(self.batch) {
+            let request = UpdatePointVectorsBuilder::new(self.collection.name(), chunk.to_vec()).wait(true);
+            self.collection.call("update vectors", self.collection.client().update_vectors(request)).await?;
+        }
+        self.side.write(move |tx| sidecar::dequeue(tx, &done)).await
+    }
+
+    async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        let Some(model) = self.bound_model() else {
+            return Ok(Vec::new());
+        };
+        if query.len() != model.dimension {
+            return Err(AtlasError::Embedding(format!(
+                "query vector has {} dimensions, the store's model {} has {}",
+                query.len(),
+                model.name,
+                model.dimension
+            )));
+        }
+        if limit == 0 || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        let mut request = QueryPointsBuilder::new(self.collection.name())
+            .query(qdrant_client::qdrant::Query::new_nearest(query))
+            .using(dense_vector_name(&model))
+            .limit(limit as u64)
+            .with_payload(false);
+        if let Some(f) = filter::to_qdrant(&filter) {
+            request = request.filter(f);
+        }
+        self.search(request).await
+    }
+}
+
+#[async_trait]
+impl Replica for QdrantStore {
+    async fn export_batch(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<StoredMemory>> {
+        if limit == 0 || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        let start = after.map_or(0, |a| a.0);
+        let dense = self.bound_model().map(|m| dense_vector_name(&m));
+        let mut request = ScrollPointsBuilder::new(self.collection.name())
+            .offset(PointId::from(point_id(MemoryId(start + 1))?))
+            .limit(limit.min(u32::MAX as usize) as u32)
+            .with_payload(true);
+        request = match &dense {
+            Some(name) => request.with_vectors(VectorsSelector::from(vec![name.clone()])),
+            None => request.with_vectors(false),
+        };
+        let points = self.collection.call("scroll", self.collection.client().scroll(request)).await?.result;
+        let decoded = points.into_iter().map(|p| decode(p, dense.as_deref())).collect::<Result<Vec<_>>>()?;
+        // Only acknowledged memories: an insert still in flight is not part of the space yet.
+        let ids: Vec<MemoryId> = decoded.iter().map(|(m, _)| m.id).collect();
+        let Some(last) = ids.last().copied() else {
+            return Ok(Vec::new());
+        };
+        let (live, mut edges) = self
+            .side
+            .read(move |c| Ok((sidecar::stored_among(c, &ids)?, sidecar::carried_edges(c, start, last.0)?)))
+            .await?;
+        Ok(decoded
+            .into_iter()
+            .filter(|(m, _)| live.contains(&m.id))
+            .map(|(memory, vector)| StoredMemory {
+                edges: edges.remove(&memory.id).unwrap_or_default(),
+                vector,
+                memory,
+            })
+            .collect())
+    }
+
+    async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let model = self.side.read(|c| sidecar::model(c)).await?;
+        for item in &batch {
+            if let Some(v) = &item.vector {
+                match &model {
+                    None => {
+                        return Err(AtlasError::Storage(
+                            "no embedding model is bound to this store; bind one before restoring vectors".into(),
+                        ));
+                    }
+                    Some(m) if m.dimension != v.len() => {
+                        return Err(AtlasError::Embedding(format!(
+                            "vector for memory {} has {} dimensions, the store's model {} has {}",
+                            item.memory.id,
+                            v.len(),
+                            m.name,
+                            m.dimension
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.collection.ensure(model.as_ref()).await?;
+        let name = model.as_ref().map(dense_vector_name);
+        let points = batch
+            .iter()
+            .map(|s| self.point(&s.memory, s.vector.clone().and_then(|v| name.as_deref().map(|n| (n, v)))))
+            .collect::<Result<Vec<_>>>()?;
+        let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();
+        let rows: Vec<(Memory, bool, Vec<Edge>)> =
+            batch.into_iter().map(|s| (s.memory, s.vector.is_some(), s.edges)).collect();
+        self.side.write(move |tx| sidecar::begin_restore(tx, &rows)).await?;
+        self.write_points(ids, points).await
+    }
+}

@@ -1,0 +1,494 @@
+//! The memory space's SQLite file: what Qdrant does not model. It allocates memory ids, keeps
+//! the ledger of which points are acknowledged, the typed edges, the queue of memories awaiting
+//! a vector and the store's settings (collection name, embedding model, schema version).
+//!
+//! Invariant: a memory id is acknowledged to a caller only once its ledger row is `stored`,
+//! which happens after Qdrant confirmed the point. A row left `writing` by a crash is rolled
+//! back (point and row deleted) once its lease has expired; a row left `forgetting` is deleted
+//! again. So Qdrant never keeps an unacknowledged memory for longer than the lease, and no
+//! acknowledged write is ever lost.
+
+use atlas_domain::ports::EmbeddingModel;
+use atlas_domain::{AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Result, Timestamp, Validity};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Schema version of the sidecar file (its own, not the SQLite store's).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long an insert may stay unconfirmed before another open rolls it back.
+pub const WRITE_LEASE: Duration = Duration::from_secs(300);
+
+const SCHEMA: &str = "
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE ledger (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind          TEXT    NOT NULL,
+    scope_user    TEXT,
+    scope_agent   TEXT,
+    scope_session TEXT,
+    event_time    INTEGER NOT NULL,
+    state         TEXT    NOT NULL CHECK (state IN ('writing', 'stored', 'forgetting')),
+    since         INTEGER NOT NULL
+);
+CREATE INDEX ledger_session ON ledger (scope_session, kind, event_time) WHERE scope_session IS NOT NULL;
+CREATE INDEX ledger_state ON ledger (state) WHERE state <> 'stored';
+CREATE TABLE edges (
+    src         INTEGER NOT NULL REFERENCES ledger (id) ON DELETE CASCADE,
+    dst         INTEGER NOT NULL REFERENCES ledger (id) ON DELETE CASCADE,
+    kind        TEXT    NOT NULL,
+    weight      REAL    NOT NULL,
+    valid_from  INTEGER NOT NULL,
+    valid_until INTEGER,
+    recorded_at INTEGER NOT NULL,
+    PRIMARY KEY (src, dst, kind)
+) WITHOUT ROWID;
+CREATE INDEX edges_dst ON edges (dst);
+CREATE TABLE vector_queue (id INTEGER PRIMARY KEY REFERENCES ledger (id) ON DELETE CASCADE);
+";
+
+const EDGE_COLUMNS: &str = "src, dst, kind, weight, valid_from, valid_until, recorded_at";
+
+fn storage(context: &str) -> impl Fn(rusqlite::Error) -> AtlasError + '_ {
+    move |e| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            AtlasError::Busy(format!("{context}: locked by another writer: {e}"))
+        }
+        _ => AtlasError::Storage(format!("{context}: {e}")),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The sidecar file, shared by the store's tasks through one connection.
+#[derive(Clone)]
+pub struct Sidecar {
+    conn: Arc<Mutex<Connection>>,
+    shown: Arc<str>,
+}
+
+impl Sidecar {
+    pub fn open(path: &Path) -> Result<Self> {
+        let shown: Arc<str> = path.display().to_string().into();
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(AtlasError::invalid(
+                format!("database {shown}"),
+                format!("directory {} does not exist (create it first)", dir.display()),
+            ));
+        }
+        let shown_for_errors = shown.clone();
+        let err = storage(&shown_for_errors);
+        let mut conn = Connection::open(path).map_err(&err)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+            .map_err(|e| AtlasError::Storage(format!("{shown}: not usable as an ATLAS Qdrant space: {e}")))?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(&err)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(&err)?;
+        let store_kind: Option<String> = if version == 0 {
+            None
+        } else {
+            tx.query_row("SELECT value FROM settings WHERE key = 'store'", [], |r| r.get(0)).optional().unwrap_or(None)
+        };
+        match (version, store_kind.as_deref()) {
+            (0, _) => {
+                let tables: i64 = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).map_err(&err)?;
+                if tables > 0 {
+                    return Err(AtlasError::invalid(
+                        format!("database {shown}"),
+                        "is not an ATLAS Qdrant space (it has tables but no ATLAS schema)",
+                    ));
+                }
+                tx.execute_batch(SCHEMA).map_err(&err)?;
+                tx.execute("INSERT INTO settings (key, value) VALUES ('store', 'qdrant')", []).map_err(&err)?;
+                tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(&err)?;
+            }
+            (SCHEMA_VERSION, Some("qdrant")) => {}
+            (v, Some("qdrant")) if v > SCHEMA_VERSION => {
+                return Err(AtlasError::SchemaTooNew { path: shown.to_string(), found: v, known: SCHEMA_VERSION });
+            }
+            _ => {
+                return Err(AtlasError::invalid(
+                    format!("database {shown}"),
+                    "is an ATLAS SQLite store, not a Qdrant space; to move it to Qdrant run \
+                     `cargo xtask migrate-to-qdrant --from PATH --to URL`",
+                ));
+            }
+        }
+        tx.commit().map_err(&err)?;
+        Ok(Sidecar { conn: Arc::new(Mutex::new(conn)), shown })
+    }
+
+    pub fn path(&self) -> &str {
+        &self.shown
+    }
+
+    /// Runs `op` in one immediate transaction on the blocking pool.
+    pub async fn write<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = this.conn.lock().expect("sidecar lock");
+            let err = storage(&this.shown);
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(&err)?;
+            let out = op(&tx)?;
+            tx.commit().map_err(&err)?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| AtlasError::Storage(format!("sidecar task failed: {e}")))?
+    }
+
+    pub async fn read<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || op(&this.conn.lock().expect("sidecar lock")))
+            .await
+            .map_err(|e| AtlasError::Storage(format!("sidecar task failed: {e}")))?
+    }
+}
+
+fn sql(e: rusqlite::Error) -> AtlasError {
+    AtlasError::Storage(format!("Qdrant space ledger: {e}"))
+}
+
+pub fn setting(conn: &Connection, key: &str) -> Result<Option<String>> {
+    conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| r.get(0)).optional().map_err(sql)
+}
+
+pub fn set_setting(conn: &Connection, key: &str, value: &str) -> Result<()> {
+    conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value]).map(drop).map_err(sql)
+}
+
+pub fn model(conn: &Connection) -> Result<Option<EmbeddingModel>> {
+    let (Some(name), Some(dim)) = (setting(conn, "embedding_model")?, setting(conn, "embedding_dimension")?) else {
+        return Ok(None);
+    };
+    let dimension = dim.parse().map_err(|_| AtlasError::Storage(format!("bad embedding_dimension setting {dim:?}")))?;
+    Ok(Some(EmbeddingModel { name, dimension }))
+}
+
+pub fn set_model(conn: &Connection, model: &EmbeddingModel) -> Result<()> {
+    set_setting(conn, "embedding_model", &model.name)?;
+    set_setting(conn, "embedding_dimension", &model.dimension.to_string())
+}
+
+/// Allocates ids for `batch` (rows in state `writing`), links each episode to its predecessor
+/// in the same session, user and agent, and queues every memory for a vector.
+pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<MemoryId>> {
+    let since = now_ms();
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO ledger (kind, scope_user, scope_agent, scope_session, event_time, state, since) \
+             VALUES (?, ?, ?, ?, ?, 'writing', ?)",
+        )
+        .map_err(sql)?;
+    let mut previous = tx
+        .prepare_cached(
+            "SELECT id FROM ledger WHERE scope_session = ?1 AND kind = 'episode' AND id <> ?3 \
+             AND scope_user IS ?4 AND scope_agent IS ?5 AND state <> 'forgetting' \
+             AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)) ORDER BY event_time DESC, id DESC LIMIT 1",
+        )
+        .map_err(sql)?;
+    let mut link = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
+             VALUES (?, ?, 'temporal', 1.0, ?, NULL, ?)",
+        )
+        .map_err(sql)?;
+    let mut enqueue = tx.prepare_cached("INSERT INTO vector_queue (id) VALUES (?)").map_err(sql)?;
+    let mut ids = Vec::with_capacity(batch.len());
+    for m in batch {
+        insert
+            .execute(params![
+                m.kind().as_str(),
+                m.scope.user,
+                m.scope.agent,
+                m.scope.session,
+                m.event_time.millis(),
+                since
+            ])
+            .map_err(sql)?;
+        let id = tx.last_insert_rowid();
+        if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
+            let prev: Option<i64> = previous
+                .query_row(params![session, m.event_time.millis(), id, m.scope.user, m.scope.agent], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            if let Some(prev) = prev {
+                link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(sql)?;
+            }
+        }
+        enqueue.execute([id]).map_err(sql)?;
+        ids.push(MemoryId(id));
+    }
+    Ok(ids)
+}
+
+/// Records restored memories under their own ids (state `writing` until Qdrant confirms), their
+/// edges, and their place in the vector queue.
+pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool, Vec<Edge>)]) -> Result<()> {
+    let since = now_ms();
+    let mut upsert = tx
+        .prepare_cached(
+            "INSERT INTO ledger (id, kind, scope_user, scope_agent, scope_session, event_time, state, since) \
+             VALUES (?, ?, ?, ?, ?, ?, 'writing', ?) ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, \
+             scope_user = excluded.scope_user, scope_agent = excluded.scope_agent, \
+             scope_session = excluded.scope_session, event_time = excluded.event_time, state = 'writing', \
+             since = excluded.since",
+        )
+        .map_err(sql)?;
+    let mut edge = tx
+        .prepare_cached(&format!("INSERT OR REPLACE INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))
+        .map_err(sql)?;
+    let mut enqueue = tx.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(sql)?;
+    let mut dequeue = tx.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(sql)?;
+    for (m, has_vector, edges) in batch {
+        upsert
+            .execute(params![
+                m.id.0,
+                m.kind().as_str(),
+                m.scope.user,
+                m.scope.agent,
+                m.scope.session,
+                m.event_time.millis(),
+                since
+            ])
+            .map_err(sql)?;
+        for e in edges {
+            edge.execute(params![
+                e.src.0,
+                e.dst.0,
+                e.kind.as_str(),
+                f64::from(e.weight),
+                e.validity.valid_from.millis(),
+                e.validity.valid_until.map(Timestamp::millis),
+                e.recorded_at.millis()
+            ])
+            .map_err(sql)?;
+        }
+        if *has_vector {
+            dequeue.execute([m.id.0]).map_err(sql)?;
+        } else {
+            enqueue.execute([m.id.0]).map_err(sql)?;
+        }
+    }
+    Ok(())
+}
+
+fn id_values(ids: &[MemoryId]) -> Vec<Value> {
+    ids.iter().map(|id| Value::Integer(id.0)).collect()
+}
+
+fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// Marks ids acknowledged: their points are in Qdrant.
+pub fn finish_insert(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
+    for chunk in ids.chunks(500) {
+        tx.execute(
+            &format!("UPDATE ledger SET state = 'stored' WHERE id IN ({})", marks(chunk.len())),
+            params_from_iter(id_values(chunk)),
+        )
+        .map_err(sql)?;
+    }
+    Ok(())
+}
+
+/// Deletes ledger rows (and with them their edges and queue entries).
+pub fn delete(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
+    for chunk in ids.chunks(500) {
+        tx.execute(
+            &format!("DELETE FROM ledger WHERE id IN ({})", marks(chunk.len())),
+            params_from_iter(id_values(chunk)),
+        )
+        .map_err(sql)?;
+    }
+    Ok(())
+}
+
+/// Marks a memory as being forgotten; false when it is not (or no longer) acknowledged.
+pub fn begin_forget(tx: &Connection, id: MemoryId) -> Result<bool> {
+    tx.execute(
+        "UPDATE ledger SET state = 'forgetting', since = ? WHERE id = ? AND state = 'stored'",
+        params![now_ms(), id.0],
+    )
+    .map(|n| n > 0)
+    .map_err(sql)
+}
+
+/// Ids whose last write or forget never finished: inserts older than the lease and forgets.
+pub fn unfinished(conn: &Connection) -> Result<Vec<MemoryId>> {
+    let expired = now_ms() - WRITE_LEASE.as_millis() as i64;
+    let mut stmt = conn
+        .prepare("SELECT id FROM ledger WHERE (state = 'writing' AND since < ?) OR state = 'forgetting' ORDER BY id")
+        .map_err(sql)?;
+    let ids = stmt.query_map([expired], |r| r.get(0)).map_err(sql)?;
+    ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+}
+
+pub fn edge_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
+    let kind: String = row.get(2)?;
+    Ok(Edge {
+        src: MemoryId(row.get(0)?),
+        dst: MemoryId(row.get(1)?),
+        kind: kind
+            .parse::<EdgeKind>()
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into()))?,
+        weight: row.get::<_, f64>(3)? as f32,
+        validity: Validity {
+            valid_from: Timestamp(row.get(4)?),
+            valid_until: row.get::<_, Option<i64>>(5)?.map(Timestamp),
+        },
+        recorded_at: Timestamp(row.get(6)?),
+    })
+}
+
+fn query_edges(conn: &Connection, sql_text: &str, params: &[Value]) -> Result<Vec<Edge>> {
+    let mut stmt = conn.prepare_cached(sql_text).map_err(sql)?;
+    let rows = stmt.query_map(params_from_iter(params.iter()), edge_from_row).map_err(sql)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)
+}
+
+pub fn edges_of(conn: &Connection, id: MemoryId) -> Result<Vec<Edge>> {
+    query_edges(
+        conn,
+        &format!(
+            "SELECT {EDGE_COLUMNS} FROM edges WHERE src = ?1 UNION ALL SELECT {EDGE_COLUMNS} FROM edges \
+             WHERE dst = ?1 AND src <> ?1"
+        ),
+        &[Value::Integer(id.0)],
+    )
+}
+
+/// Edges whose larger end lies in (after, last], grouped by that end.
+pub fn carried_edges(conn: &Connection, after: i64, last: i64) -> Result<HashMap<MemoryId, Vec<Edge>>> {
+    let edges = query_edges(
+        conn,
+        &format!(
+            "SELECT {EDGE_COLUMNS} FROM edges WHERE src > ?1 AND src <= ?2 AND src >= dst \
+             UNION ALL SELECT {EDGE_COLUMNS} FROM edges WHERE dst > ?1 AND dst <= ?2 AND dst > src"
+        ),
+        &[Value::Integer(after), Value::Integer(last)],
+    )?;
+    let mut by_end: HashMap<MemoryId, Vec<Edge>> = HashMap::new();
+    for e in edges {
+        by_end.entry(e.src.max(e.dst)).or_default().push(e);
+    }
+    Ok(by_end)
+}
+
+/// Acknowledged memories awaiting a vector, oldest first.
+pub fn queued(conn: &Connection, limit: usize) -> Result<Vec<MemoryId>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT q.id FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored' ORDER BY q.id LIMIT ?",
+        )
+        .map_err(sql)?;
+    let ids = stmt.query_map([limit as i64], |r| r.get(0)).map_err(sql)?;
+    ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+}
+
+/// Takes memories off the vector queue; returns those still in the ledger.
+pub fn dequeue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
+    let mut stmt = tx.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(sql)?;
+    for id in ids {
+        stmt.execute([id.0]).map_err(sql)?;
+    }
+    Ok(())
+}
+
+/// Queues every acknowledged memory; returns the queue's length.
+pub fn enqueue_all(tx: &Connection) -> Result<u64> {
+    tx.execute("INSERT OR IGNORE INTO vector_queue (id) SELECT id FROM ledger WHERE state = 'stored'", [])
+        .map_err(sql)?;
+    count(tx, "SELECT count(*) FROM vector_queue")
+}
+
+pub fn count(conn: &Connection, sql_text: &str) -> Result<u64> {
+    conn.query_row(sql_text, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(sql)
+}
+
+/// Which of `ids` are acknowledged (stored) memories.
+pub fn stored_among(conn: &Connection, ids: &[MemoryId]) -> Result<std::collections::HashSet<MemoryId>> {
+    let mut out = std::collections::HashSet::new();
+    for chunk in ids.chunks(500) {
+        let mut stmt = conn
+            .prepare(&format!("SELECT id FROM ledger WHERE state = 'stored' AND id IN ({})", marks(chunk.len())))
+            .map_err(sql)?;
+        let rows = stmt.query_map(params_from_iter(id_values(chunk)), |r| r.get(0)).map_err(sql)?;
+        for r in rows {
+            out.insert(MemoryId(r.map_err(sql)?));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atlas_domain::Scope;
+
+    fn episode(session: &str, t: i64) -> NewMemory {
+        let scope = Scope { session: Some(session.into()), ..Scope::default() };
+        NewMemory::episode("x", scope, None, Timestamp(t), Timestamp(t))
+    }
+
+    #[tokio::test]
+    async fn inserts_are_unacknowledged_until_finished_and_expired_ones_roll_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = Sidecar::open(&dir.path().join("space.db")).unwrap();
+        let ids = side.write(|tx| begin_insert(tx, &[episode("s", 1), episode("s", 2)])).await.unwrap();
+        assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![], "unacknowledged: not yet queued work");
+        let (a, b) = (ids[0], ids[1]);
+        side.write(move |tx| finish_insert(tx, &[a])).await.unwrap();
+        assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![a]);
+        assert_eq!(side.read(move |c| edges_of(c, b)).await.unwrap().len(), 1, "b follows a in session s");
+        // Not expired yet: a concurrent insert of another process must not be rolled back.
+        assert!(side.read(|c| unfinished(c)).await.unwrap().is_empty());
+        side.write(move |tx| {
+            tx.execute("UPDATE ledger SET since = 0 WHERE id = ?", [b.0]).unwrap();
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(side.read(|c| unfinished(c)).await.unwrap(), vec![b]);
+        assert!(side.write(move |tx| begin_forget(tx, a)).await.unwrap());
+        assert!(!side.write(move |tx| begin_forget(tx, a)).await.unwrap(), "already being forgotten");
+        assert_eq!(side.read(|c| unfinished(c)).await.unwrap(), vec![a, b]);
+        side.write(move |tx| delete(tx, &[a, b])).await.unwrap();
+        assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM edges")).await.unwrap(), 0);
+        let next = side.write(|tx| begin_insert(tx, &[episode("s", 3)])).await.unwrap();
+        assert!(next[0] > b, "ids are never reused");
+    }
+
+    #[test]
+    fn refuses_a_sqlite_store_and_foreign_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let foreign = dir.path().join("other.db");
+        Connection::open(&foreign).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
+        let err = Sidecar::open(&foreign).err().unwrap().to_string();
+        assert!(err.contains("other.db") && err.contains("not an ATLAS Qdrant space"), "{err}");
+        let store = dir.path().join("store.db");
+        let conn = Connection::open(&store).unwrap();
+        conn.execute_batch("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT); PRAGMA user_version = 2;")
+            .unwrap();
+        let err = Sidecar::open(&store).err().unwrap().to_string();
+        assert!(err.contains("migrate-to-qdrant"), "{err}");
+        let err = Sidecar::open(&dir.path().join("missing/space.db")).err().unwrap().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+    }
+}

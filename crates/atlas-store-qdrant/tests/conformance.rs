@@ -1,0 +1,47 @@
+//! Runs the storage conformance suite against a real Qdrant server, each case in a fresh
+//! collection that is deleted afterwards. The cases are ignored (nextest lists them as skipped)
+//! unless run with `--run-ignored`, which `cargo xtask ci` does when `QDRANT_URL` is set; without
+//! it, `cargo xtask ci` prints that they were skipped and why.
+
+use atlas_store_qdrant::{QdrantOptions, QdrantStore};
+use atlas_testing::Subject;
+
+/// Deletes the case's collection when the case ends.
+struct DropCollection {
+    options: QdrantOptions,
+    name: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Drop for DropCollection {
+    fn drop(&mut self) {
+        let client = qdrant_client::Qdrant::from_url(&self.options.url)
+            .api_key(self.options.api_key.clone())
+            .skip_compatibility_check()
+            .build();
+        if let Ok(client) = client {
+            let _ = self.runtime.block_on(client.delete_collection(self.name.clone()));
+        }
+    }
+}
+
+fn fresh() -> Subject<QdrantStore> {
+    let url = std::env::var("QDRANT_URL")
+        .expect("QDRANT_URL must name a Qdrant server (gRPC, e.g. http://localhost:6334) for these tests");
+    let mut options = QdrantOptions::new(url);
+    options.api_key = std::env::var("QDRANT_API_KEY").ok();
+    options.collection_prefix = "atlas_conformance".into();
+    let dir = tempfile::tempdir().unwrap();
+    // The client's connections live on this runtime, kept alive for the whole case.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let store = runtime.block_on(QdrantStore::open(&dir.path().join("space.db"), options.clone())).unwrap();
+    let cleanup = DropCollection { options, name: store.collection().to_string(), runtime };
+    Subject::new(store, (cleanup, dir))
+}
+
+atlas_testing::store_conformance!(
+    qdrant,
+    fresh,
+    #[test]
+    #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
+);
