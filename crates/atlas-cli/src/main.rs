@@ -19,6 +19,13 @@ struct Cli {
     /// The memory space (SQLite file). Overrides ATLAS_DB and the config file.
     #[arg(long, global = true, value_name = "PATH")]
     db: Option<PathBuf>,
+    /// Where memories live: sqlite (the default) or qdrant (with --qdrant-url; --db then names
+    /// the space's sidecar file). Overrides `storage` and ATLAS_STORAGE.
+    #[arg(long, global = true, value_name = "STORE", value_parser = ["sqlite", "qdrant"])]
+    store: Option<String>,
+    /// The Qdrant server's gRPC address (e.g. http://localhost:6334). Overrides qdrant.url.
+    #[arg(long, global = true, value_name = "URL")]
+    qdrant_url: Option<String>,
     /// A TOML configuration file (see docs/CONFIG.md).
     #[arg(long, global = true, value_name = "FILE", env = "ATLAS_CONFIG")]
     config: Option<PathBuf>,
@@ -127,6 +134,12 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> Result<()> {
     let mut config = Config::load(cli.config.as_deref(), |k| std::env::var(k).ok())?;
+    if let Some(store) = &cli.store {
+        config.storage = atlas_runtime::config::StorageKind::parse(store).map_err(|e| anyhow!("--store: {e}"))?;
+    }
+    if let Some(url) = cli.qdrant_url {
+        config.qdrant.url = Some(url);
+    }
     if let Some(db) = cli.db {
         config.db = db;
     }

@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// The memory space: the SQLite file.
+    /// The memory space: the SQLite file (with `storage = "qdrant"`, the space's sidecar file
+    /// holding what Qdrant does not model; the collection is named after it).
     pub db: PathBuf,
     pub storage: StorageKind,
+    pub qdrant: QdrantConfig,
     pub durability: DurabilityKind,
     /// Largest accepted text of one memory, in bytes.
     pub max_text_bytes: usize,
@@ -27,6 +29,58 @@ pub struct Config {
 #[serde(rename_all = "snake_case")]
 pub enum StorageKind {
     Sqlite,
+    /// A Qdrant server or cluster (feature `store-qdrant`).
+    Qdrant,
+}
+
+/// Settings of the Qdrant store.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QdrantConfig {
+    /// The server's gRPC address, e.g. `http://localhost:6334`.
+    pub url: Option<String>,
+    /// Better set through `ATLAS_QDRANT_API_KEY` than written in a file.
+    pub api_key: Option<String>,
+    pub timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub collection_prefix: String,
+    /// Shards of a new collection (the server's default when unset).
+    pub shards: Option<u32>,
+    /// Copies of each shard in a cluster (the server's default when unset).
+    pub replication_factor: Option<u32>,
+    /// Keep the float vectors on disk (memory-mapped) rather than in RAM.
+    pub on_disk_vectors: bool,
+    /// `"none"` or `"int8"` (scalar quantisation in RAM, floats for rescoring).
+    pub quantization: String,
+    /// Points per upsert request.
+    pub batch: usize,
+}
+
+impl Default for QdrantConfig {
+    fn default() -> Self {
+        QdrantConfig {
+            url: None,
+            api_key: None,
+            timeout_ms: 30_000,
+            connect_timeout_ms: 5_000,
+            collection_prefix: "atlas".into(),
+            shards: None,
+            replication_factor: None,
+            on_disk_vectors: false,
+            quantization: "none".into(),
+            batch: 256,
+        }
+    }
+}
+
+impl StorageKind {
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        match text.trim() {
+            "sqlite" => Ok(StorageKind::Sqlite),
+            "qdrant" => Ok(StorageKind::Qdrant),
+            other => Err(format!("expected sqlite or qdrant, got {other:?}")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -127,6 +181,7 @@ impl Default for Config {
         Config {
             db: PathBuf::from("atlas.db"),
             storage: StorageKind::Sqlite,
+            qdrant: QdrantConfig::default(),
             durability: DurabilityKind::Normal,
             max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
             embedder: EmbedderKind::default_for_build(),
@@ -157,8 +212,18 @@ impl Config {
     }
 
     /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`),
-    /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_EMBED_THREADS`.
+    /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_EMBED_THREADS`, `ATLAS_STORAGE` (`sqlite` |
+    /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_API_KEY`.
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
+        if let Some(v) = env("ATLAS_STORAGE") {
+            self.storage = StorageKind::parse(&v).map_err(|e| AtlasError::Config(format!("ATLAS_STORAGE: {e}")))?;
+        }
+        if let Some(url) = env("ATLAS_QDRANT_URL") {
+            self.qdrant.url = Some(url);
+        }
+        if let Some(key) = env("ATLAS_QDRANT_API_KEY") {
+            self.qdrant.api_key = Some(key);
+        }
         if let Some(db) = env("ATLAS_DB") {
             self.db = PathBuf::from(db);
         }

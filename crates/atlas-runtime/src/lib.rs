@@ -4,14 +4,15 @@
 
 mod background;
 pub mod config;
+pub mod migrate;
 mod recall;
 
 pub use config::Config;
-pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings};
+pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
 use atlas_domain::jsonl;
 use atlas_domain::policy::limits::validate;
-use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, StoreStats, TextIndex, VectorIndex};
+use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex};
 use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
 use background::Background;
 use std::io::Write;
@@ -24,16 +25,26 @@ pub struct Parts {
     pub store: Arc<dyn MemoryStore>,
     pub text: Arc<dyn TextIndex>,
     pub vectors: Arc<dyn VectorIndex>,
+    pub replica: Arc<dyn Replica>,
     pub embedder: Option<Arc<dyn Embedder>>,
 }
 
 impl Parts {
     /// One adapter that implements every storage port.
-    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + 'static>(
+    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + Replica + 'static>(
         store: Arc<S>,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Self {
-        Parts { store: store.clone(), text: store.clone(), vectors: store, embedder }
+        Parts { store: store.clone(), text: store.clone(), vectors: store.clone(), replica: store, embedder }
+    }
+
+    /// The storage adapters `config` names, without an embedder and without starting anything:
+    /// for tools that read or copy a store (migrations) and must not change it.
+    pub async fn open_store(config: &Config) -> Result<Parts> {
+        match config.storage {
+            config::StorageKind::Sqlite => open_sqlite(config, None),
+            config::StorageKind::Qdrant => open_qdrant(config, None).await,
+        }
     }
 }
 
@@ -260,6 +271,7 @@ async fn open_parts(config: &Config) -> Result<Parts> {
     let embedder = open_embedder(config).await?;
     match config.storage {
         config::StorageKind::Sqlite => open_sqlite(config, embedder),
+        config::StorageKind::Qdrant => open_qdrant(config, embedder).await,
     }
 }
 
@@ -303,6 +315,41 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
     };
     let store = SqliteStore::open(&config.db, &SqliteOptions { durability })?;
     Ok(Parts::from_store(Arc::new(store), embedder))
+}
+
+#[cfg(feature = "store-qdrant")]
+async fn open_qdrant(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Parts> {
+    let store = atlas_store_qdrant::QdrantStore::open(&config.db, qdrant_options(&config.qdrant)?).await?;
+    Ok(Parts::from_store(Arc::new(store), embedder))
+}
+
+/// The Qdrant adapter's options from the `[qdrant]` section.
+#[cfg(feature = "store-qdrant")]
+pub fn qdrant_options(q: &config::QdrantConfig) -> Result<atlas_store_qdrant::QdrantOptions> {
+    use atlas_store_qdrant::{QdrantOptions, Quantization};
+    let url = q.url.clone().ok_or_else(|| {
+        AtlasError::Config("storage = \"qdrant\" needs qdrant.url (or --qdrant-url, or ATLAS_QDRANT_URL)".into())
+    })?;
+    let mut options = QdrantOptions::new(url);
+    options.api_key = q.api_key.clone();
+    options.timeout = std::time::Duration::from_millis(q.timeout_ms.max(1));
+    options.connect_timeout = std::time::Duration::from_millis(q.connect_timeout_ms.max(1));
+    options.collection_prefix = q.collection_prefix.clone();
+    options.shards = q.shards;
+    options.replication_factor = q.replication_factor;
+    options.on_disk_vectors = q.on_disk_vectors;
+    options.quantization = match q.quantization.as_str() {
+        "none" => Quantization::None,
+        "int8" => Quantization::Int8,
+        other => return Err(AtlasError::Config(format!("qdrant.quantization: expected none or int8, got {other:?}"))),
+    };
+    options.batch = q.batch.max(1);
+    Ok(options)
+}
+
+#[cfg(not(feature = "store-qdrant"))]
+async fn open_qdrant(_: &Config, _: Option<Arc<dyn Embedder>>) -> Result<Parts> {
+    Err(AtlasError::Config("storage = \"qdrant\" needs atlas built with the store-qdrant feature".into()))
 }
 
 #[cfg(not(feature = "store-sqlite"))]

@@ -87,7 +87,7 @@ impl Sidecar {
         let err = storage(&shown_for_errors);
         let mut conn = Connection::open(path).map_err(&err)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+        conn.execute_batch("PRAGMA foreign_keys = ON;")
             .map_err(|e| AtlasError::Storage(format!("{shown}: not usable as an ATLAS Qdrant space: {e}")))?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(&err)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(&err)?;
@@ -122,6 +122,8 @@ impl Sidecar {
             }
         }
         tx.commit().map_err(&err)?;
+        // Only now that the file is known to be ours: journal mode is persistent.
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;").map_err(&err)?;
         Ok(Sidecar { conn: Arc::new(Mutex::new(conn)), shown })
     }
 
@@ -486,8 +488,10 @@ mod tests {
         let conn = Connection::open(&store).unwrap();
         conn.execute_batch("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT); PRAGMA user_version = 2;")
             .unwrap();
+        let before = std::fs::read(&store).unwrap();
         let err = Sidecar::open(&store).err().unwrap().to_string();
         assert!(err.contains("migrate-to-qdrant"), "{err}");
+        assert_eq!(std::fs::read(&store).unwrap(), before, "a refused file is left byte for byte as it was");
         let err = Sidecar::open(&dir.path().join("missing/space.db")).err().unwrap().to_string();
         assert!(err.contains("does not exist"), "{err}");
     }

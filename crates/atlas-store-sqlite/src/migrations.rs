@@ -36,6 +36,15 @@ pub fn migrate(conn: &mut Connection, path_for_errors: &str) -> Result<Vec<i64>>
 /// [`migrate`], stopping at `target` (used to build fixtures of older schemas).
 pub fn migrate_to(conn: &mut Connection, path_for_errors: &str, target: i64) -> Result<Vec<i64>> {
     let found = current_version(conn)?;
+    let qdrant_space: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger'", [], |r| r.get(0))
+        .map_err(crate::error::storage)?;
+    if qdrant_space > 0 {
+        return Err(AtlasError::invalid(
+            format!("database {path_for_errors}"),
+            "is the sidecar of a Qdrant memory space, not a SQLite store; open it with --store qdrant --qdrant-url URL",
+        ));
+    }
     if found > latest_version() {
         return Err(AtlasError::SchemaTooNew { path: path_for_errors.to_owned(), found, known: latest_version() });
     }
