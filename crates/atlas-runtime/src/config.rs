@@ -280,7 +280,12 @@ mod tests {
     fn errors_name_the_origin_and_key() {
         let err = Config::from_toml("max_text_byte = 3", "atlas.toml").unwrap_err().to_string();
         assert!(err.contains("atlas.toml") && err.contains("max_text_byte"), "{err}");
-        let err = Config::default().apply_env(|_| Some("lots".into())).unwrap_err().to_string();
+        let err = Config::default()
+            .apply_env(|k| (k == "ATLAS_MAX_TEXT_BYTES").then(|| "lots".into()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ATLAS_MAX_TEXT_BYTES"), "{err}");
+        let err = Config::default().apply_env(|_| Some("lots".into())).unwrap_err().to_string();
+        assert!(err.contains("ATLAS_STORAGE") && err.contains("sqlite or qdrant"), "{err}");
     }
 }
