@@ -20,6 +20,12 @@ pub enum Which {
         /// Store sizes, in memories (10k uses real vectors, larger ones random unit vectors).
         #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
         sizes: Vec<usize>,
+        /// `qdrant`: also copies each store to a Qdrant server and measures it in the same run,
+        /// row beside row (needs --qdrant-url or QDRANT_URL).
+        #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "qdrant"])]
+        store: String,
+        #[arg(long, value_name = "URL", env = "QDRANT_URL")]
+        qdrant_url: Option<String>,
     },
     /// Embedding latency, throughput and memory, Rust beside Python's onnxruntime on the same files.
     Embed {
@@ -43,7 +49,14 @@ pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
-        Which::Recall { sizes } => crate::bench_recall::run(&sizes),
+        Which::Recall { sizes, store, qdrant_url } => {
+            let qdrant = match (store.as_str(), qdrant_url) {
+                ("qdrant", Some(url)) => Some(url),
+                ("qdrant", None) => anyhow::bail!("--store qdrant needs --qdrant-url URL (or QDRANT_URL)"),
+                _ => None,
+            };
+            crate::bench_recall::run(&sizes, qdrant.as_deref())
+        }
     }
 }
 

@@ -87,20 +87,20 @@ fn floor_scan(vectors: &[f32], dim: usize, query: &[f32]) -> f64 {
     started.elapsed().as_secs_f64() * 1e3
 }
 
-pub fn run(sizes: &[usize]) -> Result<()> {
+pub fn run(sizes: &[usize], qdrant_url: Option<&str>) -> Result<()> {
     crate::fetch_models()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        println!("| memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor f32 scan p50 | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| store | memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor f32 scan p50 | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &n in sizes {
-            bench_size(n).await?;
+            bench_size(n, qdrant_url).await?;
         }
         Ok(())
     })
 }
 
-async fn bench_size(n: usize) -> Result<()> {
+async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("bench.db");
     let mut generator = ZipfText::new(0x5EED_0000 + n as u64);
@@ -155,15 +155,48 @@ async fn bench_size(n: usize) -> Result<()> {
         }
     }
 
-    let atlas = Atlas::open(onnx).await?;
-    let queries: Vec<String> = (0..QUERIES).map(|_| generator.text(6, 10)).collect();
+    let mut generator_queries = generator;
+    let queries: Vec<String> = (0..QUERIES).map(|_| generator_queries.text(6, 10)).collect();
+    let label = if real { "MiniLM int8" } else { "random unit" };
+    measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor_vectors, dim).await?;
+    if let Some(url) = qdrant_url {
+        // The same memories, vectors and edges, copied into a fresh Qdrant space.
+        let space = dir.path().join("bench.qdrant.db");
+        let mut qdrant = Config { db: space, storage: atlas_runtime::config::StorageKind::Qdrant, ..onnx.clone() };
+        qdrant.qdrant.url = Some(url.to_string());
+        qdrant.qdrant.collection_prefix = "atlas_bench".into();
+        let source = Parts::open_store(&onnx).await?;
+        let target = Parts::open_store(&qdrant).await?;
+        let options = atlas_runtime::migrate::CopyOptions {
+            batch: 1000,
+            checkpoint: None,
+            source_name: "bench.db".into(),
+            target_name: url.to_string(),
+        };
+        atlas_runtime::migrate::copy(&source, &target, &options, &|_| {}).await?;
+        drop((source, target));
+        measure("qdrant", Atlas::open(qdrant).await?, n, label, &queries, &floor_vectors, dim).await?;
+    }
+    Ok(())
+}
+
+/// Times recall through `atlas` and prints one table row.
+async fn measure(
+    store: &str,
+    atlas: Atlas,
+    n: usize,
+    label: &str,
+    queries: &[String],
+    floor_vectors: &[f32],
+    dim: usize,
+) -> Result<()> {
     let first = Instant::now();
     atlas.recall(RecallRequest { query: queries[0].clone(), k: 10, ..RecallRequest::default() }).await?;
     let first_ms = first.elapsed().as_secs_f64() * 1e3;
     let (mut total, mut retrieval, mut embed, mut text, mut vector, mut fusion, mut floor) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let floor_query = atlas.embedder().expect("onnx").embed(vec![queries[0].clone()]).await?.remove(0);
-    for q in &queries {
+    for q in queries {
         let r = atlas.recall(RecallRequest { query: q.clone(), k: 10, ..RecallRequest::default() }).await?;
         total.push(r.took_ms);
         retrieval.push(r.took_ms - r.stages.query_embedding_ms);
@@ -171,14 +204,13 @@ async fn bench_size(n: usize) -> Result<()> {
         text.push(r.stages.text_ms);
         vector.push(r.stages.vector_ms);
         fusion.push(r.stages.fusion_ms);
-        floor.push(floor_scan(&floor_vectors, dim, &floor_query));
+        floor.push(floor_scan(floor_vectors, dim, &floor_query));
     }
     let (total, retrieval, embed, text, vector, fusion, floor) =
         (sorted(total), sorted(retrieval), sorted(embed), sorted(text), sorted(vector), sorted(fusion), sorted(floor));
     let p50 = |v: &[f64]| percentile(v, 0.5);
     println!(
-        "| {n} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_ms:.0} | {:.0} |",
-        if real { "MiniLM int8" } else { "random unit" },
+        "| {store} | {n} | {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_ms:.0} | {:.0} |",
         p50(&total),
         percentile(&total, 0.95),
         p50(&retrieval),
