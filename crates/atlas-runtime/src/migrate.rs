@@ -241,7 +241,7 @@ async fn sample_ids(source: &Parts, total: u64, sample: usize) -> Result<Vec<Mem
         let batch = source.store.scan(after, 1000).await?;
         let Some(last) = batch.last().map(|m| m.id) else { break };
         for m in &batch {
-            if seen % stride == 0 && ids.len() < sample {
+            if seen.is_multiple_of(stride) && ids.len() < sample {
                 ids.push(m.id);
             }
             seen += 1;

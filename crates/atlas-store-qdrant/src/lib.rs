@@ -114,7 +114,7 @@ impl QdrantStore {
             .skip_compatibility_check()
             .build()
             .map_err(|e| AtlasError::Config(format!("qdrant.url {:?}: {e}", options.url)))?;
-        let model = side.read(|c| sidecar::model(c)).await?;
+        let model = side.read(sidecar::model).await?;
         let collection = Collection::new(client, name, options.clone());
         collection.check(model.as_ref()).await?;
         let store = QdrantStore {
@@ -138,7 +138,7 @@ impl QdrantStore {
     }
 
     async fn recover(&self) -> Result<()> {
-        let unfinished = self.side.read(|c| sidecar::unfinished(c)).await?;
+        let unfinished = self.side.read(sidecar::unfinished).await?;
         if unfinished.is_empty() {
             return Ok(());
         }
@@ -388,7 +388,7 @@ impl VectorIndex for QdrantStore {
     }
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
-        let model = self.side.read(|c| sidecar::model(c)).await?.ok_or_else(|| {
+        let model = self.side.read(sidecar::model).await?.ok_or_else(|| {
             AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())
         })?;
         if let Some(bound) = self.bound_model()
@@ -499,7 +499,7 @@ impl Replica for QdrantStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let model = self.side.read(|c| sidecar::model(c)).await?;
+        let model = self.side.read(sidecar::model).await?;
         for item in &batch {
             if let Some(v) = &item.vector {
                 match &model {

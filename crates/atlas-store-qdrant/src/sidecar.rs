@@ -460,17 +460,17 @@ mod tests {
         assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![a]);
         assert_eq!(side.read(move |c| edges_of(c, b)).await.unwrap().len(), 1, "b follows a in session s");
         // Not expired yet: a concurrent insert of another process must not be rolled back.
-        assert!(side.read(|c| unfinished(c)).await.unwrap().is_empty());
+        assert!(side.read(unfinished).await.unwrap().is_empty());
         side.write(move |tx| {
             tx.execute("UPDATE ledger SET since = 0 WHERE id = ?", [b.0]).unwrap();
             Ok(())
         })
         .await
         .unwrap();
-        assert_eq!(side.read(|c| unfinished(c)).await.unwrap(), vec![b]);
+        assert_eq!(side.read(unfinished).await.unwrap(), vec![b]);
         assert!(side.write(move |tx| begin_forget(tx, a)).await.unwrap());
         assert!(!side.write(move |tx| begin_forget(tx, a)).await.unwrap(), "already being forgotten");
-        assert_eq!(side.read(|c| unfinished(c)).await.unwrap(), vec![a, b]);
+        assert_eq!(side.read(unfinished).await.unwrap(), vec![a, b]);
         side.write(move |tx| delete(tx, &[a, b])).await.unwrap();
         assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM edges")).await.unwrap(), 0);
         let next = side.write(|tx| begin_insert(tx, &[episode("s", 3)])).await.unwrap();
