@@ -166,7 +166,7 @@ impl Default for RecallConfig {
             fusion: FusionMethod::Convex,
             rrf_k: DEFAULT_RRF_K,
             text_weight: 1.0,
-            vector_weight: 1.0,
+            vector_weight: 0.75,
             candidates: 100,
             context_weight: 0.4,
             context_from: 10,
