@@ -205,7 +205,11 @@ impl QdrantStore {
         Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
     }
 
-    async fn search(&self, request: QueryPointsBuilder) -> Result<Vec<ScoredId>> {
+    /// Runs a nearest-neighbour query under `filter`, pushed down to the server.
+    async fn search(&self, mut request: QueryPointsBuilder, filter: &RecallFilter) -> Result<Vec<ScoredId>> {
+        if let Some(f) = filter::to_qdrant(filter) {
+            request = request.filter(f);
+        }
         let hits = self.collection.call("query", self.collection.client().query(request)).await?.result;
         hits.into_iter().map(|p| Ok(ScoredId { id: memory_id(p.id.as_ref())?, score: f64::from(p.score) })).collect()
     }
@@ -325,15 +329,12 @@ impl TextIndex for QdrantStore {
             return Ok(Vec::new());
         }
         let pairs: Vec<(u32, f32)> = query.indices.into_iter().zip(query.values).collect();
-        let mut request = QueryPointsBuilder::new(self.collection.name())
+        let request = QueryPointsBuilder::new(self.collection.name())
             .query(qdrant_client::qdrant::Query::new_nearest(pairs.as_slice()))
             .using(collection::TEXT_VECTOR)
             .limit(limit as u64)
             .with_payload(false);
-        if let Some(f) = filter::to_qdrant(&filter) {
-            request = request.filter(f);
-        }
-        self.search(request).await
+        self.search(request, &filter).await
     }
 }
 
@@ -445,15 +446,12 @@ impl VectorIndex for QdrantStore {
         if limit == 0 || !self.collection.exists().await? {
             return Ok(Vec::new());
         }
-        let mut request = QueryPointsBuilder::new(self.collection.name())
+        let request = QueryPointsBuilder::new(self.collection.name())
             .query(qdrant_client::qdrant::Query::new_nearest(query))
             .using(dense_vector_name(&model))
             .limit(limit as u64)
             .with_payload(false);
-        if let Some(f) = filter::to_qdrant(&filter) {
-            request = request.filter(f);
-        }
-        self.search(request).await
+        self.search(request, &filter).await
     }
 }
 
