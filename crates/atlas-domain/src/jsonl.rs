@@ -289,6 +289,7 @@ mod tests {
                 validity: Validity { valid_from: Timestamp(t), valid_until: span.map(|s| Timestamp(t + s)) },
                 meta,
                 body,
+                context: None,
             }
         }
     }

@@ -213,6 +213,7 @@ impl NewMemory {
             validity: self.validity,
             meta: self.meta,
             body: self.body,
+            context: None,
         }
     }
 }
@@ -228,6 +229,11 @@ pub struct Memory {
     pub validity: Validity,
     pub meta: serde_json::Map<String, serde_json::Value>,
     pub body: Body,
+    /// The turn this episode answers: its temporal predecessor's line (`"Speaker: text"`), set by
+    /// the store when it links the two and cleared when that turn is forgotten. Indexed and
+    /// embedded with the memory, so that "yes, twice last year" is found by the question it
+    /// answers ([`crate::policy::embedding`]).
+    pub context: Option<String>,
 }
 
 impl Memory {

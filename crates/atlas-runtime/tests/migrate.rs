@@ -48,8 +48,9 @@ async fn filled_sqlite(dir: &std::path::Path, embedder: Arc<dyn Embedder>) -> Pa
         })
         .collect();
     atlas.import(batch, Default::default()).await.unwrap();
-    atlas.flush_vectors(None).await.unwrap();
+    // The turn after a forgotten one loses the vector embedded with its text; re-embed it.
     atlas.forget(MemoryId(10)).await.unwrap();
+    atlas.flush_vectors(None).await.unwrap();
     drop(atlas);
     Parts::from_store(store, Some(embedder))
 }
@@ -115,7 +116,8 @@ async fn verification_catches_a_missing_memory_and_a_changed_vector() {
     let first = fake.export_batch(None, 1).await.unwrap().remove(0);
     let nudged: Vec<f32> = first.vector.clone().unwrap().iter().map(|x| x + 1e-3).collect();
     fake.restore(vec![StoredMemory { vector: Some(nudged), ..first }]).await.unwrap();
-    fake.forget(MemoryId(50)).await.unwrap();
+    // The last turn of its session: forgetting it changes no other record.
+    fake.forget(MemoryId(95)).await.unwrap();
     let report = verify(&source, &target, &RecallConfig::default(), 94).await.unwrap();
     assert!(!report.ok);
     assert_eq!(report.memories_target, report.memories_source - 1);

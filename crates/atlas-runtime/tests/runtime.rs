@@ -438,26 +438,31 @@ async fn reembed_moves_a_store_to_the_configured_model() {
 }
 
 #[tokio::test]
-async fn context_brings_the_answer_turn_after_the_question_turn() {
+async fn replies_are_found_by_their_question_and_context_spreads_to_neighbours() {
     let (atlas, _) = fake_atlas(None).await;
+    let before = atlas.remember(say("Guess where I went after work yesterday!", "s1")).await.unwrap();
     let question = atlas.remember(say("What did you think of the new pottery studio downtown?", "s1")).await.unwrap();
     let answer = atlas.remember(say("Honestly I loved it, the teacher was wonderful.", "s1")).await.unwrap();
     atlas.remember(say("unrelated: the printer is out of toner", "s2")).await.unwrap();
     let recall = atlas.recall(query("pottery studio", 5)).await.unwrap();
     let ids: Vec<_> = recall.hits.iter().map(|h| h.memory.id).collect();
-    assert_eq!(ids[..2], [question, answer], "the reply rides on its question: {ids:?}");
-    let context = recall.hits[1].signals[&Signal::Context];
-    assert_eq!(context.rank, 1, "spread from the best hit");
-    assert!(recall.hits[1].rank(Signal::Text).is_none());
+    assert_eq!(ids[0], question, "{ids:?}");
+    let hit = |id| recall.hits.iter().find(|h| h.memory.id == id).unwrap_or_else(|| panic!("{id} missing: {ids:?}"));
+    assert!(hit(answer).rank(Signal::Text).is_some(), "the reply matches through the question it answers");
+    assert!(hit(before).rank(Signal::Text).is_none(), "the turn before matches nothing itself");
+    assert_eq!(hit(before).signals[&Signal::Context].rank, 1, "it is spread from the best hit");
     let off = Config {
         recall: atlas_runtime::config::RecallConfig { context_weight: 0.0, ..Default::default() },
         ..Config::default()
     };
     let store = Arc::new(FakeStore::new());
     let plain = Atlas::from_parts(Parts::from_store(store, None), off).await.unwrap();
-    plain.remember(say("What did you think of the new pottery studio downtown?", "s1")).await.unwrap();
+    for text in ["Guess where I went after work yesterday!", "What did you think of the new pottery studio downtown?"] {
+        plain.remember(say(text, "s1")).await.unwrap();
+    }
     plain.remember(say("Honestly I loved it, the teacher was wonderful.", "s1")).await.unwrap();
-    assert_eq!(plain.recall(query("pottery studio", 5)).await.unwrap().hits.len(), 1, "without context only the match");
+    let found = plain.recall(query("pottery studio", 5)).await.unwrap().hits;
+    assert_eq!(found.len(), 2, "without spreading: the question and its reply only");
 }
 
 #[tokio::test]

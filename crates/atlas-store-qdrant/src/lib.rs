@@ -17,6 +17,7 @@ use crate::payload::{from_payload, point_id, to_payload};
 use crate::sidecar::Sidecar;
 use crate::sparse::Bm25;
 use async_trait::async_trait;
+use atlas_domain::policy::embedding::line;
 use atlas_domain::ports::{
     EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
 };
@@ -148,7 +149,7 @@ impl QdrantStore {
     }
 
     fn point(&self, m: &Memory, dense: Option<(&str, Vec<f32>)>) -> Result<PointStruct> {
-        let text = self.bm25.document(&m.text, m.body.speaker());
+        let text = self.bm25.document(&m.text, m.body.speaker(), m.context.as_deref());
         let mut vectors: HashMap<String, Vector> = HashMap::new();
         if !text.indices.is_empty() {
             vectors.insert(collection::TEXT_VECTOR.into(), Vector::new_sparse(text.indices, text.values));
@@ -157,6 +158,30 @@ impl QdrantStore {
             vectors.insert(name.into(), Vector::new_dense(v));
         }
         Ok(PointStruct::new(point_id(m.id)?, vectors, qdrant_client::Payload::from(to_payload(m))))
+    }
+
+    /// The batch as memories under their new ids, each episode carrying its predecessor's line
+    /// as context (the predecessor is in the batch or already stored).
+    async fn with_context(
+        &self,
+        batch: Vec<NewMemory>,
+        linked: &[(MemoryId, Option<MemoryId>)],
+    ) -> Result<Vec<Memory>> {
+        let mut memories: Vec<Memory> = batch.into_iter().zip(linked).map(|(m, (id, _))| m.with_id(*id)).collect();
+        let position: HashMap<MemoryId, usize> = memories.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        let outside: Vec<MemoryId> =
+            linked.iter().filter_map(|(_, prev)| *prev).filter(|p| !position.contains_key(p)).collect();
+        let stored: HashMap<MemoryId, String> = self.get_many(outside).await?.iter().map(|m| (m.id, line(m))).collect();
+        for (i, (_, prev)) in linked.iter().enumerate() {
+            memories[i].context = match prev {
+                Some(p) => match position.get(p) {
+                    Some(&j) => Some(line(&memories[j])),
+                    None => stored.get(p).cloned(),
+                },
+                None => None,
+            };
+        }
+        Ok(memories)
     }
 
     /// Writes points, then marks them acknowledged; on failure removes what may have landed.
@@ -249,9 +274,17 @@ impl MemoryStore for QdrantStore {
         let model = self.bound_model();
         self.collection.ensure(model.as_ref()).await?;
         let rows = batch.clone();
-        let ids = self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?;
-        let points =
-            batch.into_iter().zip(&ids).map(|(m, id)| self.point(&m.with_id(*id), None)).collect::<Result<Vec<_>>>()?;
+        let linked = self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?;
+        let memories = match self.with_context(batch, &linked).await {
+            Ok(memories) => memories,
+            Err(e) => {
+                let ids: Vec<MemoryId> = linked.iter().map(|(id, _)| *id).collect();
+                self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
+                return Err(e);
+            }
+        };
+        let ids: Vec<MemoryId> = memories.iter().map(|m| m.id).collect();
+        let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
         self.write_points(ids.clone(), points).await?;
         if let Some(p) = progress {
             p(ids.len());
@@ -270,6 +303,22 @@ impl MemoryStore for QdrantStore {
     async fn forget(&self, id: MemoryId) -> Result<bool> {
         if !self.side.write(move |tx| sidecar::begin_forget(tx, id)).await? {
             return Ok(false);
+        }
+        // The turns that answered it carry its text: rewrite them without it, and without the
+        // dense vector embedded with it (an upsert replaces every vector), before it goes.
+        let answers = self.side.read(move |c| sidecar::answers(c, id)).await?;
+        let mut rewritten = Vec::new();
+        for mut answer in self.get_many(answers).await? {
+            answer.context = None;
+            rewritten.push(self.point(&answer, None)?);
+        }
+        if !rewritten.is_empty() {
+            let requeued: Vec<MemoryId> =
+                rewritten.iter().filter_map(|p| p.id.as_ref()).map(|p| memory_id(Some(p))).collect::<Result<_>>()?;
+            for chunk in rewritten.chunks(self.batch) {
+                self.collection.upsert(chunk.to_vec()).await?;
+            }
+            self.side.write(move |tx| sidecar::enqueue(tx, &requeued)).await?;
         }
         self.collection.delete_points(&[id]).await?;
         self.side.write(move |tx| sidecar::delete(tx, &[id])).await?;

@@ -18,6 +18,7 @@ pub mod field {
     pub const VALID_UNTIL: &str = "valid_until";
     pub const META: &str = "meta";
     pub const BODY: &str = "body";
+    pub const CONTEXT: &str = "context";
 }
 
 /// `valid_until` of a memory still valid: a number, so that one range condition filters validity.
@@ -49,6 +50,9 @@ pub fn to_payload(m: &Memory) -> Map<String, Value> {
     p.insert(field::VALID_UNTIL.into(), Value::from(m.validity.valid_until.map_or(OPEN_END, Timestamp::millis)));
     p.insert(field::META.into(), Value::Object(m.meta.clone()));
     p.insert(field::BODY.into(), serde_json::to_value(&m.body).expect("a body always serialises"));
+    if let Some(context) = &m.context {
+        p.insert(field::CONTEXT.into(), Value::from(context.clone()));
+    }
     p
 }
 
@@ -90,6 +94,7 @@ pub fn from_payload(point: u64, mut p: Map<String, Value>) -> Result<Memory> {
         },
         meta,
         body,
+        context: text(&mut p, field::CONTEXT)?,
     })
 }
 

@@ -188,8 +188,9 @@ pub fn set_model(conn: &Connection, model: &EmbeddingModel) -> Result<()> {
 }
 
 /// Allocates ids for `batch` (rows in state `writing`), links each episode to its predecessor
-/// in the same session, user and agent, and queues every memory for a vector.
-pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<MemoryId>> {
+/// in the same session, user and agent, and queues every memory for a vector. Returns each new
+/// id with its predecessor.
+pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryId, Option<MemoryId>)>> {
     let since = now_ms();
     let mut insert = tx
         .prepare_cached(
@@ -224,8 +225,9 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<MemoryId
             ])
             .map_err(sql)?;
         let id = tx.last_insert_rowid();
+        let mut prev: Option<i64> = None;
         if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
-            let prev: Option<i64> = previous
+            prev = previous
                 .query_row(params![session, m.event_time.millis(), id, m.scope.user, m.scope.agent], |r| r.get(0))
                 .optional()
                 .map_err(sql)?;
@@ -234,7 +236,7 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<MemoryId
             }
         }
         enqueue.execute([id]).map_err(sql)?;
-        ids.push(MemoryId(id));
+        ids.push((MemoryId(id), prev.map(MemoryId)));
     }
     Ok(ids)
 }
@@ -323,6 +325,27 @@ pub fn delete(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
 }
 
 /// Marks a memory as being forgotten; false when it is not (or no longer) acknowledged.
+/// The stored episodes whose temporal predecessor is `id`: the turns that answer it.
+pub fn answers(conn: &Connection, id: MemoryId) -> Result<Vec<MemoryId>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT e.dst FROM edges e JOIN ledger l ON l.id = e.dst \
+             WHERE e.src = ? AND e.kind = 'temporal' AND e.dst <> e.src AND l.state = 'stored' ORDER BY e.dst",
+        )
+        .map_err(sql)?;
+    let ids = stmt.query_map([id.0], |r| r.get(0)).map_err(sql)?;
+    ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+}
+
+/// Puts `ids` (back) in the queue of memories awaiting a vector.
+pub fn enqueue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
+    let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(sql)?;
+    for id in ids {
+        stmt.execute([id.0]).map_err(sql)?;
+    }
+    Ok(())
+}
+
 pub fn begin_forget(tx: &Connection, id: MemoryId) -> Result<bool> {
     tx.execute(
         "UPDATE ledger SET state = 'forgetting', since = ? WHERE id = ? AND state = 'stored'",
@@ -455,7 +478,8 @@ mod tests {
         let side = Sidecar::open(&dir.path().join("space.db")).unwrap();
         let ids = side.write(|tx| begin_insert(tx, &[episode("s", 1), episode("s", 2)])).await.unwrap();
         assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![], "unacknowledged: not yet queued work");
-        let (a, b) = (ids[0], ids[1]);
+        let ((a, none), (b, after_a)) = (ids[0], ids[1]);
+        assert_eq!((none, after_a), (None, Some(a)), "each insert names its predecessor");
         side.write(move |tx| finish_insert(tx, &[a])).await.unwrap();
         assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![a]);
         assert_eq!(side.read(move |c| edges_of(c, b)).await.unwrap().len(), 1, "b follows a in session s");
@@ -474,7 +498,7 @@ mod tests {
         side.write(move |tx| delete(tx, &[a, b])).await.unwrap();
         assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM edges")).await.unwrap(), 0);
         let next = side.write(|tx| begin_insert(tx, &[episode("s", 3)])).await.unwrap();
-        assert!(next[0] > b, "ids are never reused");
+        assert!(next[0].0 > b, "ids are never reused");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::sql::{
 };
 use crate::writer::Writer;
 use async_trait::async_trait;
+use atlas_domain::policy::embedding::speaker_line;
 use atlas_domain::ports::{
     EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
 };
@@ -26,7 +27,7 @@ use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, Re
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once, RwLock};
+use std::sync::{Arc, LazyLock, Once, RwLock};
 use std::time::Duration;
 
 /// How long a write waits for another process's lock before failing with a clear error.
@@ -144,14 +145,16 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO memories (kind, text, speaker, scope_user, scope_agent, scope_session, event_time, \
-             recorded_at, valid_from, valid_until, meta, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             recorded_at, valid_from, valid_until, meta, body, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .map_err(storage)?;
+    // Every stored row has a smaller id than the one about to be inserted, so "before in
+    // (event time, id) order" is "event time not later".
     let mut previous = conn
         .prepare_cached(
-            "SELECT id FROM memories WHERE scope_session = ?1 AND kind = 'episode' AND id <> ?3 \
-             AND scope_user IS ?4 AND scope_agent IS ?5 \
-             AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)) ORDER BY event_time DESC, id DESC LIMIT 1",
+            "SELECT id, speaker, text FROM memories WHERE scope_session = ?1 AND kind = 'episode' \
+             AND scope_user IS ?3 AND scope_agent IS ?4 AND event_time <= ?2 \
+             ORDER BY event_time DESC, id DESC LIMIT 1",
         )
         .map_err(storage)?;
     let mut link = conn
@@ -163,6 +166,15 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
     let mut ids = Vec::with_capacity(batch.len());
     for (i, m) in batch.iter().enumerate() {
         let (meta, body) = json_columns(m)?;
+        let prev: Option<(i64, String)> = match (m.kind(), &m.scope.session) {
+            (MemoryKind::Episode, Some(session)) => previous
+                .query_row(params![session, m.event_time.millis(), m.scope.user, m.scope.agent], |r| {
+                    Ok((r.get(0)?, speaker_line(r.get::<_, Option<String>>(1)?.as_deref(), &r.get::<_, String>(2)?)))
+                })
+                .optional()
+                .map_err(storage)?,
+            _ => None,
+        };
         insert
             .execute(params![
                 m.kind().as_str(),
@@ -177,17 +189,12 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
                 m.validity.valid_until.map(Timestamp::millis),
                 meta,
                 body,
+                prev.as_ref().map(|(_, line)| line),
             ])
             .map_err(storage)?;
         let id = conn.last_insert_rowid();
-        if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
-            let prev: Option<i64> = previous
-                .query_row(params![session, m.event_time.millis(), id, m.scope.user, m.scope.agent], |r| r.get(0))
-                .optional()
-                .map_err(storage)?;
-            if let Some(prev) = prev {
-                link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(storage)?;
-            }
+        if let Some((prev, _)) = prev {
+            link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(storage)?;
         }
         ids.push(MemoryId(id));
         if let Some(p) = progress
@@ -200,6 +207,32 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
         p(batch.len());
     }
     Ok(ids)
+}
+
+/// Forgets `id` and, with it, every trace of its text in the turns that answered it: their
+/// context is cleared and their vectors, which were embedded with it, are dropped and queued
+/// again. Returns whether it existed and the memories whose vectors were dropped.
+fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>)> {
+    let has_vectors = vector_table_exists(conn)?;
+    let mut answers = conn
+        .prepare_cached("SELECT dst FROM edges WHERE src = ? AND kind = 'temporal' AND dst <> src")
+        .map_err(storage)?;
+    let answers: Vec<i64> =
+        answers.query_map([id.0], |r| r.get(0)).map_err(storage)?.collect::<rusqlite::Result<_>>().map_err(storage)?;
+    for successor in &answers {
+        conn.execute("UPDATE memories SET context = NULL WHERE id = ? AND context IS NOT NULL", [successor])
+            .map_err(storage)?;
+        conn.execute("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)", [successor]).map_err(storage)?;
+    }
+    let mut dropped = answers;
+    dropped.push(id.0);
+    if has_vectors {
+        for v in &dropped {
+            conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [v]).map_err(storage)?;
+        }
+    }
+    let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
+    Ok((n > 0, dropped))
 }
 
 fn vector_table_exists(conn: &Connection) -> Result<bool> {
@@ -236,18 +269,11 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
-        let forgotten = self
-            .writer
-            .write(move |conn| {
-                if vector_table_exists(conn)? {
-                    conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [id.0]).map_err(storage)?;
-                }
-                let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
-                Ok(n > 0)
-            })
-            .await?;
+        let (forgotten, dropped) = self.writer.write(move |conn| forget_sync(conn, id)).await?;
         if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
-            index.remove(id.0);
+            for v in dropped {
+                index.remove(v);
+            }
         }
         Ok(forgotten)
     }
@@ -316,6 +342,12 @@ impl TextIndex for SqliteStore {
     }
 }
 
+/// FTS5's `bm25()` weights of the columns text, speaker, context.
+static BM25_WEIGHTS: LazyLock<String> = LazyLock::new(|| {
+    use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
+    format!("{TEXT_WEIGHT:?}, {SPEAKER_WEIGHT:?}, {CONTEXT_WEIGHT:?}")
+});
+
 /// BM25 over the index alone first (no join per match: most matches are never looked at), then
 /// the filter on the best of them; if the filter rejects too many, the joined query answers.
 fn search_text_sync(conn: &Connection, query: &str, filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
@@ -331,8 +363,11 @@ fn search_text_sync(conn: &Connection, query: &str, filter: &RecallFilter, limit
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
     };
     let best = scored(
-        "SELECT rowid, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts WHERE memories_fts MATCH ? \
-         ORDER BY rank LIMIT ?",
+        &format!(
+            "SELECT rowid, bm25(memories_fts, {weights}) AS rank FROM memories_fts \
+             WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+            weights = *BM25_WEIGHTS
+        ),
         vec![Value::Text(query.to_owned()), Value::Integer(fetch as i64)],
     )?;
     let (clause, filter_params) = filter_clause(filter);
@@ -345,9 +380,10 @@ fn search_text_sync(conn: &Connection, query: &str, filter: &RecallFilter, limit
         }
     }
     let sql = format!(
-        "SELECT m.id, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts \
+        "SELECT m.id, bm25(memories_fts, {weights}) AS rank FROM memories_fts \
          JOIN memories m ON m.id = memories_fts.rowid \
-         WHERE memories_fts MATCH ? AND {clause} ORDER BY rank LIMIT ?"
+         WHERE memories_fts MATCH ? AND {clause} ORDER BY rank LIMIT ?",
+        weights = *BM25_WEIGHTS
     );
     let mut params = vec![Value::Text(query.to_owned())];
     params.extend(filter_params);
@@ -564,13 +600,14 @@ impl Replica for SqliteStore {
                 let mut upsert = conn
                     .prepare_cached(
                         "INSERT INTO memories (id, kind, text, speaker, scope_user, scope_agent, scope_session, \
-                         event_time, recorded_at, valid_from, valid_until, meta, body) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
+                         event_time, recorded_at, valid_from, valid_until, meta, body, context) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
                          kind = excluded.kind, text = excluded.text, speaker = excluded.speaker, \
                          scope_user = excluded.scope_user, scope_agent = excluded.scope_agent, \
                          scope_session = excluded.scope_session, event_time = excluded.event_time, \
                          recorded_at = excluded.recorded_at, valid_from = excluded.valid_from, \
-                         valid_until = excluded.valid_until, meta = excluded.meta, body = excluded.body",
+                         valid_until = excluded.valid_until, meta = excluded.meta, body = excluded.body, \
+                         context = excluded.context",
                     )
                     .map_err(storage)?;
                 let mut edge = conn
@@ -601,6 +638,7 @@ impl Replica for SqliteStore {
                             m.validity.valid_until.map(Timestamp::millis),
                             meta,
                             body,
+                            m.context,
                         ])
                         .map_err(storage)?;
                     for e in &item.edges {

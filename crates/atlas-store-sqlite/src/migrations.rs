@@ -15,6 +15,7 @@ pub struct Migration {
 pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "0001_init", sql: include_str!("../../../migrations/0001_init.sql") },
     Migration { version: 2, name: "0002_search", sql: include_str!("../../../migrations/0002_search.sql") },
+    Migration { version: 3, name: "0003_context", sql: include_str!("../../../migrations/0003_context.sql") },
 ];
 
 /// The newest schema this build understands.

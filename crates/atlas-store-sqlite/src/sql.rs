@@ -9,7 +9,7 @@ use rusqlite::types::Value;
 
 /// The columns [`memory_from_row`] reads, qualified by the alias `m`.
 pub const MEMORY_COLUMNS: &str = "m.id, m.text, m.scope_user, m.scope_agent, m.scope_session, m.event_time, \
-     m.recorded_at, m.valid_from, m.valid_until, m.meta, m.body";
+     m.recorded_at, m.valid_from, m.valid_until, m.meta, m.body, m.context";
 
 /// `filter` as a boolean SQL expression over alias `m`, with its positional parameters.
 pub fn filter_clause(filter: &RecallFilter) -> (String, Vec<Value>) {
@@ -71,6 +71,7 @@ pub fn memory_from_row(row: &Row<'_>) -> rusqlite::Result<Memory> {
         },
         meta,
         body,
+        context: row.get(11)?,
     })
 }
 

@@ -33,6 +33,7 @@ macro_rules! store_conformance {
             use super::*;
             $crate::store_conformance!(@cases $make; [$(#[$attr])+];
                 round_trip_of_any_record, ids_increase_and_are_never_reused, episodes_link_temporally_per_session,
+                episodes_carry_the_turn_they_answer,
                 forget_removes_everywhere, text_search_matches_words_best_first, text_search_takes_words_literally,
                 scope_isolation_in_every_search, filters_on_kind_time_and_validity, vector_queue_and_nearest_first,
                 vector_search_is_exact_under_selective_filters, model_binding_is_recorded_and_checked,
@@ -92,9 +93,16 @@ pub fn round_trip_of_any_record<S: Store>(make: Make<S>) {
                 let ids = store.insert(batch.clone(), None).await.unwrap();
                 prop_assert_eq!(ids.len(), batch.len());
                 let expected: Vec<Memory> = batch.iter().cloned().zip(&ids).map(|(m, id)| m.with_id(*id)).collect();
+                // The context is derived by the store (its own case checks it); the rest is the record.
+                let without_context = |m: Memory| Memory { context: None, ..m };
                 for m in &expected {
                     let got = store.get(m.id).await.unwrap();
-                    prop_assert_eq!(got.as_ref(), Some(m));
+                    if let Some(got) = &got {
+                        prop_assert!(
+                            got.context.is_none() || (got.kind() == MemoryKind::Episode && got.scope.session.is_some())
+                        );
+                    }
+                    prop_assert_eq!(got.map(without_context), Some(m.clone()));
                 }
                 let reversed: Vec<MemoryId> = ids.iter().rev().copied().collect();
                 let many = store.get_many(reversed.clone()).await.unwrap();
@@ -105,7 +113,7 @@ pub fn round_trip_of_any_record<S: Store>(make: Make<S>) {
                     let page = store.scan(after, 7).await.unwrap();
                     let Some(last) = page.last() else { break };
                     after = Some(last.id);
-                    scanned.extend(page);
+                    scanned.extend(page.into_iter().map(without_context));
                 }
                 prop_assert_eq!(scanned, expected);
                 Ok(())
@@ -154,6 +162,34 @@ pub fn episodes_link_temporally_per_session<S: Store>(make: Make<S>) {
     });
 }
 
+pub fn episodes_carry_the_turn_they_answer<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = &subject.store;
+    runtime().block_on(async {
+        let in_s = Scope { session: Some("s".into()), ..Scope::default() };
+        let asked = NewMemory::episode("Been to Lisbon?", in_s, Some("Bo".into()), Timestamp(1), Timestamp(1));
+        let ids = store
+            .insert(vec![asked, episode("Yes, twice", Some("s"), 2), episode("unrelated", Some("t"), 3)], None)
+            .await
+            .unwrap();
+        // Later and in another batch: the predecessor is read from the store.
+        let later = store.insert(vec![episode("The trams!", Some("s"), 4)], None).await.unwrap();
+        let context = |id| async move { store.get(id).await.unwrap().unwrap().context };
+        assert_eq!(context(ids[0]).await, None, "the first turn of a session answers nothing");
+        assert_eq!(context(ids[1]).await.as_deref(), Some("Bo: Been to Lisbon?"));
+        assert_eq!(context(ids[2]).await, None, "another session's turn is not context");
+        assert_eq!(context(later[0]).await.as_deref(), Some("Tester: Yes, twice"));
+        // The reply is found by the question's words, below the question itself.
+        let hits = store.search_text(vec!["lisbon".into()], RecallFilter::default(), 10).await.unwrap();
+        assert_eq!(ids_of(&hits), vec![ids[0], ids[1]]);
+        assert!(hits[0].score > hits[1].score);
+        // The embedder is handed the context with the memory.
+        let pending = store.pending_vectors(10).await.unwrap();
+        let reply = pending.iter().find(|m| m.id == ids[1]).expect("the reply awaits its vector");
+        assert_eq!(reply.context.as_deref(), Some("Bo: Been to Lisbon?"));
+    });
+}
+
 pub fn forget_removes_everywhere<S: Store>(make: Make<S>) {
     let subject = make();
     let store = &subject.store;
@@ -173,6 +209,15 @@ pub fn forget_removes_everywhere<S: Store>(make: Make<S>) {
         assert!(store.edges_of(ids[1]).await.unwrap().is_empty());
         let text = store.search_text(vec!["pelican".into()], RecallFilter::default(), 10).await.unwrap();
         assert_eq!(ids_of(&text), vec![ids[1]]);
+        // The turn after it carried its text as context, and a vector embedded with it: both go,
+        // and the turn waits for a vector of its own.
+        assert_eq!(store.get(ids[1]).await.unwrap().unwrap().context, None);
+        let gone = store.search_text(vec!["migration".into()], RecallFilter::default(), 10).await.unwrap();
+        assert_eq!(ids_of(&gone), vec![], "no trace of the forgotten text is searchable");
+        let pending = store.pending_vectors(10).await.unwrap();
+        assert_eq!(pending.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[1]]);
+        assert_eq!(store.stats().await.unwrap().vectors, 0);
+        embed_pending(store.as_ref()).await;
         let query = HashEmbedder::new(DIM).embed_one("pelican migration notes");
         let near = store.search_vector(query, RecallFilter::default(), 10).await.unwrap();
         assert_eq!(ids_of(&near), vec![ids[1]]);

@@ -2,6 +2,8 @@
 
 use crate::embedder::cosine;
 use async_trait::async_trait;
+use atlas_domain::policy::embedding::line;
+use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
     EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
 };
@@ -45,6 +47,7 @@ impl MemoryStore for FakeStore {
         for m in batch {
             s.last_id += 1;
             let id = MemoryId(s.last_id);
+            let mut context = None;
             if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
                 let prev = s
                     .memories
@@ -52,9 +55,10 @@ impl MemoryStore for FakeStore {
                     .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
                     .filter(|o| o.scope.user == m.scope.user && o.scope.agent == m.scope.agent)
                     .filter(|o| o.event_time <= m.event_time)
-                    .max_by_key(|o| (o.event_time, o.id))
-                    .map(|o| o.id);
+                    .max_by_key(|o| (o.event_time, o.id));
                 if let Some(prev) = prev {
+                    context = Some(line(prev));
+                    let prev = prev.id;
                     s.edges.push(Edge {
                         src: prev,
                         dst: id,
@@ -66,7 +70,7 @@ impl MemoryStore for FakeStore {
                 }
             }
             s.queue.insert(id);
-            s.memories.insert(id, m.with_id(id));
+            s.memories.insert(id, Memory { context, ..m.with_id(id) });
             ids.push(id);
         }
         if let Some(p) = progress {
@@ -86,6 +90,19 @@ impl MemoryStore for FakeStore {
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
         let mut s = self.state.lock().unwrap();
+        let answers: Vec<MemoryId> = s
+            .edges
+            .iter()
+            .filter(|e| e.src == id && e.dst != id && e.kind == EdgeKind::Temporal)
+            .map(|e| e.dst)
+            .collect();
+        for answer in answers {
+            if let Some(m) = s.memories.get_mut(&answer) {
+                m.context = None;
+            }
+            s.vectors.remove(&answer);
+            s.queue.insert(answer);
+        }
         s.edges.retain(|e| e.src != id && e.dst != id);
         s.queue.remove(&id);
         s.vectors.remove(&id);
@@ -123,31 +140,39 @@ impl MemoryStore for FakeStore {
 
 #[async_trait]
 impl TextIndex for FakeStore {
-    /// Scores by summed inverse document frequency of the matched terms (a BM25 without length
-    /// normalisation), which ranks the same way as BM25 on the conformance suite's cases.
+    /// Scores by summed inverse document frequency of the matched terms, each times the weight of
+    /// the best field it occurs in (a BM25 without length normalisation), which ranks the same
+    /// way as BM25 on the conformance suite's cases.
     async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
         let s = self.state.lock().unwrap();
-        let docs: Vec<(MemoryId, Vec<String>)> = s
+        let docs: Vec<(MemoryId, Vec<(Vec<String>, f64)>)> = s
             .memories
             .values()
             .map(|m| {
-                let mut w = words(&m.text);
-                w.extend(m.body.speaker().map(words).unwrap_or_default());
-                (m.id, w)
+                let fields = vec![
+                    (words(&m.text), TEXT_WEIGHT),
+                    (m.body.speaker().map(words).unwrap_or_default(), SPEAKER_WEIGHT),
+                    (m.context.as_deref().map(words).unwrap_or_default(), CONTEXT_WEIGHT),
+                ];
+                (m.id, fields)
             })
             .collect();
+        let field_weight = |fields: &[(Vec<String>, f64)], t: &String| {
+            fields.iter().filter(|(w, _)| w.contains(t)).map(|(_, weight)| *weight).reduce(f64::max)
+        };
         let n = docs.len() as f64;
         let idf = |t: &String| {
-            let df = docs.iter().filter(|(_, w)| w.contains(t)).count() as f64;
+            let df = docs.iter().filter(|(_, f)| field_weight(f, t).is_some()).count() as f64;
             ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
         };
         let weights: Vec<(String, f64)> = terms.iter().map(|t| (t.clone(), idf(t))).collect();
         let mut hits: Vec<ScoredId> = docs
             .iter()
             .filter(|(id, _)| filter.admits(&s.memories[id]))
-            .filter_map(|(id, w)| {
-                let score: f64 = weights.iter().filter(|(t, _)| w.contains(t)).map(|(_, idf)| idf).sum();
-                weights.iter().any(|(t, _)| w.contains(t)).then_some(ScoredId { id: *id, score })
+            .filter_map(|(id, fields)| {
+                let matched: Vec<f64> =
+                    weights.iter().filter_map(|(t, idf)| field_weight(fields, t).map(|w| w * idf)).collect();
+                (!matched.is_empty()).then(|| ScoredId { id: *id, score: matched.iter().sum() })
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
