@@ -40,3 +40,7 @@ INSERT INTO memories_fts (memories_fts) VALUES ('rebuild');
 -- Vectors made before this schema lack the context: embed those memories again. Until then
 -- their old vectors keep serving.
 INSERT OR IGNORE INTO vector_queue (id) SELECT id FROM memories WHERE context IS NOT NULL;
+
+-- Every token instance of the index, read by the store's in-memory BM25 cache
+-- (crates/atlas-store-sqlite/src/text_cache.rs).
+CREATE VIRTUAL TABLE memories_fts_instances USING fts5vocab (memories_fts, 'instance');

@@ -9,6 +9,7 @@ mod error;
 pub mod migrations;
 mod readers;
 mod sql;
+mod text_cache;
 mod vector_cache;
 mod writer;
 
@@ -17,6 +18,7 @@ use crate::readers::Readers;
 use crate::sql::{
     EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, filter_clause, json_columns, query_edges, query_memories, vector_blob,
 };
+use crate::text_cache::{Fields, TextCache, Tokenizer};
 use crate::writer::Writer;
 use async_trait::async_trait;
 use atlas_domain::policy::embedding::speaker_line;
@@ -59,7 +61,17 @@ pub struct SqliteStore {
     model: Arc<RwLock<Option<EmbeddingModel>>>,
     /// The quantised in-memory copy of the vectors; `None` until the first vector search.
     vector_cache: SharedCache,
+    /// The in-memory BM25 index; `None` until the first text search.
+    text_cache: SharedTextCache,
+    tokenizer: Arc<Tokenizer>,
 }
+
+type SharedTextCache = Arc<RwLock<Option<TextCache>>>;
+
+/// Above this many memories in one write, the text cache is dropped and rebuilt by the next
+/// search rather than updated row by row (a reload reads the index far faster than the
+/// private tokenizer re-tokenises a bulk import).
+const TEXT_CACHE_BULK: usize = 5_000;
 
 const VECTOR_TABLE: &str = "memory_vectors";
 
@@ -98,6 +110,8 @@ impl SqliteStore {
             readers: Readers::new(path.to_path_buf()),
             model: Arc::new(RwLock::new(model)),
             vector_cache: Arc::new(RwLock::new(None)),
+            text_cache: Arc::new(RwLock::new(None)),
+            tokenizer: Arc::new(Tokenizer::new()?),
         })
     }
 
@@ -107,6 +121,32 @@ impl SqliteStore {
 
     fn bound_model(&self) -> Option<EmbeddingModel> {
         self.model.read().expect("model lock").clone()
+    }
+
+    /// Brings the text cache, if loaded, in step with rows just committed: `removed` are gone,
+    /// `written` are new or changed. Called after the commit, so a cache loaded concurrently
+    /// either already saw the commit (replaying it is harmless) or gets it here.
+    fn update_text_cache(&self, removed: &[MemoryId], written: Vec<Fields>) -> Result<()> {
+        let mut slot = self.text_cache.write().expect("text cache lock");
+        let Some(cache) = slot.as_mut() else {
+            return Ok(());
+        };
+        if written.len() > TEXT_CACHE_BULK {
+            *slot = None;
+            return Ok(());
+        }
+        for id in removed {
+            cache.remove(*id);
+        }
+        match self.tokenizer.tokenize(&written) {
+            Ok(rows) => cache.add(rows),
+            // The write is committed; a cache that cannot follow it is dropped, not left stale.
+            Err(e) => {
+                *slot = None;
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -141,7 +181,9 @@ fn kind_of(text: &str) -> MemoryKind {
     text.parse().unwrap_or(MemoryKind::Episode)
 }
 
-fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&ProgressFn>) -> Result<Vec<MemoryId>> {
+/// Inserts the batch; returns each new memory's indexed fields (its id, text, speaker and the
+/// context derived here).
+fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&ProgressFn>) -> Result<Vec<Fields>> {
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO memories (kind, text, speaker, scope_user, scope_agent, scope_session, event_time, \
@@ -193,10 +235,11 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
             ])
             .map_err(storage)?;
         let id = conn.last_insert_rowid();
-        if let Some((prev, _)) = prev {
-            link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(storage)?;
-        }
-        ids.push(MemoryId(id));
+        let context = prev.map(|(prev, line)| {
+            link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map(|_| line)
+        });
+        let context = context.transpose().map_err(storage)?;
+        ids.push(Fields { id, text: m.text.clone(), speaker: m.body.speaker().map(str::to_owned), context });
         if let Some(p) = progress
             && (i + 1) % 1000 == 0
         {
@@ -211,18 +254,24 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
 
 /// Forgets `id` and, with it, every trace of its text in the turns that answered it: their
 /// context is cleared and their vectors, which were embedded with it, are dropped and queued
-/// again. Returns whether it existed and the memories whose vectors were dropped.
-fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>)> {
+/// again. Returns whether it existed, the memories whose vectors were dropped and the indexed
+/// fields of the replies as they are now.
+fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>, Vec<Fields>)> {
     let has_vectors = vector_table_exists(conn)?;
     let mut answers = conn
         .prepare_cached("SELECT dst FROM edges WHERE src = ? AND kind = 'temporal' AND dst <> src")
         .map_err(storage)?;
     let answers: Vec<i64> =
         answers.query_map([id.0], |r| r.get(0)).map_err(storage)?.collect::<rusqlite::Result<_>>().map_err(storage)?;
+    let mut replies = Vec::with_capacity(answers.len());
     for successor in &answers {
         conn.execute("UPDATE memories SET context = NULL WHERE id = ? AND context IS NOT NULL", [successor])
             .map_err(storage)?;
         conn.execute("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)", [successor]).map_err(storage)?;
+        let (text, speaker) = conn
+            .query_row("SELECT text, speaker FROM memories WHERE id = ?", [successor], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(storage)?;
+        replies.push(Fields { id: *successor, text, speaker, context: None });
     }
     let mut dropped = answers;
     dropped.push(id.0);
@@ -232,7 +281,7 @@ fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>)> {
         }
     }
     let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
-    Ok((n > 0, dropped))
+    Ok((n > 0, dropped, replies))
 }
 
 fn vector_table_exists(conn: &Connection) -> Result<bool> {
@@ -244,7 +293,12 @@ fn vector_table_exists(conn: &Connection) -> Result<bool> {
 #[async_trait]
 impl MemoryStore for SqliteStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
-        self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await
+        let written = self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await?;
+        let ids = written.iter().map(|f| MemoryId(f.id)).collect();
+        if let Err(e) = self.update_text_cache(&[], written) {
+            tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
+        }
+        Ok(ids)
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
@@ -269,11 +323,14 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
-        let (forgotten, dropped) = self.writer.write(move |conn| forget_sync(conn, id)).await?;
+        let (forgotten, dropped, replies) = self.writer.write(move |conn| forget_sync(conn, id)).await?;
         if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
             for v in dropped {
                 index.remove(v);
             }
+        }
+        if let Err(e) = self.update_text_cache(&[id], replies) {
+            tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
         }
         Ok(forgotten)
     }
@@ -336,9 +393,8 @@ impl TextIndex for SqliteStore {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
-        let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
-        self.readers.read(move |conn| search_text_sync(conn, &query, &filter, limit)).await
+        let (cache, tokenizer) = (Arc::clone(&self.text_cache), Arc::clone(&self.tokenizer));
+        self.readers.read(move |conn| search_text_sync(conn, &cache, &tokenizer, &terms, &filter, limit)).await
     }
 }
 
@@ -348,47 +404,77 @@ static BM25_WEIGHTS: LazyLock<String> = LazyLock::new(|| {
     format!("{TEXT_WEIGHT:?}, {SPEAKER_WEIGHT:?}, {CONTEXT_WEIGHT:?}")
 });
 
-/// BM25 over the index alone first (no join per match: most matches are never looked at), then
-/// the filter on the best of them; if the filter rejects too many, the joined query answers.
-fn search_text_sync(conn: &Connection, query: &str, filter: &RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
-    let fetch = limit * 2 + 16;
-    let scored = |sql: &str, params: Vec<Value>| -> Result<Vec<ScoredId>> {
-        let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                // bm25() is lower-is-better; negate so that higher is better everywhere.
-                Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
-            })
-            .map_err(storage)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
-    };
-    let best = scored(
-        &format!(
-            "SELECT rowid, bm25(memories_fts, {weights}) AS rank FROM memories_fts \
-             WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
-            weights = *BM25_WEIGHTS
-        ),
-        vec![Value::Text(query.to_owned()), Value::Integer(fetch as i64)],
-    )?;
+/// Most candidates the cache hands to the filter before FTS5 answers under the filter itself.
+const TEXT_WINDOW_MAX: usize = 8_192;
+
+/// BM25 from the in-memory cache (loaded here on first use), then the filter on the best of
+/// them, widening the window while the filter rejects too many; past [`TEXT_WINDOW_MAX`], FTS5
+/// scores the filtered matches itself. Both rank by the same formula.
+fn search_text_sync(
+    conn: &Connection,
+    cache: &SharedTextCache,
+    tokenizer: &Tokenizer,
+    terms: &[String],
+    filter: &RecallFilter,
+    limit: usize,
+) -> Result<Vec<ScoredId>> {
+    let tokens = tokenizer.query_tokens(terms)?;
+    if tokens.is_empty() {
+        return Ok(Vec::new());
+    }
     let (clause, filter_params) = filter_clause(filter);
-    if !best.is_empty() {
-        let ids: Vec<i64> = best.iter().map(|h| h.id.0).collect();
+    let mut window = limit * 2 + 16;
+    loop {
+        let best = {
+            let shared = cache.read().expect("text cache lock");
+            match shared.as_ref() {
+                Some(index) => index.search(&tokens, window),
+                None => {
+                    drop(shared);
+                    // Load and search under the same write guard: nothing can change it in between.
+                    let mut slot = cache.write().expect("text cache lock");
+                    if slot.is_none() {
+                        *slot = Some(TextCache::load(conn)?);
+                    }
+                    slot.as_ref().expect("loaded").search(&tokens, window)
+                }
+            }
+        };
+        let ids: Vec<i64> = best.iter().map(|(id, _)| id.0).collect();
         let admitted = admitted_ids(conn, &ids, &clause, &filter_params)?;
-        let hits: Vec<ScoredId> = best.iter().filter(|h| admitted.contains(&h.id.0)).take(limit).copied().collect();
-        if hits.len() >= limit || best.len() < fetch {
+        let hits: Vec<ScoredId> = best
+            .iter()
+            .filter(|(id, _)| admitted.contains(&id.0))
+            .take(limit)
+            .map(|(id, score)| ScoredId { id: *id, score: *score })
+            .collect();
+        if hits.len() >= limit || best.len() < window {
             return Ok(hits);
         }
+        if window >= TEXT_WINDOW_MAX {
+            break;
+        }
+        window *= 4;
     }
+    // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
+    let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
     let sql = format!(
         "SELECT m.id, bm25(memories_fts, {weights}) AS rank FROM memories_fts \
          JOIN memories m ON m.id = memories_fts.rowid \
          WHERE memories_fts MATCH ? AND {clause} ORDER BY rank LIMIT ?",
         weights = *BM25_WEIGHTS
     );
-    let mut params = vec![Value::Text(query.to_owned())];
+    let mut params = vec![Value::Text(query)];
     params.extend(filter_params);
     params.push(Value::Integer(limit as i64));
-    scored(&sql, params)
+    let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+            // bm25() is lower-is-better; negate so that higher is better everywhere.
+            Ok(ScoredId { id: MemoryId(r.get(0)?), score: -r.get::<_, f64>(1)? })
+        })
+        .map_err(storage)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
 }
 
 #[async_trait]
@@ -576,6 +662,15 @@ impl Replica for SqliteStore {
 
     async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
         let model = self.bound_model();
+        let fields: Vec<Fields> = batch
+            .iter()
+            .map(|s| Fields {
+                id: s.memory.id.0,
+                text: s.memory.text.clone(),
+                speaker: s.memory.body.speaker().map(str::to_owned),
+                context: s.memory.context.clone(),
+            })
+            .collect();
         if let Some(item) = batch.iter().find(|m| m.vector.is_some()) {
             let dim = item.vector.as_ref().map_or(0, Vec::len);
             match &model {
@@ -683,6 +778,9 @@ impl Replica for SqliteStore {
                     None => index.remove(id.0),
                 }
             }
+        }
+        if let Err(e) = self.update_text_cache(&[], fields) {
+            tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
         }
         Ok(())
     }

@@ -1,0 +1,99 @@
+//! The in-memory BM25 cache ranks exactly as FTS5's own `bm25()`: after inserts, forgets (which
+//! rewrite the replies' context) and restores, and after a reopen that loads it from the file.
+
+use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
+use atlas_domain::ports::{MemoryStore, Replica, TextIndex};
+use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
+use atlas_store_sqlite::{SqliteOptions, SqliteStore};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Inflections share stems, so stemming is exercised as well as plain matches.
+const WORDS: &[&str] = &[
+    "run", "running", "runs", "lake", "lakes", "pottery", "Paris", "café", "tram", "trams", "blue", "sketch", "the",
+    "ÉCOLE", "ecole", "42", "naïve",
+];
+
+fn fts5_scores(db: &Path, words: &[String]) -> BTreeMap<i64, f64> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let query = words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR ");
+    let sql = format!(
+        "SELECT rowid, -bm25(memories_fts, {TEXT_WEIGHT:?}, {SPEAKER_WEIGHT:?}, {CONTEXT_WEIGHT:?}) \
+         FROM memories_fts WHERE memories_fts MATCH ?"
+    );
+    let mut stmt = conn.prepare(&sql).unwrap();
+    let rows = stmt.query_map([query], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+async fn cache_scores(store: &SqliteStore, words: &[String]) -> BTreeMap<i64, f64> {
+    let hits = store.search_text(words.to_vec(), RecallFilter::default(), 10_000).await.unwrap();
+    hits.into_iter().map(|h| (h.id.0, h.score)).collect()
+}
+
+fn assert_same(cache: &BTreeMap<i64, f64>, fts5: &BTreeMap<i64, f64>, when: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(cache.keys().collect::<Vec<_>>(), fts5.keys().collect::<Vec<_>>(), "matches differ {}", when);
+    for (id, score) in cache {
+        let expected = fts5[id];
+        prop_assert!(
+            (score - expected).abs() <= 1e-6 * expected.abs().max(1.0),
+            "{when}: row {id}: {score} vs {expected}"
+        );
+    }
+    Ok(())
+}
+
+fn arb_turns() -> impl Strategy<Value = Vec<(Vec<usize>, u8, bool)>> {
+    proptest::collection::vec((proptest::collection::vec(0..WORDS.len(), 0..8), 0u8..3, any::<bool>()), 1..30)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn cache_scores_equal_fts5_bm25(
+        turns in arb_turns(),
+        queries in proptest::collection::vec(proptest::collection::vec(0..WORDS.len(), 1..4), 1..4),
+        forgets in proptest::collection::vec(any::<prop::sample::Index>(), 0..4),
+    ) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+        let queries: Vec<Vec<String>> =
+            queries.iter().map(|q| q.iter().map(|&i| WORDS[i].to_lowercase()).collect()).collect();
+        rt.block_on(async {
+            // A first search loads the (empty) cache, so every later write updates it in place.
+            store.search_text(vec!["warm".into()], RecallFilter::default(), 10).await.unwrap();
+            let batch: Vec<NewMemory> = turns
+                .iter()
+                .enumerate()
+                .map(|(i, (words, session, named))| {
+                    let text = words.iter().map(|&w| WORDS[w]).collect::<Vec<_>>().join(" ");
+                    let scope = Scope { session: Some(format!("s{session}")), ..Scope::default() };
+                    let speaker = named.then(|| ["Ann", "Bo Lake"][i % 2].to_owned());
+                    NewMemory::episode(text, scope, speaker, Timestamp(i as i64), Timestamp(i as i64))
+                })
+                .collect();
+            let ids = store.insert(batch, None).await.unwrap();
+            for q in &queries {
+                assert_same(&cache_scores(&store, q).await, &fts5_scores(&db, q), "after inserts")?;
+            }
+            for f in &forgets {
+                store.forget(ids[f.index(ids.len())]).await.unwrap();
+            }
+            // A restore rewrites a record in place (here: the first one, unchanged or gone).
+            let first = store.export_batch(None, 1).await.unwrap();
+            store.restore(first).await.unwrap();
+            for q in &queries {
+                assert_same(&cache_scores(&store, q).await, &fts5_scores(&db, q), "after forgets and a restore")?;
+            }
+            drop(store);
+            let reopened = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+            for q in &queries {
+                assert_same(&cache_scores(&reopened, q).await, &fts5_scores(&db, q), "loaded from the file")?;
+            }
+            Ok::<(), TestCaseError>(())
+        })?;
+    }
+}
