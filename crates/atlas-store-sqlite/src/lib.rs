@@ -405,7 +405,7 @@ static BM25_WEIGHTS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Most candidates the cache hands to the filter before FTS5 answers under the filter itself.
-const TEXT_WINDOW_MAX: usize = 8_192;
+const TEXT_WINDOW_MAX: usize = 16_384;
 
 /// BM25 from the in-memory cache (loaded here on first use), then the filter on the best of
 /// them, widening the window while the filter rejects too many; past [`TEXT_WINDOW_MAX`], FTS5
@@ -423,7 +423,7 @@ fn search_text_sync(
         return Ok(Vec::new());
     }
     let (clause, filter_params) = filter_clause(filter);
-    let mut window = limit * 2 + 16;
+    let mut window = (limit * 2 + 16).max(1024);
     loop {
         let best = {
             let shared = cache.read().expect("text cache lock");
@@ -440,21 +440,14 @@ fn search_text_sync(
                 }
             }
         };
-        let ids: Vec<i64> = best.iter().map(|(id, _)| id.0).collect();
-        let admitted = admitted_ids(conn, &ids, &clause, &filter_params)?;
-        let hits: Vec<ScoredId> = best
-            .iter()
-            .filter(|(id, _)| admitted.contains(&id.0))
-            .take(limit)
-            .map(|(id, score)| ScoredId { id: *id, score: *score })
-            .collect();
+        let hits = first_admitted(conn, &best, &clause, &filter_params, limit)?;
         if hits.len() >= limit || best.len() < window {
             return Ok(hits);
         }
         if window >= TEXT_WINDOW_MAX {
             break;
         }
-        window *= 4;
+        window *= 16;
     }
     // Every term is quoted, so nothing the user typed is read as FTS5 syntax.
     let query = terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
@@ -832,14 +825,9 @@ fn search_vector_sync(
     };
     if !candidates.is_empty() {
         // The index scored exactly; SQL only says which candidates pass the filter.
-        let ids: Vec<i64> = candidates.iter().map(|(id, _)| *id).collect();
-        let admitted = admitted_ids(conn, &ids, &clause, &filter_params)?;
-        let hits: Vec<ScoredId> = candidates
-            .iter()
-            .filter(|(id, _)| admitted.contains(id))
-            .take(limit)
-            .map(|(id, score)| ScoredId { id: MemoryId(*id), score: f64::from(*score) })
-            .collect();
+        let ranked: Vec<ScoredId> =
+            candidates.iter().map(|(id, score)| ScoredId { id: MemoryId(*id), score: f64::from(*score) }).collect();
+        let hits = first_admitted(conn, &ranked, &clause, &filter_params, limit)?;
         if hits.len() >= limit || candidates.len() >= total {
             return Ok(hits);
         }
@@ -852,6 +840,29 @@ fn search_vector_sync(
     params.extend(filter_params);
     params.push(Value::Integer(limit as i64));
     run(&scan_sql, params)
+}
+
+/// The first `limit` of `ranked` that pass the filter, in order. Asks SQL about the head of the
+/// list first and about more only while the filter rejects too many, since most filters admit
+/// most memories and each id checked costs a lookup.
+fn first_admitted(
+    conn: &Connection,
+    ranked: &[ScoredId],
+    clause: &str,
+    filter_params: &[Value],
+    limit: usize,
+) -> Result<Vec<ScoredId>> {
+    let mut hits = Vec::with_capacity(limit.min(ranked.len()));
+    let (mut start, mut window) = (0, limit * 2 + 16);
+    while hits.len() < limit && start < ranked.len() {
+        let end = (start + window).min(ranked.len());
+        let ids: Vec<i64> = ranked[start..end].iter().map(|h| h.id.0).collect();
+        let admitted = admitted_ids(conn, &ids, clause, filter_params)?;
+        hits.extend(ranked[start..end].iter().filter(|h| admitted.contains(&h.id.0)).take(limit - hits.len()));
+        start = end;
+        window *= 4;
+    }
+    Ok(hits)
 }
 
 /// Which of `ids` pass the filter `clause`; asked in chunks to stay under SQLite's limit on

@@ -12,6 +12,7 @@
 
 use crate::error::storage;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
+use atlas_domain::ports::ScoredId;
 use atlas_domain::{MemoryId, Result};
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -167,7 +168,7 @@ impl TextCache {
     /// The `limit` best rows for the query tokens (one per query phrase, repeats counting
     /// twice, as in FTS5), scored as FTS5's `bm25()` with the column weights, negated so that
     /// higher is better. Ties go to the smaller id.
-    pub fn search(&self, query_tokens: &[String], limit: usize) -> Vec<(MemoryId, f64)> {
+    pub fn search(&self, query_tokens: &[String], limit: usize) -> Vec<ScoredId> {
         if limit == 0 || self.rows == 0 {
             return Vec::new();
         }
@@ -195,9 +196,11 @@ impl TextCache {
                 *score += idf * (freq * (K1 + 1.0)) / (freq + norm);
             }
         }
-        let mut hits: Vec<(MemoryId, f64)> =
-            touched.into_iter().map(|slot| (MemoryId(self.ids[slot as usize]), scores[slot as usize])).collect();
-        let order = |a: &(MemoryId, f64), b: &(MemoryId, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let mut hits: Vec<ScoredId> = touched
+            .into_iter()
+            .map(|slot| ScoredId { id: MemoryId(self.ids[slot as usize]), score: scores[slot as usize] })
+            .collect();
+        let order = |a: &ScoredId, b: &ScoredId| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
         if hits.len() > limit {
             hits.select_nth_unstable_by(limit - 1, order);
             hits.truncate(limit);

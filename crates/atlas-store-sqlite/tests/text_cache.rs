@@ -97,3 +97,38 @@ proptest! {
         })?;
     }
 }
+
+/// A filter that admits only the worst-ranked matches: the cache's candidates run out and FTS5
+/// answers under the filter; the result is the same as FTS5's filtered ranking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selective_filter_still_gets_its_best_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    let batch: Vec<NewMemory> = (0..17_000)
+        .map(|i| {
+            let ann = i % 5_000 == 7;
+            let user = if ann { "ann" } else { "bo" };
+            // Longer texts rank lower: Ann's matches are at the bottom of the unfiltered list.
+            let text = if ann { format!("lake {}", "filler words ".repeat(10 + i / 5_000)) } else { "lake".into() };
+            let scope = Scope { user: Some(user.into()), ..Scope::default() };
+            NewMemory::episode(text, scope, None, Timestamp(i as i64), Timestamp(i as i64))
+        })
+        .collect();
+    store.insert(batch, None).await.unwrap();
+    let only_ann = RecallFilter { scope: Scope { user: Some("ann".into()), ..Scope::default() }, ..Default::default() };
+    let hits = store.search_text(vec!["lake".into()], only_ann, 10).await.unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let expected: Vec<i64> = conn
+        .prepare(
+            "SELECT m.id FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid \
+             WHERE memories_fts MATCH 'lake' AND m.scope_user = 'ann' ORDER BY bm25(memories_fts, 1.0, 0.5, 0.2)",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(expected.len(), 4);
+    assert_eq!(hits.iter().map(|h| h.id.0).collect::<Vec<_>>(), expected);
+}
