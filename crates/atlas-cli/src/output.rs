@@ -26,6 +26,9 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
                     h.signals.iter().map(|(s, v)| (s.as_str().to_owned(), Value::from(v.rank))).collect();
                 line["score"] = Value::from(h.score);
                 line["ranks"] = Value::Object(ranks);
+                if !h.duplicates.is_empty() {
+                    line["duplicates"] = h.duplicates.iter().map(|d| Value::from(d.0)).collect();
+                }
                 if explain {
                     let detail: serde_json::Map<String, Value> = h
                         .signals
@@ -45,7 +48,13 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
             .iter()
             .map(|s| (s.signal.as_str().to_owned(), json!({"used": s.used, "note": s.note})))
             .collect();
-        let mut out = json!({"took_ms": recall.took_ms, "hits": hits, "signals": signals});
+        let stages = json!({
+            "query_embedding_ms": recall.stages.query_embedding_ms,
+            "text_ms": recall.stages.text_ms,
+            "vector_ms": recall.stages.vector_ms,
+            "fusion_ms": recall.stages.fusion_ms,
+        });
+        let mut out = json!({"took_ms": recall.took_ms, "stages": stages, "hits": hits, "signals": signals});
         if let Some((id, _)) = batch {
             out["id"] = Value::from(id);
         }
@@ -78,8 +87,14 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
                 }
             })
             .collect();
+        let duplicates = if h.duplicates.is_empty() {
+            String::new()
+        } else {
+            let ids: Vec<String> = h.duplicates.iter().map(|d| d.to_string()).collect();
+            format!(" [also said as memory {}]", ids.join(", "))
+        };
         println!(
-            "{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({})",
+            "{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({}){duplicates}",
             i + 1,
             h.score,
             m.id,

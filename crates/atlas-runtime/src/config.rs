@@ -158,6 +158,13 @@ pub struct RecallConfig {
     pub context_reach: u32,
     /// Each further turn gets this fraction of the previous one's share.
     pub context_decay: f64,
+    /// Added after fusion to a memory from now, halving every `recency_half_life_days` of age
+    /// (0 turns it off).
+    pub recency_weight: f64,
+    pub recency_half_life_days: f64,
+    /// Hits whose words overlap at least this much (Jaccard) with a better hit fold into it,
+    /// listed as its duplicates; above 1 nothing folds.
+    pub duplicate_threshold: f64,
 }
 
 impl Default for RecallConfig {
@@ -172,6 +179,9 @@ impl Default for RecallConfig {
             context_from: 10,
             context_reach: 1,
             context_decay: 0.5,
+            recency_weight: 0.1,
+            recency_half_life_days: 30.0,
+            duplicate_threshold: 0.8,
         }
     }
 }

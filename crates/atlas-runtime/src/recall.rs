@@ -3,8 +3,11 @@
 use crate::Parts;
 use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
+use atlas_domain::policy::embedding::line;
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread_to_neighbours};
 use atlas_domain::policy::query::terms;
+use atlas_domain::policy::recency::boost;
+use atlas_domain::policy::redundancy::collapse;
 use atlas_domain::{AtlasError, Memory, MemoryId, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +38,8 @@ pub struct Hit {
     pub memory: Memory,
     pub score: f64,
     pub signals: BTreeMap<Signal, SignalScore>,
+    /// Near-duplicates of this memory that ranked below it, folded into it (provenance).
+    pub duplicates: Vec<MemoryId>,
 }
 
 impl Hit {
@@ -105,6 +110,21 @@ async fn turns_around(parts: &Parts, start: MemoryId, reach: u32) -> Result<Vec<
         frontier = next;
     }
     Ok(out)
+}
+
+/// Adds each hit's recency boost (explained as the `recency` signal) and re-sorts.
+fn add_recency(hits: &mut [Hit], now: Timestamp, config: &RecallConfig) {
+    let half_life_ms = config.recency_half_life_days * 86_400_000.0;
+    let mut newest_first: Vec<usize> = (0..hits.len()).collect();
+    newest_first.sort_by_key(|&i| std::cmp::Reverse((hits[i].memory.event_time, hits[i].memory.id)));
+    for (rank, i) in newest_first.into_iter().enumerate() {
+        let h = &mut hits[i];
+        let added = boost(h.memory.event_time, now, config.recency_weight, half_life_ms);
+        let age_days = (now.millis() - h.memory.event_time.millis()) as f64 / 86_400_000.0;
+        h.signals.insert(Signal::Recency, SignalScore { rank: rank + 1, raw: age_days, contribution: added });
+        h.score += added;
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
 }
 
 pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest, now: Timestamp) -> Result<Recall> {
@@ -184,15 +204,28 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         signals.push(SignalReport { signal: Signal::Context, used: true, note: None });
     }
     // Context can bring in memories no search saw: they pass the same filter before they count.
+    // Twice k, so that k distinct hits remain after near-duplicates fold.
     let reachable = config.context_from * 2 * config.context_reach as usize;
-    let window: Vec<_> = fused.iter().take(request.k + reachable).map(|f| f.id).collect();
+    let window: Vec<_> = fused.iter().take(request.k * 2 + reachable).map(|f| f.id).collect();
     let mut memories: HashMap<_, _> = parts.store.get_many(window).await?.into_iter().map(|m| (m.id, m)).collect();
     // A memory forgotten between search and fetch is simply absent.
-    let hits = fused
+    let mut hits: Vec<Hit> = fused
         .into_iter()
-        .filter_map(|f| memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, signals: f.signals }))
+        .filter_map(|f| {
+            memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, signals: f.signals, duplicates: vec![] })
+        })
         .filter(|h| filter.admits(&h.memory))
-        .take(request.k)
+        .collect();
+    if request.k > 0 && config.recency_weight > 0.0 {
+        add_recency(&mut hits, request.as_of.unwrap_or(now), config);
+        signals.push(SignalReport { signal: Signal::Recency, used: true, note: None });
+    }
+    let hits = collapse(hits, |h| line(&h.memory), config.duplicate_threshold, request.k)
+        .into_iter()
+        .map(|(mut hit, folded)| {
+            hit.duplicates = folded.iter().map(|f| f.memory.id).collect();
+            hit
+        })
         .collect();
     let stages = StageTimings {
         query_embedding_ms: embed_us.load(Ordering::Relaxed) as f64 / 1e3,

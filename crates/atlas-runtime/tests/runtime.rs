@@ -506,3 +506,44 @@ async fn sqlite_recall_with_k_ten_thousand_and_beyond() {
     let err = atlas.recall(query("shared", 10_001)).await.unwrap_err().to_string();
     assert!(err.contains("10001") && err.contains("10000"), "{err}");
 }
+
+#[tokio::test]
+async fn a_repeated_statement_takes_one_slot_and_names_its_copies() {
+    let (atlas, _) = fake_atlas(None).await;
+    let first = atlas.remember(say("I adopted a grey cat called Pixel last spring", "s1")).await.unwrap();
+    let again = atlas.remember(say("I adopted a grey cat called Pixel last spring!", "s2")).await.unwrap();
+    let other = atlas.remember(say("The cat clinic is on Elm Street", "s3")).await.unwrap();
+    let recall = atlas.recall(query("grey cat Pixel", 2)).await.unwrap();
+    let ids: Vec<_> = recall.hits.iter().map(|h| h.memory.id).collect();
+    assert_eq!(ids, [first, other], "two slots, two different pieces of evidence");
+    assert_eq!(recall.hits[0].duplicates, [again]);
+    let off = Config {
+        recall: atlas_runtime::config::RecallConfig { duplicate_threshold: 1.1, ..Default::default() },
+        ..Config::default()
+    };
+    let plain = Atlas::from_parts(Parts::from_store(Arc::new(FakeStore::new()), None), off).await.unwrap();
+    for text in ["I adopted a grey cat called Pixel last spring", "I adopted a grey cat called Pixel last spring!"] {
+        plain.remember(say(text, "s1")).await.unwrap();
+    }
+    let both = plain.recall(query("grey cat Pixel", 2)).await.unwrap().hits;
+    assert!(both.len() == 2 && both.iter().all(|h| h.duplicates.is_empty()), "the threshold turns it off");
+}
+
+#[tokio::test]
+async fn recency_breaks_a_tie_for_the_newer_memory_as_of_the_recall_time() {
+    let (atlas, _) = fake_atlas(None).await;
+    let day = 86_400_000;
+    let at = |text: &str, days: i64| Remember { time: Some(Timestamp(days * day)), ..say(text, &format!("s{days}")) };
+    let old = atlas.remember(at("standup moved to ten", 1_000)).await.unwrap();
+    let new = atlas.remember(at("standup moved to nine", 1_060)).await.unwrap();
+    let as_of = |days: i64| RecallRequest { as_of: Some(Timestamp(days * day)), ..query("standup moved", 2) };
+    let recall = atlas.recall(as_of(1_060)).await.unwrap();
+    assert_eq!(recall.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), [new, old]);
+    let recency = recall.hits[0].signals[&Signal::Recency];
+    assert_eq!(recency.rank, 1);
+    assert!((recency.contribution - 0.1).abs() < 1e-9, "a memory from the recall's now gets the full weight");
+    assert!(recall.hits[1].signals[&Signal::Recency].contribution < 0.03, "two half-lives older");
+    // Before the newer one was said, only the older one exists at all.
+    let then = atlas.recall(as_of(1_030)).await.unwrap();
+    assert_eq!(then.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), [old]);
+}

@@ -15,6 +15,8 @@ pub enum Signal {
     Vector,
     /// Adjacent to a strong hit in its session (the turn before or after).
     Context,
+    /// How recent the memory is (a boost added after fusion; rank 1 = the newest hit).
+    Recency,
 }
 
 impl Signal {
@@ -23,6 +25,7 @@ impl Signal {
             Signal::Text => "text",
             Signal::Vector => "vector",
             Signal::Context => "context",
+            Signal::Recency => "recency",
         }
     }
 }
