@@ -27,6 +27,15 @@ pub enum Which {
         #[arg(long, value_name = "URL", env = "QDRANT_URL")]
         qdrant_url: Option<String>,
     },
+    /// (Internal) the child process of `bench recall` that measures a user's process memory.
+    #[command(hide = true)]
+    RecallProcess {
+        #[arg(long)]
+        db: std::path::PathBuf,
+        /// One query per line.
+        #[arg(long)]
+        queries: std::path::PathBuf,
+    },
     /// Embedding latency, throughput and memory, Rust beside Python's onnxruntime on the same files.
     Embed {
         /// Sentences embedded by each process of the memory measurement.
@@ -49,6 +58,7 @@ pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
+        Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url } => {
             let qdrant = match (store.as_str(), qdrant_url) {
                 ("qdrant", Some(url)) => Some(url),

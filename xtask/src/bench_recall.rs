@@ -73,25 +73,69 @@ fn peak_rss_mb() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-/// The floor: one thread, f32 dot products over every vector, top 100 by partial selection.
-fn floor_scan(vectors: &[f32], dim: usize, query: &[f32]) -> f64 {
-    let started = Instant::now();
-    let mut scores: Vec<(f32, u32)> = vectors
-        .chunks_exact(dim)
-        .enumerate()
-        .map(|(i, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>(), i as u32))
-        .collect();
-    let k = 100.min(scores.len());
-    scores.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
-    std::hint::black_box(&scores[..k]);
-    started.elapsed().as_secs_f64() * 1e3
+/// The floor: one thread scanning every vector in the precision the store's cache keeps (f32,
+/// or int8 codes with a scale each, as `vector_cache = "auto"` chooses), top 100 by partial
+/// selection.
+enum Floor {
+    F32(Vec<f32>),
+    Int8 { codes: Vec<i8>, scales: Vec<f32> },
+}
+
+impl Floor {
+    fn for_size(n: usize) -> Self {
+        if n >= atlas_store_sqlite::INT8_FROM_VECTORS {
+            Floor::Int8 { codes: Vec::new(), scales: Vec::new() }
+        } else {
+            Floor::F32(Vec::new())
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Floor::F32(_) => "f32",
+            Floor::Int8 { .. } => "int8",
+        }
+    }
+
+    fn push(&mut self, v: &[f32]) {
+        match self {
+            Floor::F32(all) => all.extend_from_slice(v),
+            Floor::Int8 { codes, scales } => {
+                let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+                let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+                codes.extend(v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8));
+                scales.push(scale);
+            }
+        }
+    }
+
+    fn scan(&self, dim: usize, query: &[f32]) -> f64 {
+        let started = Instant::now();
+        let mut scores: Vec<(f32, u32)> = match self {
+            Floor::F32(all) => all
+                .chunks_exact(dim)
+                .enumerate()
+                .map(|(i, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>(), i as u32))
+                .collect(),
+            Floor::Int8 { codes, scales } => codes
+                .chunks_exact(dim)
+                .zip(scales)
+                .enumerate()
+                .map(|(i, (c, s))| (s * c.iter().zip(query).map(|(a, b)| f32::from(*a) * b).sum::<f32>(), i as u32))
+                .collect(),
+        };
+        let k = 100.min(scores.len());
+        scores.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+        std::hint::black_box(&scores[..k]);
+        started.elapsed().as_secs_f64() * 1e3
+    }
 }
 
 pub fn run(sizes: &[usize], qdrant_url: Option<&str>) -> Result<()> {
     crate::fetch_models()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        println!("| store | memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor f32 scan p50 | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
+        println!("| store | memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor scan p50 (precision) | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &n in sizes {
             bench_size(n, qdrant_url).await?;
@@ -120,7 +164,7 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
         })
         .collect();
     let onnx = Config { db: db.clone(), embedder: EmbedderKind::Onnx, ..Config::default() };
-    let mut floor_vectors: Vec<f32> = Vec::new();
+    let mut floor = Floor::for_size(n);
     let dim;
     if real {
         let atlas = Atlas::open(onnx.clone()).await?;
@@ -135,7 +179,7 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
             let embedder = atlas.embedder().expect("onnx");
             let vectors =
                 embedder.embed(page.iter().map(atlas_domain::policy::embedding::embedding_text).collect()).await?;
-            floor_vectors.extend(vectors.into_iter().flatten());
+            vectors.iter().for_each(|v| floor.push(v));
         }
     } else {
         let store = SqliteStore::open(&db, &SqliteOptions::default())?;
@@ -150,7 +194,7 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
         let mut rng = Xorshift::new(0x1234_5678_9ABC_DEF1);
         for chunk in ids.chunks(10_000) {
             let vectors: Vec<(MemoryId, Vec<f32>)> = chunk.iter().map(|id| (*id, rng.unit_vector(dim))).collect();
-            floor_vectors.extend(vectors.iter().flat_map(|(_, v)| v.iter().copied()));
+            vectors.iter().for_each(|(_, v)| floor.push(v));
             store.put_vectors(vectors).await?;
         }
     }
@@ -158,7 +202,9 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
     let mut generator_queries = generator;
     let queries: Vec<String> = (0..QUERIES).map(|_| generator_queries.text(6, 10)).collect();
     let label = if real { "MiniLM int8" } else { "random unit" };
-    measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor_vectors, dim).await?;
+    measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
+    let process_rss = process_peak_rss(&db, &queries, dir.path())?;
+    println!("|  |  | atlas process answering the {QUERIES} queries (caches loaded): peak RSS {process_rss:.0} MB |");
     if let Some(url) = qdrant_url {
         // The same memories, vectors and edges, copied into a fresh Qdrant space.
         let space = dir.path().join("bench.qdrant.db");
@@ -175,9 +221,41 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
         };
         atlas_runtime::migrate::copy(&source, &target, &options, &|_| {}).await?;
         drop((source, target));
-        measure("qdrant", Atlas::open(qdrant).await?, n, label, &queries, &floor_vectors, dim).await?;
+        measure("qdrant", Atlas::open(qdrant).await?, n, label, &queries, &floor, dim).await?;
     }
     Ok(())
+}
+
+/// Peak RSS of a separate process that opens the store as `atlas` does (embedder included) and
+/// answers every query once: the memory a user's process needs, without the benchmark's own
+/// copies of the corpus and the floor.
+fn process_peak_rss(db: &std::path::Path, queries: &[String], dir: &std::path::Path) -> Result<f64> {
+    let file = dir.join("queries.txt");
+    std::fs::write(&file, queries.join("\n"))?;
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "recall-process", "--db"])
+        .arg(db)
+        .arg("--queries")
+        .arg(&file)
+        .output()?;
+    anyhow::ensure!(out.status.success(), "recall process failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mb = text.lines().find_map(|l| l.strip_prefix("peak_rss_mb ")).and_then(|v| v.trim().parse().ok());
+    mb.ok_or_else(|| anyhow::anyhow!("recall process printed no peak_rss_mb: {text}"))
+}
+
+/// The body of [`process_peak_rss`]'s child: prints `peak_rss_mb N`.
+pub fn recall_process(db: &std::path::Path, queries: &std::path::Path) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let atlas =
+            Atlas::open(Config { db: db.to_path_buf(), embedder: EmbedderKind::Onnx, ..Config::default() }).await?;
+        for q in std::fs::read_to_string(queries)?.lines() {
+            atlas.recall(RecallRequest { query: q.to_owned(), k: 10, ..RecallRequest::default() }).await?;
+        }
+        println!("peak_rss_mb {:.1}", peak_rss_mb());
+        Ok(())
+    })
 }
 
 /// Times recall through `atlas` and prints one table row.
@@ -187,13 +265,13 @@ async fn measure(
     n: usize,
     label: &str,
     queries: &[String],
-    floor_vectors: &[f32],
+    floor: &Floor,
     dim: usize,
 ) -> Result<()> {
     let first = Instant::now();
     atlas.recall(RecallRequest { query: queries[0].clone(), k: 10, ..RecallRequest::default() }).await?;
     let first_ms = first.elapsed().as_secs_f64() * 1e3;
-    let (mut total, mut retrieval, mut embed, mut text, mut vector, mut fusion, mut floor) =
+    let (mut total, mut retrieval, mut embed, mut text, mut vector, mut fusion, mut floor_ms) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let floor_query = atlas.embedder().expect("onnx").embed(vec![queries[0].clone()]).await?.remove(0);
     for q in queries {
@@ -204,13 +282,20 @@ async fn measure(
         text.push(r.stages.text_ms);
         vector.push(r.stages.vector_ms);
         fusion.push(r.stages.fusion_ms);
-        floor.push(floor_scan(floor_vectors, dim, &floor_query));
+        floor_ms.push(floor.scan(dim, &floor_query));
     }
-    let (total, retrieval, embed, text, vector, fusion, floor) =
-        (sorted(total), sorted(retrieval), sorted(embed), sorted(text), sorted(vector), sorted(fusion), sorted(floor));
+    let (total, retrieval, embed, text, vector, fusion, floor_ms) = (
+        sorted(total),
+        sorted(retrieval),
+        sorted(embed),
+        sorted(text),
+        sorted(vector),
+        sorted(fusion),
+        sorted(floor_ms),
+    );
     let p50 = |v: &[f64]| percentile(v, 0.5);
     println!(
-        "| {store} | {n} | {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_ms:.0} | {:.0} |",
+        "| {store} | {n} | {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} ({}) | {:.2} | {first_ms:.0} | {:.0} |",
         p50(&total),
         percentile(&total, 0.95),
         p50(&retrieval),
@@ -219,8 +304,9 @@ async fn measure(
         p50(&text),
         p50(&vector),
         p50(&fusion),
-        p50(&floor),
-        p50(&vector) / p50(&floor),
+        p50(&floor_ms),
+        floor.label(),
+        p50(&vector) / p50(&floor_ms),
         peak_rss_mb()
     );
     Ok(())

@@ -16,6 +16,9 @@ pub struct Config {
     pub storage: StorageKind,
     pub qdrant: QdrantConfig,
     pub durability: DurabilityKind,
+    /// What the SQLite store's vector cache keeps for rescoring: `auto` (floats below 100k
+    /// vectors, int8 codes from there), `f32` or `int8`.
+    pub vector_cache: VectorCacheKind,
     /// Largest accepted text of one memory, in bytes.
     pub max_text_bytes: usize,
     pub embedder: EmbedderKind,
@@ -81,6 +84,15 @@ impl StorageKind {
             other => Err(format!("expected sqlite or qdrant, got {other:?}")),
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VectorCacheKind {
+    #[default]
+    Auto,
+    F32,
+    Int8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -193,6 +205,7 @@ impl Default for Config {
             storage: StorageKind::Sqlite,
             qdrant: QdrantConfig::default(),
             durability: DurabilityKind::Normal,
+            vector_cache: VectorCacheKind::Auto,
             max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
             embedder: EmbedderKind::default_for_build(),
             embed_batch: 256,

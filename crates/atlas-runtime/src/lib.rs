@@ -313,7 +313,12 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
         config::DurabilityKind::Normal => Durability::Normal,
         config::DurabilityKind::Full => Durability::Full,
     };
-    let store = SqliteStore::open(&config.db, &SqliteOptions { durability })?;
+    let vector_precision = match config.vector_cache {
+        config::VectorCacheKind::Auto => None,
+        config::VectorCacheKind::F32 => Some(atlas_store_sqlite::Precision::F32),
+        config::VectorCacheKind::Int8 => Some(atlas_store_sqlite::Precision::Int8),
+    };
+    let store = SqliteStore::open(&config.db, &SqliteOptions { durability, vector_precision })?;
     Ok(Parts::from_store(Arc::new(store), embedder))
 }
 

@@ -3,8 +3,10 @@
 //! SQLite (`memory_vectors`) stays the truth; this is a derived cache, loaded on the first
 //! vector search and kept in step by this process's own writes. A query scans sign bits
 //! (48 bytes a vector for 384 dimensions) by Hamming distance on two threads, then rescores
-//! the best of those exactly with the float vectors; SQL only applies the filter. Writes by
-//! another process reach this cache when the store is next opened.
+//! the best of those with the kept vectors: float copies (exact), or int8 codes with a scale per
+//! vector (a quarter of the memory; the store rescores the final hits exactly from SQLite).
+//! SQL only applies the filter. Writes by another process reach this cache when the store is
+//! next opened.
 
 use std::collections::HashMap;
 
@@ -13,24 +15,67 @@ const BIT_CANDIDATES_PER_RESULT: usize = 16;
 /// Below this many vectors one thread scans; above, two (this machine's cores).
 const PARALLEL_FROM: usize = 50_000;
 
+/// What the cache keeps of each vector for rescoring the sign-bit candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// The float vectors: exact scores, 4 bytes a dimension.
+    #[default]
+    F32,
+    /// Symmetric int8 codes and one scale per vector: 1 byte a dimension, scores within about
+    /// 1% of exact; the store rescores the final hits from SQLite.
+    Int8,
+}
+
 pub struct Index {
     dim: usize,
     words: usize,
+    precision: Precision,
     ids: Vec<i64>,
     bits: Vec<u64>,
+    /// `F32`: `dim` floats a vector.
     vectors: Vec<f32>,
+    /// `Int8`: `dim` codes and one scale a vector.
+    codes: Vec<i8>,
+    scales: Vec<f32>,
     position: HashMap<i64, usize>,
 }
 
 impl Index {
-    pub fn new(dim: usize) -> Self {
+    pub fn new(dim: usize, precision: Precision) -> Self {
         Index {
             dim,
             words: dim.div_ceil(64),
+            precision,
             ids: Vec::new(),
             bits: Vec::new(),
             vectors: Vec::new(),
+            codes: Vec::new(),
+            scales: Vec::new(),
             position: HashMap::new(),
+        }
+    }
+
+    /// Whether [`Index::candidates`] scores are exact cosines.
+    pub fn exact(&self) -> bool {
+        self.precision == Precision::F32
+    }
+
+    fn quantize(&self, v: &[f32]) -> (Vec<i8>, f32) {
+        let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+        (v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8).collect(), scale)
+    }
+
+    /// The query's dot product with the kept vector at position `i`.
+    fn score(&self, i: usize, query: &[f32]) -> f32 {
+        match self.precision {
+            Precision::F32 => {
+                self.vectors[i * self.dim..(i + 1) * self.dim].iter().zip(query).map(|(a, b)| a * b).sum()
+            }
+            Precision::Int8 => {
+                let codes = &self.codes[i * self.dim..(i + 1) * self.dim];
+                self.scales[i] * codes.iter().zip(query).map(|(c, q)| f32::from(*c) * q).sum::<f32>()
+            }
         }
     }
 
@@ -45,16 +90,32 @@ impl Index {
     pub fn upsert(&mut self, id: i64, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
         let bits = self.sign_bits(v);
-        match self.position.get(&id) {
+        let i = match self.position.get(&id) {
             Some(&i) => {
                 self.bits[i * self.words..(i + 1) * self.words].copy_from_slice(&bits);
-                self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(v);
+                i
             }
             None => {
-                self.position.insert(id, self.ids.len());
+                let i = self.ids.len();
+                self.position.insert(id, i);
                 self.ids.push(id);
                 self.bits.extend_from_slice(&bits);
-                self.vectors.extend_from_slice(v);
+                match self.precision {
+                    Precision::F32 => self.vectors.resize((i + 1) * self.dim, 0.0),
+                    Precision::Int8 => {
+                        self.codes.resize((i + 1) * self.dim, 0);
+                        self.scales.push(1.0);
+                    }
+                }
+                i
+            }
+        };
+        match self.precision {
+            Precision::F32 => self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(v),
+            Precision::Int8 => {
+                let (codes, scale) = self.quantize(v);
+                self.codes[i * self.dim..(i + 1) * self.dim].copy_from_slice(&codes);
+                self.scales[i] = scale;
             }
         }
     }
@@ -68,14 +129,26 @@ impl Index {
             for w in 0..self.words {
                 self.bits.swap(i * self.words + w, last * self.words + w);
             }
-            for d in 0..self.dim {
-                self.vectors.swap(i * self.dim + d, last * self.dim + d);
+            match self.precision {
+                Precision::F32 => {
+                    for d in 0..self.dim {
+                        self.vectors.swap(i * self.dim + d, last * self.dim + d);
+                    }
+                }
+                Precision::Int8 => {
+                    for d in 0..self.dim {
+                        self.codes.swap(i * self.dim + d, last * self.dim + d);
+                    }
+                    self.scales.swap(i, last);
+                }
             }
             self.position.insert(moved, i);
         }
         self.ids.pop();
         self.bits.truncate(last * self.words);
         self.vectors.truncate(last * self.dim);
+        self.codes.truncate(last * self.dim);
+        self.scales.truncate(last);
     }
 
     fn sign_bits(&self, v: &[f32]) -> Vec<u64> {
@@ -88,8 +161,8 @@ impl Index {
         bits
     }
 
-    /// Up to `wanted × 16` (at least 256) vectors nearest by sign bits, rescored exactly:
-    /// (id, cosine similarity), best first.
+    /// Up to `wanted × 16` (at least 256) vectors nearest by sign bits, rescored with the kept
+    /// vectors: (id, cosine similarity, exact when [`Index::exact`]), best first.
     pub fn candidates(&self, query: &[f32], wanted: usize) -> Vec<(i64, f32)> {
         let n = self.len();
         if n == 0 || wanted == 0 {
@@ -113,14 +186,8 @@ impl Index {
             near.select_nth_unstable(keep_bits - 1);
             near.truncate(keep_bits);
         }
-        let mut scored: Vec<(i64, f32)> = near
-            .iter()
-            .map(|&(_, i)| {
-                let i = i as usize;
-                let v = &self.vectors[i * self.dim..(i + 1) * self.dim];
-                (self.ids[i], v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>())
-            })
-            .collect();
+        let mut scored: Vec<(i64, f32)> =
+            near.iter().map(|&(_, i)| (self.ids[i as usize], self.score(i as usize, query))).collect();
         scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored
     }
@@ -171,8 +238,28 @@ mod tests {
     }
 
     #[test]
+    fn int8_scores_stay_within_a_percent_and_find_the_same_vector() {
+        let mut exact = Index::new(48, Precision::F32);
+        let mut coarse = Index::new(48, Precision::Int8);
+        for id in 1..=500 {
+            exact.upsert(id, &unit(id as u64, 48));
+            coarse.upsert(id, &unit(id as u64, 48));
+        }
+        coarse.remove(3);
+        exact.remove(3);
+        for q in [7u64, 77, 499] {
+            let (e, c) = (exact.candidates(&unit(q, 48), 5), coarse.candidates(&unit(q, 48), 5));
+            assert_eq!(e[0].0, c[0].0);
+            let exact_of: HashMap<i64, f32> = e.iter().copied().collect();
+            for (id, score) in c.iter().filter(|(id, _)| exact_of.contains_key(id)) {
+                assert!((score - exact_of[id]).abs() < 0.01, "{id}: {score} vs {}", exact_of[id]);
+            }
+        }
+    }
+
+    #[test]
     fn finds_the_exact_vector_and_survives_removal() {
-        let mut index = Index::new(48);
+        let mut index = Index::new(48, Precision::F32);
         for id in 1..=500 {
             index.upsert(id, &unit(id as u64, 48));
         }
