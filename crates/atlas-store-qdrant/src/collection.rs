@@ -1,10 +1,12 @@
 //! The space's Qdrant collection: naming, creation with vectors and payload indexes, checks of
 //! an existing one, and the calls the store makes, with errors that name the collection.
 
+use crate::api::QdrantApi;
 use crate::payload::field;
 use crate::{QdrantOptions, Quantization};
 use atlas_domain::ports::EmbeddingModel;
 use atlas_domain::{AtlasError, MemoryId, Result};
+use qdrant_client::QdrantError;
 use qdrant_client::qdrant::vectors_config::Config;
 use qdrant_client::qdrant::{
     Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
@@ -13,9 +15,9 @@ use qdrant_client::qdrant::{
     ScalarQuantizationBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder,
     VectorParamsBuilder, VectorsConfigBuilder,
 };
-use qdrant_client::{Qdrant, QdrantError};
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tonic::Code;
 
@@ -93,14 +95,14 @@ pub fn describe(url: &str, collection: &str, op: &str, e: &QdrantError) -> Atlas
 }
 
 pub struct Collection {
-    client: Qdrant,
+    client: Arc<dyn QdrantApi>,
     name: String,
     options: QdrantOptions,
     known_to_exist: AtomicBool,
 }
 
 impl Collection {
-    pub fn new(client: Qdrant, name: String, options: QdrantOptions) -> Self {
+    pub fn new(client: Arc<dyn QdrantApi>, name: String, options: QdrantOptions) -> Self {
         Collection { client, name, options, known_to_exist: AtomicBool::new(false) }
     }
 
@@ -108,8 +110,8 @@ impl Collection {
         &self.name
     }
 
-    pub fn client(&self) -> &Qdrant {
-        &self.client
+    pub fn client(&self) -> &dyn QdrantApi {
+        self.client.as_ref()
     }
 
     /// Awaits a client call, naming the server, the collection and the operation on failure.
@@ -121,14 +123,14 @@ impl Collection {
         if self.known_to_exist.load(Ordering::Acquire) {
             return Ok(true);
         }
-        let exists = self.call("check the collection", self.client.collection_exists(&self.name)).await?;
+        let exists = self.call("check the collection", self.client.collection_exists(self.name.clone())).await?;
         self.known_to_exist.store(exists, Ordering::Release);
         Ok(exists)
     }
 
     /// The dense vectors the collection has: name → (size, distance).
     async fn dense_vectors(&self) -> Result<Vec<(String, u64, Distance)>> {
-        let info = self.call("read the collection's settings", self.client.collection_info(&self.name)).await?;
+        let info = self.call("read the collection's settings", self.client.collection_info(self.name.clone())).await?;
         let config = info.result.and_then(|r| r.config).and_then(|c| c.params).and_then(|p| p.vectors_config);
         let params = match config.and_then(|c| c.config) {
             Some(Config::ParamsMap(map)) => map.map.into_iter().collect(),
@@ -182,7 +184,7 @@ impl Collection {
             let request = CreateVectorNameRequestBuilder::new(&self.name, &wanted, config).wait(true);
             self.call(
                 "add the model's vector (needs Qdrant server 1.18 or newer)",
-                self.client.create_vector_name(request),
+                self.client.create_vector_name(request.build()),
             )
             .await?;
         }
@@ -216,10 +218,10 @@ impl Collection {
         if o.quantization == Quantization::Int8 {
             request = request.quantization_config(ScalarQuantizationBuilder::default().quantile(0.99).always_ram(true));
         }
-        self.call("create the collection", self.client.create_collection(request)).await?;
+        self.call("create the collection", self.client.create_collection(request.build())).await?;
         for (field, kind) in INDEXED_FIELDS {
             let request = CreateFieldIndexCollectionBuilder::new(&self.name, field, kind).wait(true);
-            self.call(&format!("index payload field {field}"), self.client.create_field_index(request)).await?;
+            self.call(&format!("index payload field {field}"), self.client.create_field_index(request.build())).await?;
         }
         tracing::info!(collection = %self.name, url = %o.url, "created Qdrant collection");
         Ok(())
@@ -230,14 +232,14 @@ impl Collection {
         let name = dense_vector_name(model);
         if self.dense_vectors().await?.iter().any(|(n, _, _)| *n == name) {
             let request = DeleteVectorNameRequestBuilder::new(&self.name, &name).wait(true);
-            self.call("drop the old model's vector", self.client.delete_vector_name(request)).await?;
+            self.call("drop the old model's vector", self.client.delete_vector_name(request.build())).await?;
         }
         Ok(())
     }
 
     pub async fn upsert(&self, points: Vec<PointStruct>) -> Result<()> {
         let request = UpsertPointsBuilder::new(&self.name, points).wait(true);
-        self.call("upsert points", self.client.upsert_points(request)).await.map(drop)
+        self.call("upsert points", self.client.upsert_points(request.build())).await
     }
 
     pub async fn delete_points(&self, ids: &[MemoryId]) -> Result<()> {
@@ -246,7 +248,7 @@ impl Collection {
         }
         let ids = ids.iter().map(|id| crate::payload::point_id(*id).map(PointId::from)).collect::<Result<Vec<_>>>()?;
         let request = DeletePointsBuilder::new(&self.name).points(PointsIdsList { ids }).wait(true);
-        self.call("delete points", self.client.delete_points(request)).await.map(drop)
+        self.call("delete points", self.client.delete_points(request.build())).await
     }
 
     pub async fn count(&self, filter: Option<Filter>) -> Result<u64> {
@@ -254,8 +256,7 @@ impl Collection {
         if let Some(f) = filter {
             request = request.filter(f);
         }
-        let response = self.call("count points", self.client.count(request)).await?;
-        Ok(response.result.map_or(0, |r| r.count))
+        self.call("count points", self.client.count(request.build())).await
     }
 
     pub async fn count_with_vector(&self, name: &str) -> Result<u64> {

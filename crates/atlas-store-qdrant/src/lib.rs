@@ -6,12 +6,14 @@
 //! pushed down to Qdrant. What Qdrant does not model (id allocation, the ledger of acknowledged
 //! writes, edges, the vector queue, settings) lives in the space's SQLite file ([`sidecar`]).
 
+pub mod api;
 mod collection;
 pub mod filter;
 pub mod payload;
 pub mod sidecar;
 pub mod sparse;
 
+use crate::api::QdrantApi;
 use crate::collection::{Collection, dense_vector_name};
 use crate::payload::{from_payload, point_id, to_payload};
 use crate::sidecar::Sidecar;
@@ -30,7 +32,7 @@ use qdrant_client::qdrant::{
 };
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How vectors are kept in RAM by Qdrant.
@@ -92,6 +94,18 @@ impl QdrantStore {
     /// Opens the memory space whose sidecar file is `space` (created if new) on the server in
     /// `options`, checks the collection if it exists, and rolls back writes a crash left unfinished.
     pub async fn open(space: &Path, options: QdrantOptions) -> Result<Self> {
+        let client = Qdrant::from_url(&options.url)
+            .api_key(options.api_key.clone())
+            .timeout(options.timeout)
+            .connect_timeout(options.connect_timeout)
+            .skip_compatibility_check()
+            .build()
+            .map_err(|e| AtlasError::Config(format!("qdrant.url {:?}: {e}", options.url)))?;
+        Self::open_with(space, options, Arc::new(client)).await
+    }
+
+    /// [`QdrantStore::open`] over any implementation of the calls (a mock in unit tests).
+    pub async fn open_with(space: &Path, options: QdrantOptions, client: Arc<dyn QdrantApi>) -> Result<Self> {
         let side = Sidecar::open(space)?;
         let name = match side.read(|c| sidecar::setting(c, "collection")).await? {
             Some(name) => name,
@@ -108,13 +122,6 @@ impl QdrantStore {
                 .await?
             }
         };
-        let client = Qdrant::from_url(&options.url)
-            .api_key(options.api_key.clone())
-            .timeout(options.timeout)
-            .connect_timeout(options.connect_timeout)
-            .skip_compatibility_check()
-            .build()
-            .map_err(|e| AtlasError::Config(format!("qdrant.url {:?}: {e}", options.url)))?;
         let model = side.read(sidecar::model).await?;
         let collection = Collection::new(client, name, options.clone());
         collection.check(model.as_ref()).await?;
@@ -221,7 +228,8 @@ impl QdrantStore {
                 Some(name) => request.with_vectors(VectorsSelector::from(vec![name.clone()])),
                 None => request.with_vectors(false),
             };
-            let points = self.collection.call("get points", self.collection.client().get_points(request)).await?.result;
+            let points =
+                self.collection.call("get points", self.collection.client().get_points(request.build())).await?;
             for p in points {
                 let (memory, vector) = decode(p, dense.as_deref())?;
                 found.insert(memory.id, (memory, vector));
@@ -235,7 +243,7 @@ impl QdrantStore {
         if let Some(f) = filter::to_qdrant(filter) {
             request = request.filter(f);
         }
-        let hits = self.collection.call("query", self.collection.client().query(request)).await?.result;
+        let hits = self.collection.call("query", self.collection.client().query(request.build())).await?;
         hits.into_iter().map(|p| Ok(ScoredId { id: memory_id(p.id.as_ref())?, score: f64::from(p.score) })).collect()
     }
 }
@@ -475,7 +483,7 @@ impl VectorIndex for QdrantStore {
         }
         for chunk in points.chunks(self.batch) {
             let request = UpdatePointVectorsBuilder::new(self.collection.name(), chunk.to_vec()).wait(true);
-            self.collection.call("update vectors", self.collection.client().update_vectors(request)).await?;
+            self.collection.call("update vectors", self.collection.client().update_vectors(request.build())).await?;
         }
         self.side.write(move |tx| sidecar::dequeue(tx, &done)).await
     }
@@ -520,7 +528,7 @@ impl Replica for QdrantStore {
             Some(name) => request.with_vectors(VectorsSelector::from(vec![name.clone()])),
             None => request.with_vectors(false),
         };
-        let points = self.collection.call("scroll", self.collection.client().scroll(request)).await?.result;
+        let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
         let decoded = points.into_iter().map(|p| decode(p, dense.as_deref())).collect::<Result<Vec<_>>>()?;
         // Only acknowledged memories: an insert still in flight is not part of the space yet.
         let ids: Vec<MemoryId> = decoded.iter().map(|(m, _)| m.id).collect();
@@ -579,5 +587,157 @@ impl Replica for QdrantStore {
             batch.into_iter().map(|s| (s.memory, s.vector.is_some(), s.edges)).collect();
         self.side.write(move |tx| sidecar::begin_restore(tx, &rows)).await?;
         self.write_points(ids, points).await
+    }
+}
+
+/// The store's requests, checked against a mock of the client: what is sent, in which order, and
+/// what happens when the server fails. (The conformance suite runs on a real server.)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::MockQdrantApi;
+    use atlas_domain::{Scope, Timestamp};
+    use qdrant_client::qdrant::vectors::VectorsOptions;
+    use qdrant_client::qdrant::{DeletePoints, QueryPoints, ScoredPoint, UpsertPoints};
+    use std::sync::Mutex;
+
+    fn turn(text: &str, speaker: &str, t: i64) -> NewMemory {
+        let scope = Scope { session: Some("s".into()), user: Some("ann".into()), ..Scope::default() };
+        NewMemory::episode(text, scope, Some(speaker.into()), Timestamp(t), Timestamp(t))
+    }
+
+    fn existing_collection() -> MockQdrantApi {
+        let mut api = MockQdrantApi::new();
+        api.expect_collection_exists().returning(|_| Ok(true));
+        api
+    }
+
+    async fn open(dir: &Path, api: MockQdrantApi) -> QdrantStore {
+        QdrantStore::open_with(&dir.join("space.db"), QdrantOptions::new("http://q:6334"), Arc::new(api)).await.unwrap()
+    }
+
+    fn text_of(p: &PointStruct, key: &str) -> Option<String> {
+        p.payload.get(key).map(|v| serde_json::Value::from(v.clone())).and_then(|v| v.as_str().map(str::to_owned))
+    }
+
+    fn vector_names(p: &PointStruct) -> Vec<String> {
+        match p.vectors.as_ref().and_then(|v| v.vectors_options.as_ref()) {
+            Some(VectorsOptions::Vectors(named)) => {
+                let mut names: Vec<String> = named.vectors.keys().cloned().collect();
+                names.sort();
+                names
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn deleted(request: &DeletePoints) -> String {
+        format!("{:?}", request.points)
+    }
+
+    #[tokio::test]
+    async fn an_insert_upserts_with_wait_and_carries_context_and_bm25() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut api = existing_collection();
+        let sent: Arc<Mutex<Vec<UpsertPoints>>> = Arc::default();
+        let log = Arc::clone(&sent);
+        api.expect_upsert_points().times(1).returning(move |r| {
+            log.lock().unwrap().push(r);
+            Ok(())
+        });
+        let store = open(dir.path(), api).await;
+        let ids =
+            store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
+        assert_eq!(ids, [MemoryId(1), MemoryId(2)]);
+        let sent = sent.lock().unwrap();
+        let request = &sent[0];
+        assert_eq!(request.wait, Some(true), "acknowledged only once the server has applied it");
+        assert_eq!(request.collection_name, store.collection());
+        let (asked, reply) = (&request.points[0], &request.points[1]);
+        assert_eq!(reply.id, Some(PointId::from(2u64)), "point id = memory id");
+        assert_eq!(text_of(reply, "context").as_deref(), Some("Bo: Been to Lisbon?"));
+        assert_eq!(text_of(asked, "context"), None);
+        assert_eq!(text_of(reply, "user").as_deref(), Some("ann"));
+        assert_eq!(vector_names(reply), [collection::TEXT_VECTOR], "BM25 only: no model bound yet");
+        assert!(store.side.read(sidecar::unfinished).await.unwrap().is_empty(), "both acknowledged");
+    }
+
+    #[tokio::test]
+    async fn a_failed_upsert_removes_what_may_have_landed_and_names_the_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut api = existing_collection();
+        api.expect_upsert_points().times(1).returning(|_| {
+            Err(qdrant_client::QdrantError::ResponseError { status: tonic::Status::unavailable("connection refused") })
+        });
+        api.expect_delete_points()
+            .times(1)
+            .withf(|r| r.wait == Some(true) && deleted(r).contains("Num(1)") && deleted(r).contains("Num(2)"))
+            .returning(|_| Ok(()));
+        let store = open(dir.path(), api).await;
+        let err = store.insert(vec![turn("a", "Bo", 1), turn("b", "Ann", 2)], None).await.unwrap_err().to_string();
+        assert!(err.contains("unreachable") && err.contains(store.collection()), "{err}");
+        assert!(store.side.read(sidecar::unfinished).await.unwrap().is_empty(), "nothing left half-written");
+        assert!(store.side.read(|c| sidecar::queued(c, 10)).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn text_search_queries_the_sparse_vector_with_the_filter_pushed_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut api = existing_collection();
+        api.expect_query()
+            .times(1)
+            .withf(|q: &QueryPoints| {
+                let filter = format!("{:?}", q.filter);
+                q.using.as_deref() == Some(collection::TEXT_VECTOR)
+                    && q.limit == Some(5)
+                    && filter.contains("\"user\"")
+                    && filter.contains("Keyword(\"ann\")")
+            })
+            .returning(|_| Ok(vec![ScoredPoint { id: Some(PointId::from(7u64)), score: 2.5, ..Default::default() }]));
+        let store = open(dir.path(), api).await;
+        let only_ann =
+            RecallFilter { scope: Scope { user: Some("ann".into()), ..Scope::default() }, ..Default::default() };
+        let hits = store.search_text(vec!["lisbon".into()], only_ann, 5).await.unwrap();
+        assert_eq!(hits, [ScoredId { id: MemoryId(7), score: 2.5 }]);
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_turn_rewrites_its_reply_without_it_before_deleting_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut api = existing_collection();
+        let mut order = mockall::Sequence::new();
+        api.expect_upsert_points().times(1).in_sequence(&mut order).returning(|_| Ok(()));
+        let reply =
+            Memory { context: Some("Bo: Been to Lisbon?".into()), ..turn("Yes, twice", "Ann", 2).with_id(MemoryId(2)) };
+        let stored: HashMap<String, qdrant_client::qdrant::Value> =
+            qdrant_client::Payload::from(payload::to_payload(&reply)).into();
+        api.expect_get_points().times(1).in_sequence(&mut order).returning(move |_| {
+            Ok(vec![RetrievedPoint { id: Some(PointId::from(2u64)), payload: stored.clone(), ..Default::default() }])
+        });
+        api.expect_upsert_points()
+            .times(1)
+            .in_sequence(&mut order)
+            .withf(|r| {
+                let p = &r.points[0];
+                r.points.len() == 1
+                    && p.id == Some(PointId::from(2u64))
+                    && text_of(p, "context").is_none()
+                    && text_of(p, "text").as_deref() == Some("Yes, twice")
+            })
+            .returning(|_| Ok(()));
+        api.expect_delete_points()
+            .times(1)
+            .in_sequence(&mut order)
+            .withf(|r| deleted(r).contains("Num(1)") && !deleted(r).contains("Num(2)"))
+            .returning(|_| Ok(()));
+        let store = open(dir.path(), api).await;
+        store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
+        store.side.write(|tx| sidecar::dequeue(tx, &[MemoryId(1), MemoryId(2)])).await.unwrap();
+        assert!(store.forget(MemoryId(1)).await.unwrap());
+        assert_eq!(
+            store.side.read(|c| sidecar::queued(c, 10)).await.unwrap(),
+            [MemoryId(2)],
+            "the reply is re-embedded"
+        );
     }
 }

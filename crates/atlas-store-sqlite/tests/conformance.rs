@@ -1,5 +1,5 @@
 //! Runs the storage conformance suite against the SQLite store, each case on a fresh file: once
-//! with float vectors in the vector cache, once with int8 codes (final hits rescored from SQLite).
+//! with float vectors in the vector cache, once with int8 codes.
 
 use atlas_store_sqlite::{Precision, SqliteOptions, SqliteStore};
 use atlas_testing::Subject;
