@@ -649,8 +649,7 @@ mod tests {
         let ids =
             store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
         assert_eq!(ids, [MemoryId(1), MemoryId(2)]);
-        let sent = sent.lock().unwrap();
-        let request = &sent[0];
+        let request = &sent.lock().unwrap().remove(0);
         assert_eq!(request.wait, Some(true), "acknowledged only once the server has applied it");
         assert_eq!(request.collection_name, store.collection());
         let (asked, reply) = (&request.points[0], &request.points[1]);
