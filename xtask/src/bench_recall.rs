@@ -101,9 +101,8 @@ impl Floor {
         match self {
             Floor::F32(all) => all.extend_from_slice(v),
             Floor::Int8 { codes, scales } => {
-                let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-                let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
-                codes.extend(v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8));
+                let (c, scale) = atlas_store_sqlite::quantize(v);
+                codes.extend(c);
                 scales.push(scale);
             }
         }
@@ -117,12 +116,15 @@ impl Floor {
                 .enumerate()
                 .map(|(i, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>(), i as u32))
                 .collect(),
-            Floor::Int8 { codes, scales } => codes
-                .chunks_exact(dim)
-                .zip(scales)
-                .enumerate()
-                .map(|(i, (c, s))| (s * c.iter().zip(query).map(|(a, b)| f32::from(*a) * b).sum::<f32>(), i as u32))
-                .collect(),
+            Floor::Int8 { codes, scales } => {
+                let (q, q_scale) = atlas_store_sqlite::quantize(query);
+                codes
+                    .chunks_exact(dim)
+                    .zip(scales)
+                    .enumerate()
+                    .map(|(i, (c, s))| (s * q_scale * atlas_store_sqlite::int8_dot(c, &q) as f32, i as u32))
+                    .collect()
+            }
         };
         let k = 100.min(scores.len());
         scores.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));

@@ -46,7 +46,7 @@ pub enum Durability {
     Full,
 }
 
-pub use crate::vector_cache::Precision;
+pub use crate::vector_cache::{Precision, int8_dot, quantize};
 
 /// Below this many vectors, `vector_precision: None` keeps floats in the vector cache; from it
 /// on, int8 codes (at 384 dimensions and 1M vectors: 1.5 GB of floats, against 384 MB of

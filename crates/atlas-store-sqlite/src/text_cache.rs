@@ -52,10 +52,13 @@ struct Posting {
 pub struct TextCache {
     token_ids: HashMap<String, u32>,
     postings: Vec<Vec<Posting>>,
-    /// Per slot: the memory id (0 once removed), its length in tokens, its distinct tokens.
+    /// Per slot: the memory id (0 once removed), its length in tokens, and where its distinct
+    /// tokens are in `row_tokens` (kept to remove the row from its posting lists; a removed
+    /// row's span is left behind rather than compacted).
     ids: Vec<i64>,
     lengths: Vec<u32>,
-    tokens_of: Vec<Box<[u32]>>,
+    spans: Vec<(u32, u32)>,
+    row_tokens: Vec<u32>,
     slot_of: HashMap<i64, u32>,
     /// Rows of the FTS5 table (memories with no token count too) and their total token count.
     rows: u64,
@@ -77,7 +80,6 @@ impl TextCache {
         let n = cache.ids.len();
         cache.rows = n as u64;
         cache.lengths = vec![0; n];
-        let mut tokens_of: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut stmt = conn.prepare("SELECT term, doc, col FROM memories_fts_instances").map_err(storage)?;
         let mut rows = stmt.query([]).map_err(storage)?;
         let (mut last_term, mut token) = (String::new(), u32::MAX);
@@ -93,14 +95,35 @@ impl TextCache {
             let list = &mut cache.postings[token as usize];
             match list.last_mut() {
                 Some(p) if p.slot == slot => p.weight += weight as f32,
-                _ => {
-                    list.push(Posting { slot, weight: weight as f32 });
-                    tokens_of[slot as usize].push(token);
-                }
+                _ => list.push(Posting { slot, weight: weight as f32 }),
             }
         }
         cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
-        cache.tokens_of = tokens_of.into_iter().map(Vec::into_boxed_slice).collect();
+        // Each row's tokens, laid out flat from the posting lists in two exact-size passes: at a
+        // million memories, per-row vectors and growth slack cost hundreds of megabytes.
+        let mut counts = vec![0u32; n];
+        for list in &mut cache.postings {
+            list.shrink_to_fit();
+            for p in list.iter() {
+                counts[p.slot as usize] += 1;
+            }
+        }
+        let mut start = 0u32;
+        cache.spans = counts
+            .iter()
+            .map(|c| {
+                start += c;
+                (start - c, 0)
+            })
+            .collect();
+        cache.row_tokens = vec![0; start as usize];
+        for (token, list) in cache.postings.iter().enumerate() {
+            for p in list {
+                let span = &mut cache.spans[p.slot as usize];
+                cache.row_tokens[(span.0 + span.1) as usize] = token as u32;
+                span.1 += 1;
+            }
+        }
         Ok(cache)
     }
 
@@ -118,7 +141,8 @@ impl TextCache {
         let slot = self.ids.len() as u32;
         self.ids.push(id);
         self.lengths.push(length);
-        self.tokens_of.push(tokens.into_boxed_slice());
+        self.spans.push((self.row_tokens.len() as u32, tokens.len() as u32));
+        self.row_tokens.extend_from_slice(&tokens);
         self.slot_of.insert(id, slot);
         self.total_tokens += u64::from(length);
     }
@@ -152,8 +176,8 @@ impl TextCache {
         let Some(slot) = self.slot_of.remove(&id.0) else {
             return;
         };
-        let tokens = std::mem::take(&mut self.tokens_of[slot as usize]);
-        for token in tokens.iter() {
+        let (start, len) = std::mem::take(&mut self.spans[slot as usize]);
+        for token in &self.row_tokens[start as usize..(start + len) as usize] {
             let list = &mut self.postings[*token as usize];
             if let Ok(i) = list.binary_search_by_key(&slot, |p| p.slot) {
                 list.remove(i);
