@@ -135,23 +135,30 @@ impl SqliteStore {
         self.model.read().expect("model lock").clone()
     }
 
-    /// Brings the text cache, if loaded, in step with rows just committed: `removed` are gone,
-    /// `written` are new or changed. Called after the commit, so a cache loaded concurrently
-    /// either already saw the commit (replaying it is harmless) or gets it here.
-    fn update_text_cache(&self, removed: &[MemoryId], written: Vec<Fields>) -> Result<()> {
+    /// Brings the text cache, if loaded, in step with rows just committed: `removed` are the old
+    /// versions of rows gone or changed, `written` the new or changed rows. Called after the
+    /// commit, so a cache loaded concurrently either already saw the commit (replaying it is
+    /// harmless: versions are compared by fingerprint) or gets it here.
+    fn update_text_cache(&self, removed: Vec<Fields>, written: Vec<Fields>) -> Result<()> {
         let mut slot = self.text_cache.write().expect("text cache lock");
         let Some(cache) = slot.as_mut() else {
             return Ok(());
         };
-        if written.len() > TEXT_CACHE_BULK {
+        if written.len() + removed.len() > TEXT_CACHE_BULK {
             *slot = None;
             return Ok(());
         }
-        for id in removed {
-            cache.remove(*id);
-        }
-        match self.tokenizer.tokenize(&written) {
-            Ok(rows) => cache.add(rows),
+        let old = removed.len();
+        let mut rows = removed;
+        rows.extend(written);
+        match self.tokenizer.tokenize(&rows) {
+            Ok(mut rows) => {
+                let added = rows.split_off(old);
+                for row in &rows {
+                    cache.remove(row);
+                }
+                cache.add(added);
+            }
             // The write is committed; a cache that cannot follow it is dropped, not left stale.
             Err(e) => {
                 *slot = None;
@@ -266,9 +273,12 @@ fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Option<&Progress
 
 /// Forgets `id` and, with it, every trace of its text in the turns that answered it: their
 /// context is cleared and their vectors, which were embedded with it, are dropped and queued
-/// again. Returns whether it existed, the memories whose vectors were dropped and the indexed
-/// fields of the replies as they are now.
-fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>, Vec<Fields>)> {
+/// again. Returns whether it existed, the memories whose vectors were dropped, and the indexed
+/// fields that changed: their old versions (the forgotten row's and the replies') and the
+/// replies' new ones.
+#[allow(clippy::type_complexity)]
+fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>, Vec<Fields>, Vec<Fields>)> {
+    let mut old: Vec<Fields> = stored_fields(conn, id.0)?.into_iter().collect();
     let has_vectors = vector_table_exists(conn)?;
     let mut answers = conn
         .prepare_cached("SELECT dst FROM edges WHERE src = ? AND kind = 'temporal' AND dst <> src")
@@ -277,13 +287,12 @@ fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>, Vec<F
         answers.query_map([id.0], |r| r.get(0)).map_err(storage)?.collect::<rusqlite::Result<_>>().map_err(storage)?;
     let mut replies = Vec::with_capacity(answers.len());
     for successor in &answers {
+        let Some(before) = stored_fields(conn, *successor)? else { continue };
         conn.execute("UPDATE memories SET context = NULL WHERE id = ? AND context IS NOT NULL", [successor])
             .map_err(storage)?;
         conn.execute("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)", [successor]).map_err(storage)?;
-        let (text, speaker) = conn
-            .query_row("SELECT text, speaker FROM memories WHERE id = ?", [successor], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(storage)?;
-        replies.push(Fields { id: *successor, text, speaker, context: None });
+        replies.push(Fields { context: None, ..before.clone() });
+        old.push(before);
     }
     let mut dropped = answers;
     dropped.push(id.0);
@@ -293,7 +302,15 @@ fn forget_sync(conn: &Connection, id: MemoryId) -> Result<(bool, Vec<i64>, Vec<F
         }
     }
     let n = conn.execute("DELETE FROM memories WHERE id = ?", [id.0]).map_err(storage)?;
-    Ok((n > 0, dropped, replies))
+    Ok((n > 0, dropped, old, replies))
+}
+
+/// The indexed fields of a stored memory.
+fn stored_fields(conn: &Connection, id: i64) -> Result<Option<Fields>> {
+    let mut stmt = conn.prepare_cached("SELECT text, speaker, context FROM memories WHERE id = ?").map_err(storage)?;
+    stmt.query_row([id], |r| Ok(Fields { id, text: r.get(0)?, speaker: r.get(1)?, context: r.get(2)? }))
+        .optional()
+        .map_err(storage)
 }
 
 fn vector_table_exists(conn: &Connection) -> Result<bool> {
@@ -307,7 +324,7 @@ impl MemoryStore for SqliteStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
         let written = self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await?;
         let ids = written.iter().map(|f| MemoryId(f.id)).collect();
-        if let Err(e) = self.update_text_cache(&[], written) {
+        if let Err(e) = self.update_text_cache(Vec::new(), written) {
             tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
         }
         Ok(ids)
@@ -335,13 +352,13 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
-        let (forgotten, dropped, replies) = self.writer.write(move |conn| forget_sync(conn, id)).await?;
+        let (forgotten, dropped, old, replies) = self.writer.write(move |conn| forget_sync(conn, id)).await?;
         if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
             for v in dropped {
                 index.remove(v);
             }
         }
-        if let Err(e) = self.update_text_cache(&[id], replies) {
+        if let Err(e) = self.update_text_cache(old, replies) {
             tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
         }
         Ok(forgotten)
@@ -693,10 +710,11 @@ impl Replica for SqliteStore {
                 Some(_) => {}
             }
         }
-        let written = self
+        let (written, replaced) = self
             .writer
             .write(move |conn| {
                 let has_vectors = vector_table_exists(conn)?;
+                let mut replaced = Vec::new();
                 let mut upsert = conn
                     .prepare_cached(
                         "INSERT INTO memories (id, kind, text, speaker, scope_user, scope_agent, scope_session, \
@@ -722,6 +740,7 @@ impl Replica for SqliteStore {
                 let mut written = Vec::new();
                 for item in batch {
                     let m = &item.memory;
+                    replaced.extend(stored_fields(conn, m.id.0)?);
                     let (meta, body) = json_columns(&m.to_new())?;
                     upsert
                         .execute(params![
@@ -773,7 +792,7 @@ impl Replica for SqliteStore {
                         }
                     }
                 }
-                Ok(written)
+                Ok((written, replaced))
             })
             .await?;
         if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
@@ -784,7 +803,7 @@ impl Replica for SqliteStore {
                 }
             }
         }
-        if let Err(e) = self.update_text_cache(&[], fields) {
+        if let Err(e) = self.update_text_cache(replaced, fields) {
             tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
         }
         Ok(())

@@ -38,8 +38,25 @@ pub struct Fields {
     pub context: Option<String>,
 }
 
+impl Fields {
+    /// Identifies the version of a row's indexed fields (within one process).
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&self.text, &self.speaker, &self.context).hash(&mut h);
+        h.finish()
+    }
+}
+
 /// A row's tokens: (token, column) for every token instance.
-type Tokens = Vec<(String, usize)>;
+pub type Tokens = Vec<(String, usize)>;
+
+/// A row as tokenised by [`Tokenizer::tokenize`]: its id, fields' fingerprint and tokens.
+pub struct TokenizedRow {
+    pub id: i64,
+    pub fingerprint: u64,
+    pub tokens: Tokens,
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Posting {
@@ -52,13 +69,13 @@ struct Posting {
 pub struct TextCache {
     token_ids: HashMap<String, u32>,
     postings: Vec<Vec<Posting>>,
-    /// Per slot: the memory id (0 once removed), its length in tokens, and where its distinct
-    /// tokens are in `row_tokens` (kept to remove the row from its posting lists; a removed
-    /// row's span is left behind rather than compacted).
+    /// Per slot: the memory id (0 once removed), its length in tokens, and the fingerprint of
+    /// the fields indexed ([`Fields::fingerprint`]). A row's tokens are not kept (at a million
+    /// memories they would cost more than the posting lists' slots); to remove a row, the store
+    /// hands in its old fields, and the fingerprint says whether this cache holds that version.
     ids: Vec<i64>,
     lengths: Vec<u32>,
-    spans: Vec<(u32, u32)>,
-    row_tokens: Vec<u32>,
+    fingerprints: Vec<u64>,
     slot_of: HashMap<i64, u32>,
     /// Rows of the FTS5 table (memories with no token count too) and their total token count.
     rows: u64,
@@ -70,12 +87,15 @@ impl TextCache {
     pub fn load(conn: &Connection) -> Result<Self> {
         let mut cache = TextCache::default();
         // Slots in id order, so that every posting list, read in row order, is sorted by slot.
-        let mut stmt = conn.prepare("SELECT id FROM memories ORDER BY id").map_err(storage)?;
-        let ids = stmt.query_map([], |r| r.get::<_, i64>(0)).map_err(storage)?;
-        for id in ids {
-            let id = id.map_err(storage)?;
-            cache.slot_of.insert(id, cache.ids.len() as u32);
-            cache.ids.push(id);
+        let mut stmt = conn.prepare("SELECT id, text, speaker, context FROM memories ORDER BY id").map_err(storage)?;
+        let rows = stmt
+            .query_map([], |r| Ok(Fields { id: r.get(0)?, text: r.get(1)?, speaker: r.get(2)?, context: r.get(3)? }))
+            .map_err(storage)?;
+        for row in rows {
+            let row = row.map_err(storage)?;
+            cache.slot_of.insert(row.id, cache.ids.len() as u32);
+            cache.ids.push(row.id);
+            cache.fingerprints.push(row.fingerprint());
         }
         let n = cache.ids.len();
         cache.rows = n as u64;
@@ -99,30 +119,8 @@ impl TextCache {
             }
         }
         cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
-        // Each row's tokens, laid out flat from the posting lists in two exact-size passes: at a
-        // million memories, per-row vectors and growth slack cost hundreds of megabytes.
-        let mut counts = vec![0u32; n];
         for list in &mut cache.postings {
             list.shrink_to_fit();
-            for p in list.iter() {
-                counts[p.slot as usize] += 1;
-            }
-        }
-        let mut start = 0u32;
-        cache.spans = counts
-            .iter()
-            .map(|c| {
-                start += c;
-                (start - c, 0)
-            })
-            .collect();
-        cache.row_tokens = vec![0; start as usize];
-        for (token, list) in cache.postings.iter().enumerate() {
-            for p in list {
-                let span = &mut cache.spans[p.slot as usize];
-                cache.row_tokens[(span.0 + span.1) as usize] = token as u32;
-                span.1 += 1;
-            }
         }
         Ok(cache)
     }
@@ -137,48 +135,51 @@ impl TextCache {
         id
     }
 
-    fn push_row(&mut self, id: i64, length: u32, tokens: Vec<u32>) {
-        let slot = self.ids.len() as u32;
-        self.ids.push(id);
-        self.lengths.push(length);
-        self.spans.push((self.row_tokens.len() as u32, tokens.len() as u32));
-        self.row_tokens.extend_from_slice(&tokens);
-        self.slot_of.insert(id, slot);
-        self.total_tokens += u64::from(length);
-    }
-
-    /// Adds rows tokenised by [`Tokenizer::tokenize`]; a row already present is replaced.
-    pub fn add(&mut self, rows: Vec<(i64, Tokens)>) {
-        for (id, tokens) in rows {
-            if self.slot_of.contains_key(&id) {
-                self.remove(MemoryId(id));
+    /// Adds new versions of rows; a row this cache already holds in the same version is left
+    /// as it is (a cache loaded after the write already has it). Remove the old version first.
+    pub fn add(&mut self, rows: Vec<TokenizedRow>) {
+        for row in rows {
+            if self.slot_of.contains_key(&row.id) {
+                continue;
             }
             let mut weights: HashMap<u32, f64> = HashMap::new();
-            let length = tokens.len() as u32;
-            for (term, column) in tokens {
+            let length = row.tokens.len() as u32;
+            for (term, column) in row.tokens {
                 let token = self.token_id(&term);
                 *weights.entry(token).or_default() += COLUMN_WEIGHTS[column];
             }
             let slot = self.ids.len() as u32;
-            let mut distinct: Vec<u32> = weights.keys().copied().collect();
-            distinct.sort_unstable();
-            for token in &distinct {
+            for (token, weight) in weights {
                 // Slots only grow, so every posting list stays sorted by slot.
-                self.postings[*token as usize].push(Posting { slot, weight: weights[token] as f32 });
+                self.postings[token as usize].push(Posting { slot, weight: weight as f32 });
             }
-            self.push_row(id, length, distinct);
+            self.ids.push(row.id);
+            self.lengths.push(length);
+            self.fingerprints.push(row.fingerprint);
+            self.slot_of.insert(row.id, slot);
+            self.total_tokens += u64::from(length);
             self.rows += 1;
         }
     }
 
-    /// Forgets a row; absent rows are ignored, so replaying a removal is harmless.
-    pub fn remove(&mut self, id: MemoryId) {
-        let Some(slot) = self.slot_of.remove(&id.0) else {
+    /// Removes the version `old` of a row (its id, fingerprint and tokens). A row absent, or
+    /// held in another version (a cache loaded after the write), is left alone, so replaying a
+    /// removal is harmless.
+    pub fn remove(&mut self, old: &TokenizedRow) {
+        let Some(&slot) = self.slot_of.get(&old.id) else {
             return;
         };
-        let (start, len) = std::mem::take(&mut self.spans[slot as usize]);
-        for token in &self.row_tokens[start as usize..(start + len) as usize] {
-            let list = &mut self.postings[*token as usize];
+        if self.fingerprints[slot as usize] != old.fingerprint {
+            return;
+        }
+        self.slot_of.remove(&old.id);
+        let mut seen = std::collections::HashSet::new();
+        for (term, _) in &old.tokens {
+            let Some(&token) = self.token_ids.get(term) else { continue };
+            if !seen.insert(token) {
+                continue;
+            }
+            let list = &mut self.postings[token as usize];
             if let Ok(i) = list.binary_search_by_key(&slot, |p| p.slot) {
                 list.remove(i);
             }
@@ -260,7 +261,7 @@ impl Tokenizer {
     }
 
     /// Every token instance of each row's fields, as (token, column).
-    pub fn tokenize(&self, rows: &[Fields]) -> Result<Vec<(i64, Tokens)>> {
+    pub fn tokenize(&self, rows: &[Fields]) -> Result<Vec<TokenizedRow>> {
         let conn = self.conn.lock().expect("tokenizer lock");
         let tx = conn.unchecked_transaction().map_err(storage)?;
         {
@@ -271,14 +272,15 @@ impl Tokenizer {
                 insert.execute(rusqlite::params![i as i64 + 1, f.text, f.speaker, f.context]).map_err(storage)?;
             }
         }
-        let mut out: Vec<(i64, Tokens)> = rows.iter().map(|f| (f.id, Vec::new())).collect();
+        let mut out: Vec<TokenizedRow> =
+            rows.iter().map(|f| TokenizedRow { id: f.id, fingerprint: f.fingerprint(), tokens: Vec::new() }).collect();
         {
             let mut stmt = tx.prepare_cached("SELECT term, doc, col FROM t_instances").map_err(storage)?;
             let mut found = stmt.query([]).map_err(storage)?;
             while let Some(row) = found.next().map_err(storage)? {
                 let doc: i64 = row.get(1).map_err(storage)?;
                 let column = column_index(&row.get::<_, String>(2).map_err(storage)?);
-                out[(doc - 1) as usize].1.push((row.get(0).map_err(storage)?, column));
+                out[(doc - 1) as usize].tokens.push((row.get(0).map_err(storage)?, column));
             }
         }
         tx.execute("DELETE FROM t", []).map_err(storage)?;
@@ -294,6 +296,6 @@ impl Tokenizer {
             .enumerate()
             .map(|(i, w)| Fields { id: i as i64, text: w.clone(), speaker: None, context: None })
             .collect();
-        Ok(self.tokenize(&rows)?.into_iter().flat_map(|(_, tokens)| tokens.into_iter().map(|(t, _)| t)).collect())
+        Ok(self.tokenize(&rows)?.into_iter().flat_map(|row| row.tokens.into_iter().map(|(t, _)| t)).collect())
     }
 }

@@ -82,8 +82,12 @@ proptest! {
             for f in &forgets {
                 store.forget(ids[f.index(ids.len())]).await.unwrap();
             }
-            // A restore rewrites a record in place (here: the first one, unchanged or gone).
-            let first = store.export_batch(None, 1).await.unwrap();
+            // A restore rewrites a record in place (here: the first one still stored, with words
+            // added), and one unchanged.
+            let mut first = store.export_batch(None, 2).await.unwrap();
+            if let Some(changed) = first.first_mut() {
+                changed.memory.text.push_str(" lake trams Paris");
+            }
             store.restore(first).await.unwrap();
             for q in &queries {
                 assert_same(&cache_scores(&store, q).await, &fts5_scores(&db, q), "after forgets and a restore")?;
