@@ -921,15 +921,10 @@ fn admitted_ids(
 }
 
 fn load_vector_cache(conn: &Connection, dim: usize, precision: Option<Precision>) -> Result<vector_cache::Index> {
-    let precision = match precision {
-        Some(p) => p,
-        None => {
-            let n: i64 =
-                conn.query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0)).map_err(storage)?;
-            if n as usize >= INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 }
-        }
-    };
-    let mut index = vector_cache::Index::new(dim, precision);
+    let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0)).map_err(storage)?;
+    let n = n as usize;
+    let precision = precision.unwrap_or(if n >= INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 });
+    let mut index = vector_cache::Index::with_capacity(dim, precision, n);
     let mut stmt = conn.prepare(&format!("SELECT rowid, embedding FROM {VECTOR_TABLE}")).map_err(storage)?;
     let mut rows = stmt.query([]).map_err(storage)?;
     let mut v = vec![0f32; dim];

@@ -102,26 +102,32 @@ impl TextCache {
         cache.lengths = vec![0; n];
         let mut stmt = conn.prepare("SELECT term, doc, col FROM memories_fts_instances").map_err(storage)?;
         let mut rows = stmt.query([]).map_err(storage)?;
+        // Rows come grouped by token: each token's list is built in `scratch` and stored at its
+        // exact size, so no list carries growth slack (hundreds of megabytes at a million rows).
         let (mut last_term, mut token) = (String::new(), u32::MAX);
+        let mut scratch: Vec<Posting> = Vec::new();
         while let Some(row) = rows.next().map_err(storage)? {
             let term = row.get_ref(0).map_err(storage)?.as_str().map_err(|e| storage(e.into()))?;
             if token == u32::MAX || term != last_term {
+                if token != u32::MAX {
+                    cache.postings[token as usize] = scratch.as_slice().to_vec();
+                    scratch.clear();
+                }
                 term.clone_into(&mut last_term);
                 token = cache.token_id(term);
             }
             let Some(&slot) = cache.slot_of.get(&row.get::<_, i64>(1).map_err(storage)?) else { continue };
             let weight = COLUMN_WEIGHTS[column_index(row.get_ref(2).map_err(storage)?.as_str().unwrap_or(""))];
             cache.lengths[slot as usize] += 1;
-            let list = &mut cache.postings[token as usize];
-            match list.last_mut() {
+            match scratch.last_mut() {
                 Some(p) if p.slot == slot => p.weight += weight as f32,
-                _ => list.push(Posting { slot, weight: weight as f32 }),
+                _ => scratch.push(Posting { slot, weight: weight as f32 }),
             }
         }
-        cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
-        for list in &mut cache.postings {
-            list.shrink_to_fit();
+        if token != u32::MAX {
+            cache.postings[token as usize] = scratch.as_slice().to_vec();
         }
+        cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
         Ok(cache)
     }
 

@@ -42,17 +42,24 @@ pub struct Index {
 }
 
 impl Index {
-    pub fn new(dim: usize, precision: Precision) -> Self {
+    /// Room for `n` vectors up front: growing by doubling would briefly hold the old and the
+    /// new buffer, half again the cache's size at its peak.
+    pub fn with_capacity(dim: usize, precision: Precision, n: usize) -> Self {
+        let words = dim.div_ceil(64);
+        let (floats, codes) = match precision {
+            Precision::F32 => (n * dim, 0),
+            Precision::Int8 => (0, n * dim),
+        };
         Index {
             dim,
-            words: dim.div_ceil(64),
+            words,
             precision,
-            ids: Vec::new(),
-            bits: Vec::new(),
-            vectors: Vec::new(),
-            codes: Vec::new(),
-            scales: Vec::new(),
-            position: HashMap::new(),
+            ids: Vec::with_capacity(n),
+            bits: Vec::with_capacity(n * words),
+            vectors: Vec::with_capacity(floats),
+            codes: Vec::with_capacity(codes),
+            scales: Vec::with_capacity(if codes > 0 { n } else { 0 }),
+            position: HashMap::with_capacity(n),
         }
     }
 
@@ -243,8 +250,8 @@ mod tests {
 
     #[test]
     fn int8_scores_stay_within_a_percent_and_find_the_same_vector() {
-        let mut exact = Index::new(48, Precision::F32);
-        let mut coarse = Index::new(48, Precision::Int8);
+        let mut exact = Index::with_capacity(48, Precision::F32, 0);
+        let mut coarse = Index::with_capacity(48, Precision::Int8, 0);
         for id in 1..=500 {
             exact.upsert(id, &unit(id as u64, 48));
             coarse.upsert(id, &unit(id as u64, 48));
@@ -263,7 +270,7 @@ mod tests {
 
     #[test]
     fn finds_the_exact_vector_and_survives_removal() {
-        let mut index = Index::new(48, Precision::F32);
+        let mut index = Index::with_capacity(48, Precision::F32, 0);
         for id in 1..=500 {
             index.upsert(id, &unit(id as u64, 48));
         }
