@@ -8,8 +8,10 @@ use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
 use atlas_domain::policy::redundancy::collapse;
+use atlas_domain::ports::MemoryStore;
 use atlas_domain::{AtlasError, Memory, MemoryId, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -89,14 +91,14 @@ impl Recall {
 
 /// Memories up to `reach` temporal edges away from `start`, with their distance (breadth first,
 /// each memory once, cycle-safe).
-async fn turns_around(parts: &Parts, start: MemoryId, reach: u32) -> Result<Vec<(MemoryId, u32)>> {
+async fn turns_around(store: Arc<dyn MemoryStore>, start: MemoryId, reach: u32) -> Result<Vec<(MemoryId, u32)>> {
     let mut seen = std::collections::HashSet::from([start]);
     let mut frontier = vec![start];
     let mut out = Vec::new();
     for distance in 1..=reach {
         let mut next = Vec::new();
         for id in frontier {
-            for e in parts.store.edges_of(id).await? {
+            for e in store.edges_of(id).await? {
                 if e.kind != EdgeKind::Temporal {
                     continue;
                 }
@@ -196,9 +198,25 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let mut signals = vec![text_report, vector_report];
     if config.context_weight > 0.0 && request.k > 0 {
         let from = config.context_from.min(fused.len());
+        // The best hits' neighbourhoods are read by two concurrent walkers (one store round trip
+        // per hit): faster than one, and unlike one task per hit it never opens more than two
+        // extra read connections, each with its own page cache (measured: +160 MB at 100k).
+        let mut walks = tokio::task::JoinSet::new();
+        let ids: Vec<MemoryId> = fused[..from].iter().map(|f| f.id).collect();
+        for half in ids.chunks(from.div_ceil(2).max(1)) {
+            let (store, half, reach) = (Arc::clone(&parts.store), half.to_vec(), config.context_reach);
+            walks.spawn(async move {
+                let mut out = Vec::with_capacity(half.len());
+                for id in half {
+                    out.push((id, turns_around(Arc::clone(&store), id, reach).await?));
+                }
+                Ok::<_, AtlasError>(out)
+            });
+        }
         let mut neighbours = HashMap::with_capacity(from);
-        for f in &fused[..from] {
-            neighbours.insert(f.id, turns_around(parts, f.id, config.context_reach).await?);
+        while let Some(walk) = walks.join_next().await {
+            let walked = walk.map_err(|e| AtlasError::Storage(format!("context walk failed: {e}")))??;
+            neighbours.extend(walked);
         }
         fused = spread_to_neighbours(fused, &neighbours, from, config.context_weight, config.context_decay);
         signals.push(SignalReport { signal: Signal::Context, used: true, note: None });
