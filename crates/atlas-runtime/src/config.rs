@@ -170,6 +170,13 @@ pub struct RecallConfig {
     pub context_reach: u32,
     /// Each further turn gets this fraction of the previous one's share.
     pub context_decay: f64,
+    /// Share of a strong hit's score given to memories linked to it by typed edges other than
+    /// temporal ones (entity, causal, derived_from, supersedes; 0 turns it off).
+    pub graph_weight: f64,
+    /// How many edges away graph expansion reaches (at most 3).
+    pub graph_depth: u32,
+    /// Each further hop gets this fraction of the previous one's share.
+    pub graph_decay: f64,
     /// Added after fusion to a memory from now, halving every `recency_half_life_days` of age
     /// (0 turns it off).
     pub recency_weight: f64,
@@ -191,6 +198,9 @@ impl Default for RecallConfig {
             context_from: 10,
             context_reach: 1,
             context_decay: 0.5,
+            graph_weight: 0.3,
+            graph_depth: 2,
+            graph_decay: 0.5,
             recency_weight: 0.1,
             recency_half_life_days: 30.0,
             duplicate_threshold: 0.8,

@@ -4,7 +4,7 @@ use crate::Parts;
 use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::line;
-use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread_to_neighbours};
+use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
 use atlas_domain::policy::redundancy::collapse;
@@ -17,6 +17,9 @@ use std::time::Instant;
 
 /// The most memories one recall returns.
 pub const MAX_K: usize = 10_000;
+
+/// The furthest graph expansion walks from a hit, in typed edges.
+pub const MAX_GRAPH_DEPTH: u32 = 3;
 
 /// A recall query and its filters.
 #[derive(Debug, Clone, Default)]
@@ -89,29 +92,52 @@ impl Recall {
     }
 }
 
-/// Memories up to `reach` temporal edges away from `start`, with their distance (breadth first,
-/// each memory once, cycle-safe).
-async fn turns_around(store: Arc<dyn MemoryStore>, start: MemoryId, reach: u32) -> Result<Vec<(MemoryId, u32)>> {
-    let mut seen = std::collections::HashSet::from([start]);
-    let mut frontier = vec![start];
-    let mut out = Vec::new();
-    for distance in 1..=reach {
-        let mut next = Vec::new();
-        for id in frontier {
-            for e in store.edges_of(id).await? {
-                if e.kind != EdgeKind::Temporal {
-                    continue;
+/// What lies around a strong hit: turns up to `reach` temporal edges away, and memories up to
+/// `depth` typed edges of other kinds away (edges valid at `at` only), each with its distance.
+#[derive(Debug, Default)]
+struct Around {
+    turns: Vec<(MemoryId, u32)>,
+    linked: Vec<(MemoryId, u32)>,
+}
+
+/// Breadth first, each memory once per kind of walk, cycle-safe; each memory's edges are read
+/// once even when both walks pass through it.
+async fn walk_around(
+    store: Arc<dyn MemoryStore>,
+    start: MemoryId,
+    reach: u32,
+    depth: u32,
+    at: Timestamp,
+) -> Result<Around> {
+    let mut edges: HashMap<MemoryId, Vec<atlas_domain::Edge>> = HashMap::new();
+    let mut around = Around::default();
+    for (temporal, limit) in [(true, reach), (false, depth)] {
+        let mut seen = std::collections::HashSet::from([start]);
+        let mut frontier = vec![start];
+        for distance in 1..=limit {
+            let mut next = Vec::new();
+            for id in frontier {
+                if let std::collections::hash_map::Entry::Vacant(slot) = edges.entry(id) {
+                    slot.insert(store.edges_of(id).await?);
                 }
-                let other = if e.src == id { e.dst } else { e.src };
-                if seen.insert(other) {
-                    out.push((other, distance));
-                    next.push(other);
+                for e in &edges[&id] {
+                    // A typed link counts only while valid (as of the recall); turns stay adjacent.
+                    let wanted = (e.kind == EdgeKind::Temporal) == temporal;
+                    if !wanted || (!temporal && !e.validity.holds_at(at)) {
+                        continue;
+                    }
+                    let other = if e.src == id { e.dst } else { e.src };
+                    if seen.insert(other) {
+                        let found = if temporal { &mut around.turns } else { &mut around.linked };
+                        found.push((other, distance));
+                        next.push(other);
+                    }
                 }
             }
+            frontier = next;
         }
-        frontier = next;
     }
-    Ok(out)
+    Ok(around)
 }
 
 /// Adds each hit's recency boost (explained as the `recency` signal) and re-sorts.
@@ -196,34 +222,47 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     ];
     let mut fused = fuse(&lists, config.fusion, config.rrf_k);
     let mut signals = vec![text_report, vector_report];
-    if config.context_weight > 0.0 && request.k > 0 {
+    let spreading = config.context_weight > 0.0 || config.graph_weight > 0.0;
+    if spreading && request.k > 0 {
         let from = config.context_from.min(fused.len());
+        let reach = if config.context_weight > 0.0 { config.context_reach } else { 0 };
+        let depth = if config.graph_weight > 0.0 { config.graph_depth.min(MAX_GRAPH_DEPTH) } else { 0 };
+        let at = request.as_of.unwrap_or(now);
         // The best hits' neighbourhoods are read by two concurrent walkers (one store round trip
-        // per hit): faster than one, and unlike one task per hit it never opens more than two
-        // extra read connections, each with its own page cache (measured: +160 MB at 100k).
+        // per memory visited): faster than one, and unlike one task per hit it never opens more
+        // than two extra read connections, each with its own page cache (measured: +160 MB at 100k).
         let mut walks = tokio::task::JoinSet::new();
         let ids: Vec<MemoryId> = fused[..from].iter().map(|f| f.id).collect();
         for half in ids.chunks(from.div_ceil(2).max(1)) {
-            let (store, half, reach) = (Arc::clone(&parts.store), half.to_vec(), config.context_reach);
+            let (store, half) = (Arc::clone(&parts.store), half.to_vec());
             walks.spawn(async move {
                 let mut out = Vec::with_capacity(half.len());
                 for id in half {
-                    out.push((id, turns_around(Arc::clone(&store), id, reach).await?));
+                    out.push((id, walk_around(Arc::clone(&store), id, reach, depth, at).await?));
                 }
                 Ok::<_, AtlasError>(out)
             });
         }
-        let mut neighbours = HashMap::with_capacity(from);
+        let (mut turns, mut linked) = (HashMap::with_capacity(from), HashMap::with_capacity(from));
         while let Some(walk) = walks.join_next().await {
             let walked = walk.map_err(|e| AtlasError::Storage(format!("context walk failed: {e}")))??;
-            neighbours.extend(walked);
+            for (id, around) in walked {
+                turns.insert(id, around.turns);
+                linked.insert(id, around.linked);
+            }
         }
-        fused = spread_to_neighbours(fused, &neighbours, from, config.context_weight, config.context_decay);
-        signals.push(SignalReport { signal: Signal::Context, used: true, note: None });
+        if config.context_weight > 0.0 {
+            fused = spread(fused, &turns, from, config.context_weight, config.context_decay, Signal::Context);
+            signals.push(SignalReport { signal: Signal::Context, used: true, note: None });
+        }
+        if config.graph_weight > 0.0 {
+            fused = spread(fused, &linked, from, config.graph_weight, config.graph_decay, Signal::Graph);
+            signals.push(SignalReport { signal: Signal::Graph, used: true, note: None });
+        }
     }
     // Context can bring in memories no search saw: they pass the same filter before they count.
     // Twice k, so that k distinct hits remain after near-duplicates fold.
-    let reachable = config.context_from * 2 * config.context_reach as usize;
+    let reachable = config.context_from * 2 * (config.context_reach + config.graph_depth.min(MAX_GRAPH_DEPTH)) as usize;
     let window: Vec<_> = fused.iter().take(request.k * 2 + reachable).map(|f| f.id).collect();
     let mut memories: HashMap<_, _> = parts.store.get_many(window).await?.into_iter().map(|m| (m.id, m)).collect();
     // A memory forgotten between search and fetch is simply absent.

@@ -547,3 +547,51 @@ async fn recency_breaks_a_tie_for_the_newer_memory_as_of_the_recall_time() {
     let then = atlas.recall(as_of(1_030)).await.unwrap();
     assert_eq!(then.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), [old]);
 }
+
+/// Graph expansion walks typed edges (here restored ones: consolidation will write them) up to
+/// the configured depth, follows cycles only once, and ignores links no longer valid.
+#[tokio::test]
+async fn graph_expansion_follows_valid_typed_edges_to_its_depth() {
+    use atlas_domain::ports::{Replica, StoredMemory};
+    use atlas_domain::{Edge, EdgeKind, MemoryId, NewMemory, Validity};
+    let store = Arc::new(FakeStore::new());
+    let memory = |id: i64, text: &str| {
+        let scope = Scope { session: Some(format!("s{id}")), ..Scope::default() };
+        NewMemory::episode(text, scope, None, Timestamp(1_000), Timestamp(1_000)).with_id(MemoryId(id))
+    };
+    let link = |src: i64, dst: i64, until: Option<i64>| Edge {
+        src: MemoryId(src),
+        dst: MemoryId(dst),
+        kind: EdgeKind::Entity,
+        weight: 1.0,
+        validity: Validity { valid_from: Timestamp(0), valid_until: until.map(Timestamp) },
+        recorded_at: Timestamp(0),
+    };
+    let batch = vec![
+        (memory(1, "the pottery studio downtown"), vec![]),
+        (memory(2, "Ann runs it"), vec![link(2, 1, None)]),
+        (memory(3, "she trained in Kyoto"), vec![link(3, 2, None), link(2, 3, None)]),
+        (memory(4, "her teacher retired"), vec![link(4, 3, None)]),
+        (memory(5, "an old partner"), vec![link(5, 1, Some(500))]),
+    ];
+    let stored: Vec<StoredMemory> =
+        batch.into_iter().map(|(memory, edges)| StoredMemory { memory, vector: None, edges }).collect();
+    store.restore(stored).await.unwrap();
+    let atlas = Atlas::from_parts(Parts::from_store(store.clone(), None), Config::default()).await.unwrap();
+    let recall = atlas.recall(query("pottery studio", 10)).await.unwrap();
+    let graph: Vec<(MemoryId, usize)> =
+        recall.hits.iter().filter_map(|h| h.signals.get(&Signal::Graph).map(|s| (h.memory.id, s.rank))).collect();
+    let ids: Vec<MemoryId> = graph.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [MemoryId(2), MemoryId(3)], "one and two hops, the 2-3 cycle once: {graph:?}");
+    let score = |id: i64| recall.hits.iter().find(|h| h.memory.id == MemoryId(id)).unwrap().score;
+    assert!(score(2) > score(3), "a further hop gets less");
+    let deep = Config {
+        recall: atlas_runtime::config::RecallConfig { graph_depth: 3, ..Default::default() },
+        ..Config::default()
+    };
+    let atlas = Atlas::from_parts(Parts::from_store(store, None), deep).await.unwrap();
+    let hits = atlas.recall(query("pottery studio", 10)).await.unwrap().hits;
+    let reached: Vec<MemoryId> =
+        hits.iter().filter(|h| h.signals.contains_key(&Signal::Graph)).map(|h| h.memory.id).collect();
+    assert_eq!(reached, [MemoryId(2), MemoryId(3), MemoryId(4)], "depth 3 reaches the third hop; never the ended link");
+}

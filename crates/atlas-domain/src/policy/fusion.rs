@@ -15,6 +15,9 @@ pub enum Signal {
     Vector,
     /// Adjacent to a strong hit in its session (the turn before or after).
     Context,
+    /// Linked to a strong hit by typed edges other than temporal ones (entity, causal,
+    /// derived_from, supersedes), up to a few hops away.
+    Graph,
     /// How recent the memory is (a boost added after fusion; rank 1 = the newest hit).
     Recency,
 }
@@ -25,6 +28,7 @@ impl Signal {
             Signal::Text => "text",
             Signal::Vector => "vector",
             Signal::Context => "context",
+            Signal::Graph => "graph",
             Signal::Recency => "recency",
         }
     }
@@ -137,17 +141,20 @@ pub fn convex_combination(lists: &[RankedList]) -> Vec<Fused> {
     })
 }
 
-/// Context spreading: every memory near (per `neighbours`: id and distance in turns) one of the
-/// `from` best fused hits gains `weight × decay^(distance − 1) ×` that hit's score, from the
-/// best such offer only, and the list is re-sorted. A turn's neighbours carry what it refers to or what answers it ("what did you
-/// think?" → the next turn), which neither words nor vectors of the turn alone find. Scores
-/// from before the spreading are used, so nothing cascades. Measured in docs/EVAL.md.
-pub fn spread_to_neighbours(
+/// Spreading: every memory near (per `neighbours`: id and distance in hops) one of the `from`
+/// best fused hits gains `weight × decay^(distance − 1) ×` that hit's score, from the best such
+/// offer only, credited to `signal`, and the list is re-sorted. A turn's neighbours carry what
+/// it refers to or what answers it ("what did you think?" → the next turn), and a memory's
+/// typed links (entities, causes) what it is about: neither words nor vectors of the memory
+/// alone find them. Scores from before the spreading are used, so nothing cascades. Measured
+/// in docs/EVAL.md.
+pub fn spread(
     fused: Vec<Fused>,
     neighbours: &HashMap<MemoryId, Vec<(MemoryId, u32)>>,
     from: usize,
     weight: f64,
     decay: f64,
+    signal: Signal,
 ) -> Vec<Fused> {
     let mut best: HashMap<MemoryId, SignalScore> = HashMap::new();
     for (i, parent) in fused.iter().take(from).enumerate() {
@@ -164,7 +171,7 @@ pub fn spread_to_neighbours(
     for (id, spread) in best {
         let entry = by_id.entry(id).or_insert_with(|| Fused { id, score: 0.0, signals: BTreeMap::new() });
         entry.score += spread.contribution;
-        entry.signals.insert(Signal::Context, spread);
+        entry.signals.insert(signal, spread);
     }
     sorted(by_id.into_values().collect())
 }
@@ -267,7 +274,7 @@ mod tests {
             for (a, b, d) in links {
                 neighbours.entry(MemoryId(a)).or_default().push((MemoryId(b), d));
             }
-            let spread = spread_to_neighbours(fused.clone(), &neighbours, 10, weight, 0.5);
+            let spread = spread(fused.clone(), &neighbours, 10, weight, 0.5, Signal::Context);
             let after: HashMap<MemoryId, f64> = spread.iter().map(|f| (f.id, f.score)).collect();
             prop_assert_eq!(after.len(), spread.len());
             for f in &fused {
