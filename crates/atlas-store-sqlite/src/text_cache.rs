@@ -76,7 +76,13 @@ pub struct TextCache {
     ids: Vec<i64>,
     lengths: Vec<u32>,
     fingerprints: Vec<u64>,
-    slot_of: HashMap<i64, u32>,
+    /// Whether the slot's row is still indexed (a removed row's slot stays, with no postings).
+    alive: Vec<bool>,
+    /// `ids[..sorted]` increase strictly (rows load in id order and new ids only grow), so a
+    /// slot is found by binary search; rows appended out of order are in `out_of_order`.
+    /// (A map of every id would cost tens of megabytes at a million rows.)
+    sorted: usize,
+    out_of_order: HashMap<i64, u32>,
     /// Rows of the FTS5 table (memories with no token count too) and their total token count.
     rows: u64,
     total_tokens: u64,
@@ -93,8 +99,7 @@ impl TextCache {
             .map_err(storage)?;
         for row in rows {
             let row = row.map_err(storage)?;
-            cache.slot_of.insert(row.id, cache.ids.len() as u32);
-            cache.ids.push(row.id);
+            cache.push_slot(row.id);
             cache.fingerprints.push(row.fingerprint());
         }
         let n = cache.ids.len();
@@ -116,7 +121,7 @@ impl TextCache {
                 term.clone_into(&mut last_term);
                 token = cache.token_id(term);
             }
-            let Some(&slot) = cache.slot_of.get(&row.get::<_, i64>(1).map_err(storage)?) else { continue };
+            let Some(slot) = cache.slot(row.get::<_, i64>(1).map_err(storage)?) else { continue };
             let weight = COLUMN_WEIGHTS[column_index(row.get_ref(2).map_err(storage)?.as_str().unwrap_or(""))];
             cache.lengths[slot as usize] += 1;
             match scratch.last_mut() {
@@ -129,6 +134,28 @@ impl TextCache {
         }
         cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
         Ok(cache)
+    }
+
+    /// The slot of a row this cache holds.
+    fn slot(&self, id: i64) -> Option<u32> {
+        if let Ok(i) = self.ids[..self.sorted].binary_search(&id)
+            && self.alive[i]
+        {
+            return Some(i as u32);
+        }
+        self.out_of_order.get(&id).copied()
+    }
+
+    /// Gives the next slot to `id`.
+    fn push_slot(&mut self, id: i64) {
+        let slot = self.ids.len();
+        if self.sorted == slot && self.ids.last().is_none_or(|last| *last < id) {
+            self.sorted += 1;
+        } else {
+            self.out_of_order.insert(id, slot as u32);
+        }
+        self.ids.push(id);
+        self.alive.push(true);
     }
 
     fn token_id(&mut self, term: &str) -> u32 {
@@ -145,7 +172,7 @@ impl TextCache {
     /// as it is (a cache loaded after the write already has it). Remove the old version first.
     pub fn add(&mut self, rows: Vec<TokenizedRow>) {
         for row in rows {
-            if self.slot_of.contains_key(&row.id) {
+            if self.slot(row.id).is_some() {
                 continue;
             }
             let mut weights: HashMap<u32, f64> = HashMap::new();
@@ -159,10 +186,9 @@ impl TextCache {
                 // Slots only grow, so every posting list stays sorted by slot.
                 self.postings[token as usize].push(Posting { slot, weight: weight as f32 });
             }
-            self.ids.push(row.id);
+            self.push_slot(row.id);
             self.lengths.push(length);
             self.fingerprints.push(row.fingerprint);
-            self.slot_of.insert(row.id, slot);
             self.total_tokens += u64::from(length);
             self.rows += 1;
         }
@@ -172,13 +198,14 @@ impl TextCache {
     /// held in another version (a cache loaded after the write), is left alone, so replaying a
     /// removal is harmless.
     pub fn remove(&mut self, old: &TokenizedRow) {
-        let Some(&slot) = self.slot_of.get(&old.id) else {
+        let Some(slot) = self.slot(old.id) else {
             return;
         };
         if self.fingerprints[slot as usize] != old.fingerprint {
             return;
         }
-        self.slot_of.remove(&old.id);
+        self.alive[slot as usize] = false;
+        self.out_of_order.remove(&old.id);
         let mut seen = std::collections::HashSet::new();
         for (term, _) in &old.tokens {
             let Some(&token) = self.token_ids.get(term) else { continue };
@@ -190,7 +217,6 @@ impl TextCache {
                 list.remove(i);
             }
         }
-        self.ids[slot as usize] = 0;
         self.total_tokens -= u64::from(self.lengths[slot as usize]);
         self.lengths[slot as usize] = 0;
         self.rows = self.rows.saturating_sub(1);
