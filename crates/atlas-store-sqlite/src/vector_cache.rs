@@ -38,7 +38,66 @@ pub struct Index {
     /// `Int8`: `dim` codes and one scale a vector.
     codes: Vec<i8>,
     scales: Vec<f32>,
-    position: HashMap<i64, usize>,
+    position: Positions,
+}
+
+/// Where each memory's vector sits. Memory ids are mostly dense from 1, so a plain array
+/// indexed by id (4 bytes a memory) replaces a hash map (about 35 bytes a memory at a million);
+/// ids far outside that range go to a map.
+#[derive(Default)]
+struct Positions {
+    dense: Vec<u32>,
+    sparse: HashMap<i64, u32>,
+}
+
+const ABSENT: u32 = u32::MAX;
+
+impl Positions {
+    fn with_capacity(n: usize) -> Self {
+        Positions { dense: Vec::with_capacity(n + 1), sparse: HashMap::new() }
+    }
+
+    /// Ids up to this bound are kept in the array.
+    fn dense_bound(&self) -> usize {
+        self.dense.capacity().max(self.dense.len() * 2).max(1 << 16)
+    }
+
+    fn in_dense(&self, id: i64) -> Option<usize> {
+        usize::try_from(id).ok().filter(|i| *i < self.dense.len() && self.dense[*i] != ABSENT)
+    }
+
+    /// (An id placed in the map while the array was shorter stays there: both are looked at.)
+    fn get(&self, id: i64) -> Option<usize> {
+        match self.in_dense(id) {
+            Some(i) => Some(self.dense[i] as usize),
+            None => self.sparse.get(&id).map(|p| *p as usize),
+        }
+    }
+
+    fn insert(&mut self, id: i64, position: usize) {
+        if let Some(p) = self.sparse.get_mut(&id) {
+            *p = position as u32;
+            return;
+        }
+        match usize::try_from(id) {
+            Ok(i) if i < self.dense_bound() => {
+                if i >= self.dense.len() {
+                    self.dense.resize(i + 1, ABSENT);
+                }
+                self.dense[i] = position as u32;
+            }
+            _ => {
+                self.sparse.insert(id, position as u32);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: i64) -> Option<usize> {
+        match self.in_dense(id) {
+            Some(i) => Some(std::mem::replace(&mut self.dense[i], ABSENT) as usize),
+            None => self.sparse.remove(&id).map(|p| p as usize),
+        }
+    }
 }
 
 impl Index {
@@ -59,7 +118,7 @@ impl Index {
             vectors: Vec::with_capacity(floats),
             codes: Vec::with_capacity(codes),
             scales: Vec::with_capacity(if codes > 0 { n } else { 0 }),
-            position: HashMap::with_capacity(n),
+            position: Positions::with_capacity(n),
         }
     }
 
@@ -88,8 +147,8 @@ impl Index {
     pub fn upsert(&mut self, id: i64, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
         let bits = self.sign_bits(v);
-        let i = match self.position.get(&id) {
-            Some(&i) => {
+        let i = match self.position.get(id) {
+            Some(i) => {
                 self.bits[i * self.words..(i + 1) * self.words].copy_from_slice(&bits);
                 i
             }
@@ -119,7 +178,7 @@ impl Index {
     }
 
     pub fn remove(&mut self, id: i64) {
-        let Some(i) = self.position.remove(&id) else { return };
+        let Some(i) = self.position.remove(id) else { return };
         let last = self.ids.len() - 1;
         if i != last {
             let moved = self.ids[last];
@@ -266,6 +325,30 @@ mod tests {
                 assert!((score - exact_of[id]).abs() < 0.01, "{id}: {score} vs {}", exact_of[id]);
             }
         }
+    }
+
+    #[test]
+    fn positions_hold_dense_and_far_ids_alike() {
+        let mut p = Positions::with_capacity(4);
+        let far = [1i64 << 40, -5, 1 << 20];
+        for (i, id) in [1i64, 2, 3].iter().chain(&far).enumerate() {
+            p.insert(*id, i);
+        }
+        // The array grows past an id first placed in the map: it is still found, once.
+        p.insert(70_000, 9);
+        assert_eq!(p.get(70_000), Some(9));
+        for i in 0..1_100_000 {
+            if 10 + i != 1 << 20 {
+                p.insert(10 + i, 100 + i as usize);
+            }
+        }
+        assert!(p.dense.len() > 1 << 20, "the array now covers both ids first placed in the map");
+        assert_eq!(p.get(70_000), Some(100 + 69_990), "updated where it lives, not duplicated");
+        assert_eq!(p.get(1 << 20), Some(5));
+        p.insert(1 << 20, 6);
+        assert_eq!((p.get(1 << 20), p.get(-5), p.get(1 << 40), p.get(2)), (Some(6), Some(4), Some(3), Some(1)));
+        assert_eq!(p.remove(1 << 20), Some(6));
+        assert_eq!((p.get(1 << 20), p.remove(1 << 20), p.get(4)), (None, None, None));
     }
 
     #[test]
