@@ -327,23 +327,33 @@ pub fn delete(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
 /// Marks a memory as being forgotten; false when it is not (or no longer) acknowledged.
 /// The stored episodes whose temporal predecessor is `id`: the turns that answer it.
 pub fn answers(conn: &Connection, id: MemoryId) -> Result<Vec<MemoryId>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT e.dst FROM edges e JOIN ledger l ON l.id = e.dst \
-             WHERE e.src = ? AND e.kind = 'temporal' AND e.dst <> e.src AND l.state = 'stored' ORDER BY e.dst",
-        )
-        .map_err(sql)?;
-    let ids = stmt.query_map([id.0], |r| r.get(0)).map_err(sql)?;
+    memory_ids(
+        conn,
+        "SELECT e.dst FROM edges e JOIN ledger l ON l.id = e.dst \
+         WHERE e.src = ? AND e.kind = 'temporal' AND e.dst <> e.src AND l.state = 'stored' ORDER BY e.dst",
+        id.0,
+    )
+}
+
+/// The ids a one-parameter query selects.
+fn memory_ids(conn: &Connection, query: &str, param: i64) -> Result<Vec<MemoryId>> {
+    let mut stmt = conn.prepare_cached(query).map_err(sql)?;
+    let ids = stmt.query_map([param], |r| r.get(0)).map_err(sql)?;
     ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
 }
 
-/// Puts `ids` (back) in the queue of memories awaiting a vector.
-pub fn enqueue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
-    let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(sql)?;
+/// Runs a one-parameter statement once per id.
+fn for_each_id(tx: &Connection, statement: &str, ids: &[MemoryId]) -> Result<()> {
+    let mut stmt = tx.prepare_cached(statement).map_err(sql)?;
     for id in ids {
         stmt.execute([id.0]).map_err(sql)?;
     }
     Ok(())
+}
+
+/// Puts `ids` (back) in the queue of memories awaiting a vector.
+pub fn enqueue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
+    for_each_id(tx, "INSERT OR IGNORE INTO vector_queue (id) VALUES (?)", ids)
 }
 
 pub fn begin_forget(tx: &Connection, id: MemoryId) -> Result<bool> {
@@ -358,11 +368,11 @@ pub fn begin_forget(tx: &Connection, id: MemoryId) -> Result<bool> {
 /// Ids whose last write or forget never finished: inserts older than the lease and forgets.
 pub fn unfinished(conn: &Connection) -> Result<Vec<MemoryId>> {
     let expired = now_ms() - WRITE_LEASE.as_millis() as i64;
-    let mut stmt = conn
-        .prepare("SELECT id FROM ledger WHERE (state = 'writing' AND since < ?) OR state = 'forgetting' ORDER BY id")
-        .map_err(sql)?;
-    let ids = stmt.query_map([expired], |r| r.get(0)).map_err(sql)?;
-    ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+    memory_ids(
+        conn,
+        "SELECT id FROM ledger WHERE (state = 'writing' AND since < ?) OR state = 'forgetting' ORDER BY id",
+        expired,
+    )
 }
 
 pub fn edge_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
@@ -418,22 +428,16 @@ pub fn carried_edges(conn: &Connection, after: i64, last: i64) -> Result<HashMap
 
 /// Acknowledged memories awaiting a vector, oldest first.
 pub fn queued(conn: &Connection, limit: usize) -> Result<Vec<MemoryId>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT q.id FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored' ORDER BY q.id LIMIT ?",
-        )
-        .map_err(sql)?;
-    let ids = stmt.query_map([limit as i64], |r| r.get(0)).map_err(sql)?;
-    ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+    memory_ids(
+        conn,
+        "SELECT q.id FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored' ORDER BY q.id LIMIT ?",
+        limit as i64,
+    )
 }
 
 /// Takes memories off the vector queue; returns those still in the ledger.
 pub fn dequeue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
-    let mut stmt = tx.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(sql)?;
-    for id in ids {
-        stmt.execute([id.0]).map_err(sql)?;
-    }
-    Ok(())
+    for_each_id(tx, "DELETE FROM vector_queue WHERE id = ?", ids)
 }
 
 /// Queues every acknowledged memory; returns the queue's length.
