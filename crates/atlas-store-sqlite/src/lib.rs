@@ -138,34 +138,51 @@ impl SqliteStore {
     /// Brings the text cache, if loaded, in step with rows just committed: `removed` are the old
     /// versions of rows gone or changed, `written` the new or changed rows. Called after the
     /// commit, so a cache loaded concurrently either already saw the commit (replaying it is
-    /// harmless: versions are compared by fingerprint) or gets it here.
-    fn update_text_cache(&self, removed: Vec<Fields>, written: Vec<Fields>) -> Result<()> {
-        let mut slot = self.text_cache.write().expect("text cache lock");
-        let Some(cache) = slot.as_mut() else {
-            return Ok(());
-        };
-        if written.len() + removed.len() > TEXT_CACHE_BULK {
-            *slot = None;
-            return Ok(());
+    /// harmless: versions are compared by fingerprint) or gets it here. Tokenising is SQLite
+    /// work, so it runs on the blocking pool, not on the caller's executor thread. A cache that
+    /// cannot follow is dropped (the next search rebuilds it), never left stale; the write
+    /// itself has succeeded either way.
+    async fn update_text_cache(&self, removed: Vec<Fields>, written: Vec<Fields>) {
+        if self.text_cache.read().expect("text cache lock").is_none() {
+            return;
         }
-        let old = removed.len();
-        let mut rows = removed;
-        rows.extend(written);
-        match self.tokenizer.tokenize(&rows) {
-            Ok(mut rows) => {
-                let added = rows.split_off(old);
-                for row in &rows {
-                    cache.remove(row);
-                }
-                cache.add(added);
-            }
-            // The write is committed; a cache that cannot follow it is dropped, not left stale.
-            Err(e) => {
+        let (cache, tokenizer) = (Arc::clone(&self.text_cache), Arc::clone(&self.tokenizer));
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut slot = cache.write().expect("text cache lock");
+            let Some(index) = slot.as_mut() else {
+                return Ok(());
+            };
+            if written.len() + removed.len() > TEXT_CACHE_BULK {
                 *slot = None;
-                return Err(e);
+                return Ok(());
+            }
+            let old = removed.len();
+            let mut rows = removed;
+            rows.extend(written);
+            match tokenizer.tokenize(&rows) {
+                Ok(mut rows) => {
+                    let added = rows.split_off(old);
+                    for row in &rows {
+                        index.remove(row);
+                    }
+                    index.add(added);
+                    Ok(())
+                }
+                Err(e) => {
+                    *slot = None;
+                    Err(e)
+                }
+            }
+        })
+        .await;
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it"),
+            Err(e) => {
+                *self.text_cache.write().expect("text cache lock") = None;
+                tracing::warn!(error = %e, "text cache update failed; the next search rebuilds it");
             }
         }
-        Ok(())
     }
 }
 
@@ -324,9 +341,7 @@ impl MemoryStore for SqliteStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
         let written = self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await?;
         let ids = written.iter().map(|f| MemoryId(f.id)).collect();
-        if let Err(e) = self.update_text_cache(Vec::new(), written) {
-            tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
-        }
+        self.update_text_cache(Vec::new(), written).await;
         Ok(ids)
     }
 
@@ -358,9 +373,7 @@ impl MemoryStore for SqliteStore {
                 index.remove(v);
             }
         }
-        if let Err(e) = self.update_text_cache(old, replies) {
-            tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
-        }
+        self.update_text_cache(old, replies).await;
         Ok(forgotten)
     }
 
@@ -803,16 +816,11 @@ impl Replica for SqliteStore {
                 }
             }
         }
-        if let Err(e) = self.update_text_cache(replaced, fields) {
-            tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it");
-        }
+        self.update_text_cache(replaced, fields).await;
         Ok(())
     }
 }
 
-/// vec0's KNN cannot apply our filter itself, so it fetches more neighbours than asked and
-/// filters them; when that leaves too few while more neighbours exist, an exact scan over the
-/// filtered memories answers instead. Either way the answer is exact for the filter.
 type SharedCache = Arc<RwLock<Option<vector_cache::Index>>>;
 
 /// Nearest memories under `filter`, by exact cosine. Candidates come from the in-memory index
