@@ -30,6 +30,10 @@ pub enum AtlasError {
     #[error("{0}")]
     Busy(String),
 
+    /// The file is not an ATLAS database; it was refused before anything was written to it.
+    #[error("{path} is not an ATLAS database ({reason}); it was left untouched")]
+    NotAtlas { path: String, reason: String },
+
     #[error("storage error: {0}")]
     Storage(String),
 
@@ -44,6 +48,33 @@ pub enum AtlasError {
 }
 
 impl AtlasError {
+    /// A stable, machine-readable name of the error's kind (the `code` of a JSON error).
+    pub fn code(&self) -> &'static str {
+        match self {
+            AtlasError::InvalidInput { .. } => "invalid_input",
+            AtlasError::NotFound(_) => "not_found",
+            AtlasError::SchemaTooNew { .. } => "schema_too_new",
+            AtlasError::ModelMismatch { .. } => "model_mismatch",
+            AtlasError::Busy(_) => "busy",
+            AtlasError::NotAtlas { .. } => "not_atlas",
+            AtlasError::Storage(_) => "storage",
+            AtlasError::Embedding(_) => "embedding",
+            AtlasError::Llm(_) => "llm",
+            AtlasError::Config(_) => "config",
+        }
+    }
+
+    /// Where invalid input was found (`file:line`, a flag) and the field named in it, if any.
+    pub fn location(&self) -> Option<(&str, Option<&str>)> {
+        match self {
+            AtlasError::InvalidInput { location, message } => {
+                let field = message.strip_prefix("field \"").and_then(|rest| rest.split_once('"')).map(|(f, _)| f);
+                Some((location, field))
+            }
+            _ => None,
+        }
+    }
+
     pub fn invalid(location: impl Into<String>, message: impl Into<String>) -> Self {
         AtlasError::InvalidInput { location: location.into(), message: message.into() }
     }

@@ -3,10 +3,19 @@
 //! One memory per line:
 //! `{"text", "session"?, "speaker"?, "time"?, "meta"?, "scope"?, "kind"?, "body"?, "recorded_at"?,
 //! "valid_from"?, "valid_until"?, "id"?}`. Only `text` is required; `time` defaults to the
-//! import time, `kind` to `episode`. `id` is what `export` wrote and is ignored on import (the
-//! store assigns new ids). Unknown fields are errors rather than silently dropped data.
+//! import time, `kind` to `episode`. In such a file `id` is ignored on import (the store
+//! assigns new ids). Unknown fields are errors rather than silently dropped data.
+//!
+//! A full export (what `atlas export` writes) starts with a header line,
+//! `{"atlas_export": {"format": 1, "memories": N, "embedding_model"?: {"name", "dimension"}}}`,
+//! and every line after it is a stored memory: the fields above with `id` required, plus
+//! `"context"?` (the turn it answers), `"edges"?` (the typed edges it carries: those whose
+//! other end has a smaller id, `{"src", "dst", "kind", "weight", "valid_from", "valid_until"?,
+//! "recorded_at"}`) and `"vector"?` (with `export --vectors`). Importing it restores the space
+//! exactly, renumbering every reference when the space already holds memories.
 
-use crate::{Body, Memory, MemoryKind, NewMemory, Scope, Timestamp, Validity};
+use crate::ports::{EmbeddingModel, StoredMemory};
+use crate::{Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Scope, Timestamp, Validity};
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -47,16 +56,202 @@ impl fmt::Display for LineError {
     }
 }
 
-/// Parses one line into a memory; `now` fills `time` and `recorded_at` when absent.
-pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
+/// The fields only a full export's lines carry.
+const STORED_FIELDS: [&str; 3] = ["context", "edges", "vector"];
+
+/// The key of a full export's header line.
+pub const HEADER_KEY: &str = "atlas_export";
+
+/// The format version this build writes and reads.
+pub const EXPORT_FORMAT: u64 = 1;
+
+/// The first line of a full export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportHeader {
+    pub memories: u64,
+    /// The model that made the vectors, when the export carries them.
+    pub embedding_model: Option<EmbeddingModel>,
+}
+
+fn object(line: &str) -> Result<Map<String, Value>, LineError> {
     let value: Value =
         serde_json::from_str(line).map_err(|e| LineError { field: None, message: format!("not valid JSON ({e})") })?;
-    let Value::Object(obj) = value else {
-        return Err(LineError { field: None, message: "expected a JSON object".into() });
-    };
+    match value {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(LineError { field: None, message: "expected a JSON object".into() }),
+    }
+}
+
+/// Parses one line into a memory; `now` fills `time` and `recorded_at` when absent.
+pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
+    let obj = object(line)?;
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        if STORED_FIELDS.contains(&unknown.as_str()) || unknown == HEADER_KEY {
+            return Err(LineError::at(
+                unknown,
+                "only a full export carries this field, and its first line must be the export's header",
+            ));
+        }
         return Err(LineError::at(unknown, format!("unknown field (known fields: {})", FIELDS.join(", "))));
     }
+    parse_memory(&obj, now)
+}
+
+/// Reads a full export's header line; `None` when the line is not one (a plain import file).
+pub fn parse_header(line: &str) -> Result<Option<ExportHeader>, LineError> {
+    let Ok(obj) = object(line) else { return Ok(None) };
+    let Some(header) = obj.get(HEADER_KEY) else { return Ok(None) };
+    let field = |name: &str| format!("{HEADER_KEY}.{name}");
+    let Value::Object(h) = header else {
+        return Err(LineError::at(HEADER_KEY, format!("expected an object, got {}", type_name(header))));
+    };
+    match h.get("format").and_then(Value::as_u64) {
+        Some(EXPORT_FORMAT) => {}
+        Some(other) => {
+            return Err(LineError::at(
+                &field("format"),
+                format!("format {other} is newer than this atlas reads (up to {EXPORT_FORMAT}); upgrade atlas"),
+            ));
+        }
+        None => return Err(LineError::at(&field("format"), "missing or not a number")),
+    }
+    let memories = h.get("memories").and_then(Value::as_u64).ok_or_else(|| LineError::at(&field("memories"), "missing or not a number"))?;
+    let embedding_model = match h.get("embedding_model") {
+        None | Some(Value::Null) => None,
+        Some(m) => {
+            let name = m.get("name").and_then(Value::as_str);
+            let dimension = m.get("dimension").and_then(Value::as_u64);
+            match (name, dimension) {
+                (Some(name), Some(dimension)) => Some(EmbeddingModel { name: name.to_owned(), dimension: dimension as usize }),
+                _ => return Err(LineError::at(&field("embedding_model"), "expected {\"name\", \"dimension\"}")),
+            }
+        }
+    };
+    Ok(Some(ExportHeader { memories, embedding_model }))
+}
+
+/// Writes a full export's header line.
+pub fn header_line(header: &ExportHeader) -> Value {
+    let mut h = Map::new();
+    h.insert("format".into(), Value::from(EXPORT_FORMAT));
+    h.insert("memories".into(), Value::from(header.memories));
+    if let Some(m) = &header.embedding_model {
+        h.insert("embedding_model".into(), serde_json::json!({"name": m.name, "dimension": m.dimension}));
+    }
+    let mut obj = Map::new();
+    obj.insert(HEADER_KEY.into(), Value::Object(h));
+    Value::Object(obj)
+}
+
+/// Parses one line of a full export.
+pub fn parse_stored_line(line: &str, now: Timestamp) -> Result<StoredMemory, LineError> {
+    let obj = object(line)?;
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str()) && !STORED_FIELDS.contains(&k.as_str())) {
+        return Err(LineError::at(
+            unknown,
+            format!("unknown field (known fields: {}, {})", FIELDS.join(", "), STORED_FIELDS.join(", ")),
+        ));
+    }
+    let id = match obj.get("id") {
+        Some(Value::Number(n)) => n.as_i64().filter(|n| *n > 0).map(MemoryId),
+        Some(_) => None,
+        None => return Err(LineError::at("id", "missing (every line of a full export has one)")),
+    }
+    .ok_or_else(|| LineError::at("id", "expected a positive integer"))?;
+    let mut memory = parse_memory(&obj, now)?.with_id(id);
+    memory.context = opt_string(&obj, "context")?;
+    let edges = match obj.get("edges") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            items.iter().enumerate().map(|(i, e)| parse_edge(e, &format!("edges[{i}]"))).collect::<Result<_, _>>()?
+        }
+        Some(other) => return Err(LineError::at("edges", format!("expected an array, got {}", type_name(other)))),
+    };
+    let vector = match obj.get("vector") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(xs)) => Some(
+            xs.iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    x.as_f64().map(|x| x as f32).ok_or_else(|| LineError::at(&format!("vector[{i}]"), "expected a number"))
+                })
+                .collect::<Result<Vec<f32>, _>>()?,
+        ),
+        Some(other) => return Err(LineError::at("vector", format!("expected an array, got {}", type_name(other)))),
+    };
+    Ok(StoredMemory { memory, vector, edges })
+}
+
+fn parse_edge(value: &Value, at: &str) -> Result<Edge, LineError> {
+    let field = |name: &str| format!("{at}.{name}");
+    let Value::Object(e) = value else {
+        return Err(LineError::at(at, format!("expected an object, got {}", type_name(value))));
+    };
+    let id = |name: &str| {
+        e.get(name)
+            .and_then(Value::as_i64)
+            .filter(|n| *n > 0)
+            .map(MemoryId)
+            .ok_or_else(|| LineError::at(&field(name), "expected a memory id (a positive integer)"))
+    };
+    let kind = e
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| LineError::at(&field("kind"), "missing or not a string"))?
+        .parse::<EdgeKind>()
+        .map_err(|m| LineError::at(&field("kind"), m))?;
+    let weight = e.get("weight").map_or(Some(1.0), Value::as_f64).ok_or_else(|| LineError::at(&field("weight"), "expected a number"))?;
+    let time = |name: &str| -> Result<Option<Timestamp>, LineError> {
+        match e.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Timestamp::parse(s).map(Some).map_err(|m| LineError::at(&field(name), m)),
+            Some(other) => Err(LineError::at(&field(name), format!("expected a string, got {}", type_name(other)))),
+        }
+    };
+    let valid_from = time("valid_from")?.ok_or_else(|| LineError::at(&field("valid_from"), "missing"))?;
+    let recorded_at = time("recorded_at")?.ok_or_else(|| LineError::at(&field("recorded_at"), "missing"))?;
+    Ok(Edge {
+        src: id("src")?,
+        dst: id("dst")?,
+        kind,
+        weight: weight as f32,
+        validity: Validity { valid_from, valid_until: time("valid_until")? },
+        recorded_at,
+    })
+}
+
+fn edge_value(e: &Edge) -> Value {
+    let mut obj = Map::new();
+    obj.insert("src".into(), Value::from(e.src.0));
+    obj.insert("dst".into(), Value::from(e.dst.0));
+    obj.insert("kind".into(), Value::from(e.kind.as_str()));
+    obj.insert("weight".into(), Value::from(f64::from(e.weight)));
+    obj.insert("valid_from".into(), Value::from(e.validity.valid_from.to_rfc3339()));
+    if let Some(until) = e.validity.valid_until {
+        obj.insert("valid_until".into(), Value::from(until.to_rfc3339()));
+    }
+    obj.insert("recorded_at".into(), Value::from(e.recorded_at.to_rfc3339()));
+    Value::Object(obj)
+}
+
+/// Writes a stored memory as one line of a full export, which [`parse_stored_line`] reads
+/// back to the same record; the vector only when `with_vector`.
+pub fn stored_to_line(item: &StoredMemory, with_vector: bool) -> Value {
+    let mut line = to_line(&item.memory);
+    let Value::Object(obj) = &mut line else { unreachable!("to_line writes an object") };
+    if let Some(context) = &item.memory.context {
+        obj.insert("context".into(), Value::from(context.clone()));
+    }
+    if !item.edges.is_empty() {
+        obj.insert("edges".into(), Value::Array(item.edges.iter().map(edge_value).collect()));
+    }
+    if with_vector && let Some(v) = &item.vector {
+        obj.insert("vector".into(), Value::Array(v.iter().map(|x| Value::from(f64::from(*x))).collect()));
+    }
+    line
+}
+
+fn parse_memory(obj: &Map<String, Value>, now: Timestamp) -> Result<NewMemory, LineError> {
 
     let text = match obj.get("text") {
         Some(Value::String(s)) => s.clone(),
@@ -220,6 +415,30 @@ mod tests {
     }
 
     #[test]
+    fn header_round_trips_and_plain_lines_are_not_headers() {
+        let header = ExportHeader {
+            memories: 3,
+            embedding_model: Some(EmbeddingModel { name: "m".into(), dimension: 384 }),
+        };
+        assert_eq!(parse_header(&header_line(&header).to_string()).unwrap(), Some(header));
+        assert_eq!(parse_header(r#"{"text": "hello"}"#).unwrap(), None);
+        let newer = parse_header(r#"{"atlas_export": {"format": 2, "memories": 1}}"#).unwrap_err();
+        assert_eq!(newer.field.as_deref(), Some("atlas_export.format"));
+    }
+
+    #[test]
+    fn export_only_fields_are_named_in_a_plain_file() {
+        let err = parse_line(r#"{"text": "x", "edges": []}"#, NOW).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("edges"));
+        assert!(err.message.contains("header"), "{err}");
+        let edge = parse_stored_line(r#"{"id": 2, "text": "x", "edges": [{"src": 2, "dst": 1, "kind": "likes"}]}"#, NOW)
+            .unwrap_err();
+        assert_eq!(edge.field.as_deref(), Some("edges[0].kind"));
+        let id = parse_stored_line(r#"{"text": "x"}"#, NOW).unwrap_err();
+        assert_eq!(id.field.as_deref(), Some("id"));
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (r#"{"text": 5}"#, Some("text")),
@@ -304,6 +523,30 @@ mod tests {
         #[test]
         fn parse_never_panics(line in ".{0,200}") {
             let _ = parse_line(&line, NOW);
+            let _ = parse_stored_line(&line, NOW);
+            let _ = parse_header(&line);
+        }
+
+        #[test]
+        fn full_export_line_round_trips(
+            m in arb_memory(),
+            context in proptest::option::of(arb_text()),
+            vector in proptest::option::of(proptest::collection::vec(-1.0f32..1.0, 1..8)),
+            others in proptest::collection::vec((1i64..1_000_000, 0usize..5, 0i64..1_000_000, proptest::option::of(1i64..9_999), 0u8..=100), 0..4),
+        ) {
+            let edges = others.into_iter().map(|(other, kind, t, span, w)| Edge {
+                src: m.id,
+                dst: MemoryId(other.min(m.id.0)),
+                kind: EdgeKind::ALL[kind],
+                weight: f32::from(w) / 100.0,
+                validity: Validity { valid_from: Timestamp(t), valid_until: span.map(|s| Timestamp(t + s)) },
+                recorded_at: Timestamp(t + 1),
+            }).collect();
+            let item = StoredMemory { memory: Memory { context, ..m }, vector, edges };
+            let line = stored_to_line(&item, true).to_string();
+            prop_assert_eq!(parse_stored_line(&line, NOW).unwrap(), item.clone());
+            let without = StoredMemory { vector: None, ..item.clone() };
+            prop_assert_eq!(parse_stored_line(&stored_to_line(&item, false).to_string(), NOW).unwrap(), without);
         }
     }
 }

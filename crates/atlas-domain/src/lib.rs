@@ -18,7 +18,7 @@ pub mod time;
 pub use edge::{Edge, EdgeKind};
 pub use error::{AtlasError, Result};
 pub use filter::RecallFilter;
-pub use id::MemoryId;
+pub use id::{MemoryId, decode_id_runs, encode_id_runs};
 pub use memory::{Body, Memory, MemoryKind, NewMemory, Validity};
 pub use scope::Scope;
 pub use time::Timestamp;

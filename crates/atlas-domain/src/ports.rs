@@ -4,7 +4,7 @@
 //! adapter may implement all four over one database); `atlas-testing` runs one conformance suite over every
 //! implementation, the in-memory fake included.
 
-use crate::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
+use crate::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,6 +46,20 @@ pub struct EmbeddingModel {
     pub dimension: usize,
 }
 
+/// What a write keyed for idempotency did: the ids it stored, or, when the key had already
+/// been used, the ids that first write stored (and nothing was written again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub ids: Vec<MemoryId>,
+    /// The key had been used before: this call wrote nothing.
+    pub replayed: bool,
+    /// When the write under this key committed.
+    pub recorded_at: Timestamp,
+}
+
+/// How long a claim on queued vector work lasts before another process may take it over.
+pub const VECTOR_CLAIM_MS: i64 = 60_000;
+
 /// Durable records and their edges.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
@@ -55,6 +69,11 @@ pub trait MemoryStore: Send + Sync {
     /// from the episode of the same session, user and agent that precedes it in (event time, id)
     /// order among those stored before it. Every new memory joins the queue of memories awaiting a vector.
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>>;
+
+    /// [`MemoryStore::insert`] at most once per `key`: the key is recorded in the write's own
+    /// transaction, so a retry after a timeout, a crash or a lost answer stores nothing again
+    /// and gets the first write's ids back (`replayed`).
+    async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt>;
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>>;
 
@@ -94,7 +113,10 @@ pub trait VectorIndex: Send + Sync {
     /// model and queues every memory for embedding. Returns how many memories were queued.
     async fn rebind_model(&self, model: EmbeddingModel) -> Result<u64>;
 
-    /// Up to `limit` memories awaiting a vector, oldest first.
+    /// Claims up to `limit` memories awaiting a vector, oldest first, for this store instance
+    /// for [`VECTOR_CLAIM_MS`]: another instance (another process) skips them until the claim
+    /// expires, so no two processes embed the same memories. This instance's own claims are
+    /// renewed, not skipped. Claims are released by `put_vectors` or by expiry.
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>>;
 
     /// Stores vectors (replacing any) and takes their memories off the queue. Vectors of
@@ -136,6 +158,14 @@ pub trait Replica: Send + Sync {
     /// temporal edges are derived: they come with the batch. Vectors need a bound model of their
     /// dimension; memories without one join the vector queue. Later inserts get larger ids.
     async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()>;
+
+    /// [`Replica::restore`] at most once per `key`, recorded in the restore's own transaction.
+    async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt>;
+
+    /// Reserves `count` consecutive ids that no insert will ever take and returns the first:
+    /// a restore under them cannot collide with a concurrent writer. Reserved ids that stay
+    /// unused are a gap, never reused.
+    async fn reserve_ids(&self, count: u64) -> Result<MemoryId>;
 }
 
 /// Turns text into unit-length vectors.

@@ -21,7 +21,8 @@ use crate::sparse::Bm25;
 use async_trait::async_trait;
 use atlas_domain::policy::embedding::line;
 use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
+    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex,
+    VECTOR_CLAIM_MS, VectorIndex,
 };
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
 use qdrant_client::Qdrant;
@@ -88,6 +89,8 @@ pub struct QdrantStore {
     bm25: Bm25,
     batch: usize,
     model: RwLock<Option<EmbeddingModel>>,
+    /// Names this instance's claims on queued vector work.
+    owner: String,
 }
 
 impl QdrantStore {
@@ -131,6 +134,7 @@ impl QdrantStore {
             bm25: Bm25::new(options.bm25_avg_len),
             batch: options.batch.max(1),
             model: RwLock::new(model),
+            owner: format!("{}-{}", std::process::id(), now_nanos()),
         };
         store.recover().await?;
         Ok(store)
@@ -192,27 +196,89 @@ impl QdrantStore {
     }
 
     /// Writes points, then marks them acknowledged; on failure removes what may have landed.
-    async fn write_points(&self, ids: Vec<MemoryId>, points: Vec<PointStruct>) -> Result<()> {
-        let mut result = Ok(());
+    /// [`QdrantStore::write_points`], acknowledged under `key` when there is one: the receipt is
+    /// recorded in the sidecar transaction that acknowledges the points. If a concurrent write
+    /// under the same key acknowledged first, these points are rolled back and its receipt is
+    /// returned.
+    async fn write_points_keyed(&self, ids: Vec<MemoryId>, points: Vec<PointStruct>, key: Option<String>) -> Result<Receipt> {
+        let Some(key) = key else {
+            self.write_points(ids.clone(), points).await?;
+            return Ok(Receipt { ids, replayed: false, recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000) });
+        };
+        self.upsert_or_roll_back(&ids, points).await?;
+        let done = ids.clone();
+        let outcome = self
+            .side
+            .write(move |tx| match sidecar::receipt(tx, &key)? {
+                // A restore of the same records under the same key: they stand, acknowledged.
+                Some(earlier) if earlier.ids == done => sidecar::finish_insert(tx, &done).map(|()| Err((earlier, false))),
+                Some(earlier) => Ok(Err((earlier, true))),
+                None => {
+                    sidecar::finish_insert(tx, &done)?;
+                    sidecar::record_receipt(tx, &key, done).map(Ok)
+                }
+            })
+            .await?;
+        match outcome {
+            Ok(receipt) => Ok(receipt),
+            Err((earlier, roll_back)) => {
+                if roll_back {
+                    self.roll_back(ids).await;
+                }
+                Ok(earlier)
+            }
+        }
+    }
+
+    /// Upserts the points in batches; on failure deletes them (and their ledger rows) again.
+    async fn upsert_or_roll_back(&self, ids: &[MemoryId], points: Vec<PointStruct>) -> Result<()> {
         let mut chunk_start = 0;
-        while chunk_start < points.len() && result.is_ok() {
+        while chunk_start < points.len() {
             let chunk = points[chunk_start..(chunk_start + self.batch).min(points.len())].to_vec();
-            result = self.collection.upsert(chunk).await;
+            if let Err(e) = self.collection.upsert(chunk).await {
+                self.roll_back(ids.to_vec()).await;
+                return Err(e);
+            }
             chunk_start += self.batch;
         }
-        match result {
-            Ok(()) => {
-                let done = ids.clone();
-                self.side.write(move |tx| sidecar::finish_insert(tx, &done)).await
-            }
-            Err(e) => {
-                // Best effort: if this fails too, the next open rolls them back after the lease.
-                if self.collection.delete_points(&ids).await.is_ok() {
-                    self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
-                }
-                Err(e)
-            }
+        Ok(())
+    }
+
+    /// Best effort: if this fails too, the next open rolls them back after the lease.
+    async fn roll_back(&self, ids: Vec<MemoryId>) {
+        if self.collection.delete_points(&ids).await.is_ok() {
+            self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
         }
+    }
+
+    async fn insert_keyed(&self, key: Option<String>, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
+        if batch.is_empty() {
+            return Ok(Receipt { ids: Vec::new(), replayed: false, recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000) });
+        }
+        let model = self.bound_model();
+        self.collection.ensure(model.as_ref()).await?;
+        let rows = batch.clone();
+        let linked = self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?;
+        let memories = match self.with_context(batch, &linked).await {
+            Ok(memories) => memories,
+            Err(e) => {
+                let ids: Vec<MemoryId> = linked.iter().map(|(id, _)| *id).collect();
+                self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
+                return Err(e);
+            }
+        };
+        let ids: Vec<MemoryId> = memories.iter().map(|m| m.id).collect();
+        let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
+        let receipt = self.write_points_keyed(ids.clone(), points, key).await?;
+        if let Some(p) = progress {
+            p(ids.len());
+        }
+        Ok(receipt)
+    }
+
+    async fn write_points(&self, ids: Vec<MemoryId>, points: Vec<PointStruct>) -> Result<()> {
+        self.upsert_or_roll_back(&ids, points).await?;
+        self.side.write(move |tx| sidecar::finish_insert(tx, &ids)).await
     }
 
     async fn fetch(&self, ids: &[MemoryId], with_dense: bool) -> Result<Vec<(Memory, Option<Vec<f32>>)>> {
@@ -276,29 +342,17 @@ fn decode(p: RetrievedPoint, dense: Option<&str>) -> Result<(Memory, Option<Vec<
 #[async_trait]
 impl MemoryStore for QdrantStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        let model = self.bound_model();
-        self.collection.ensure(model.as_ref()).await?;
-        let rows = batch.clone();
-        let linked = self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?;
-        let memories = match self.with_context(batch, &linked).await {
-            Ok(memories) => memories,
-            Err(e) => {
-                let ids: Vec<MemoryId> = linked.iter().map(|(id, _)| *id).collect();
-                self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
-                return Err(e);
-            }
-        };
-        let ids: Vec<MemoryId> = memories.iter().map(|m| m.id).collect();
-        let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
-        self.write_points(ids.clone(), points).await?;
-        if let Some(p) = progress {
-            p(ids.len());
-        }
-        Ok(ids)
+        Ok(self.insert_keyed(None, batch, progress).await?.ids)
     }
+
+    async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
+        let probe = key.clone();
+        if let Some(earlier) = self.side.read(move |c| sidecar::receipt(c, &probe)).await? {
+            return Ok(earlier);
+        }
+        self.insert_keyed(Some(key), batch, progress).await
+    }
+
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
         Ok(self.get_many(vec![id]).await?.pop())
@@ -441,7 +495,9 @@ impl VectorIndex for QdrantStore {
     }
 
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
-        let ids = self.side.read(move |c| sidecar::queued(c, limit)).await?;
+        let owner = self.owner.clone();
+        let now = (now_nanos() / 1_000_000) as i64;
+        let ids = self.side.write(move |tx| sidecar::claim(tx, &owner, now, VECTOR_CLAIM_MS, limit)).await?;
         self.get_many(ids).await
     }
 
@@ -551,8 +607,26 @@ impl Replica for QdrantStore {
     }
 
     async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        self.restore_keyed(None, batch).await.map(|_| ())
+    }
+
+    async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
+        let probe = key.clone();
+        if let Some(earlier) = self.side.read(move |c| sidecar::receipt(c, &probe)).await? {
+            return Ok(earlier);
+        }
+        self.restore_keyed(Some(key), batch).await
+    }
+
+    async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
+        self.side.write(move |tx| sidecar::reserve_ids(tx, count)).await
+    }
+}
+
+impl QdrantStore {
+    async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(Receipt { ids: Vec::new(), replayed: false, recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000) });
         }
         let model = self.side.read(sidecar::model).await?;
         for item in &batch {
@@ -586,8 +660,12 @@ impl Replica for QdrantStore {
         let rows: Vec<(Memory, bool, Vec<Edge>)> =
             batch.into_iter().map(|s| (s.memory, s.vector.is_some(), s.edges)).collect();
         self.side.write(move |tx| sidecar::begin_restore(tx, &rows)).await?;
-        self.write_points(ids, points).await
+        self.write_points_keyed(ids, points, key).await
     }
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
 }
 
 /// The store's requests, checked against a mock of the client: what is sent, in which order, and

@@ -8,8 +8,11 @@
 //! again. So Qdrant never keeps an unacknowledged memory for longer than the lease, and no
 //! acknowledged write is ever lost.
 
-use atlas_domain::ports::EmbeddingModel;
-use atlas_domain::{AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Result, Timestamp, Validity};
+use atlas_domain::ports::{EmbeddingModel, Receipt};
+use atlas_domain::{
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Result, Timestamp, Validity, decode_id_runs,
+    encode_id_runs,
+};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::collections::HashMap;
@@ -18,7 +21,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Schema version of the sidecar file (its own, not the SQLite store's).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// `PRAGMA application_id` of a sidecar file ("ATLQ"; the SQLite store's is "ATLS").
+pub const APPLICATION_ID: i32 = 0x4154_4C51;
+
+/// Schema 2: receipts of idempotent writes, claims on queued vector work.
+const SCHEMA_2: &str = "
+CREATE TABLE receipts (key TEXT PRIMARY KEY, ids TEXT NOT NULL, recorded_at INTEGER NOT NULL) WITHOUT ROWID;
+ALTER TABLE vector_queue ADD COLUMN claimed_by TEXT;
+ALTER TABLE vector_queue ADD COLUMN claimed_until INTEGER;
+";
 
 /// How long an insert may stay unconfirmed before another open rolls it back.
 pub const WRITE_LEASE: Duration = Duration::from_secs(300);
@@ -86,9 +99,16 @@ impl Sidecar {
         let shown_for_errors = shown.clone();
         let err = storage(&shown_for_errors);
         let mut conn = Connection::open(path).map_err(&err)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
+        conn.busy_timeout(Duration::from_secs(60)).map_err(&err)?;
         conn.execute_batch("PRAGMA foreign_keys = ON;")
             .map_err(|e| AtlasError::Storage(format!("{shown}: not usable as an ATLAS Qdrant space: {e}")))?;
+        let application_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(&err)?;
+        if application_id != 0 && application_id != APPLICATION_ID {
+            return Err(AtlasError::NotAtlas {
+                path: shown.to_string(),
+                reason: format!("application_id {application_id:#x} is not an ATLAS Qdrant space's"),
+            });
+        }
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(&err)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(&err)?;
         let store_kind: Option<String> = if version == 0 {
@@ -106,8 +126,15 @@ impl Sidecar {
                     ));
                 }
                 tx.execute_batch(SCHEMA).map_err(&err)?;
+                tx.execute_batch(SCHEMA_2).map_err(&err)?;
                 tx.execute("INSERT INTO settings (key, value) VALUES ('store', 'qdrant')", []).map_err(&err)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(&err)?;
+                tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(&err)?;
+            }
+            (1, Some("qdrant")) => {
+                tx.execute_batch(SCHEMA_2).map_err(&err)?;
+                tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(&err)?;
+                tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(&err)?;
             }
             (SCHEMA_VERSION, Some("qdrant")) => {}
             (v, Some("qdrant")) if v > SCHEMA_VERSION => {
@@ -426,7 +453,63 @@ pub fn carried_edges(conn: &Connection, after: i64, last: i64) -> Result<HashMap
     Ok(by_end)
 }
 
+/// Claims up to `limit` acknowledged memories awaiting a vector for `owner` until `now + ms`,
+/// oldest first, skipping those another owner's unexpired claim holds.
+pub fn claim(tx: &Connection, owner: &str, now: i64, ms: i64, limit: usize) -> Result<Vec<MemoryId>> {
+    let mut stmt = tx
+        .prepare_cached(
+            "UPDATE vector_queue SET claimed_by = ?2, claimed_until = ?1 + ?3 WHERE id IN \
+             (SELECT q.id FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored' \
+              AND (q.claimed_until IS NULL OR q.claimed_until <= ?1 OR q.claimed_by = ?2) ORDER BY q.id LIMIT ?4) \
+             RETURNING id",
+        )
+        .map_err(sql)?;
+    let rows = stmt.query_map(params![now, owner, ms, limit as i64], |r| r.get(0).map(MemoryId)).map_err(sql)?;
+    let mut ids = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)?;
+    ids.sort();
+    Ok(ids)
+}
+
+/// The receipt of an earlier write under `key`, if there was one.
+pub fn receipt(conn: &Connection, key: &str) -> Result<Option<Receipt>> {
+    let row: Option<(String, i64)> = conn
+        .query_row("SELECT ids, recorded_at FROM receipts WHERE key = ?", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(sql)?;
+    row.map(|(ids, at)| {
+        let ids = decode_id_runs(&ids).map_err(|m| AtlasError::Storage(format!("receipts row {key:?}: {m}")))?;
+        Ok(Receipt { ids, replayed: true, recorded_at: Timestamp(at) })
+    })
+    .transpose()
+}
+
+/// Records `key` with the ids it acknowledges, in the acknowledging transaction.
+pub fn record_receipt(tx: &Connection, key: &str, ids: Vec<MemoryId>) -> Result<Receipt> {
+    let at = now_ms();
+    tx.execute("INSERT INTO receipts (key, ids, recorded_at) VALUES (?, ?, ?)", params![key, encode_id_runs(&ids), at])
+        .map_err(sql)?;
+    Ok(Receipt { ids, replayed: false, recorded_at: Timestamp(at) })
+}
+
+/// Raises the ledger's id sequence by `count`; returns the first id so reserved.
+pub fn reserve_ids(tx: &Connection, count: u64) -> Result<MemoryId> {
+    let top: i64 = tx
+        .query_row(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'ledger'), 0), \
+             coalesce((SELECT max(id) FROM ledger), 0))",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql)?;
+    let end = top + count as i64;
+    if tx.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'ledger'", [end]).map_err(sql)? == 0 {
+        tx.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('ledger', ?)", [end]).map_err(sql)?;
+    }
+    Ok(MemoryId(top + 1))
+}
+
 /// Acknowledged memories awaiting a vector, oldest first.
+#[cfg(test)]
 pub fn queued(conn: &Connection, limit: usize) -> Result<Vec<MemoryId>> {
     memory_ids(
         conn,

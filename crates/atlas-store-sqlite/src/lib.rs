@@ -7,6 +7,7 @@
 
 mod error;
 pub mod migrations;
+pub mod ownership;
 mod readers;
 mod sql;
 mod text_cache;
@@ -23,17 +24,24 @@ use crate::writer::Writer;
 use async_trait::async_trait;
 use atlas_domain::policy::embedding::speaker_line;
 use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
+    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex,
+    VECTOR_CLAIM_MS, VectorIndex,
 };
-use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
+use atlas_domain::{
+    AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, decode_id_runs,
+    encode_id_runs,
+};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Once, RwLock};
 use std::time::Duration;
 
-/// How long a write waits for another process's lock before failing with a clear error.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a write (and the first open of a file) waits for another process's lock before
+/// failing with a clear error, unless configured: long enough for an import of a million
+/// memories (about 30 s here) to commit, so that bulk imports of other processes wait their
+/// turn rather than fail.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How hard each commit is pushed to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,17 +62,35 @@ pub use crate::vector_cache::{Precision, int8_dot, quantize};
 pub const INT8_FROM_VECTORS: usize = 500_000;
 
 /// Options for [`SqliteStore::open`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SqliteOptions {
     pub durability: Durability,
     /// What the vector cache keeps for rescoring; `None` chooses by size
     /// ([`INT8_FROM_VECTORS`]).
     pub vector_precision: Option<Precision>,
+    /// Create the file when it does not exist (commands that write); otherwise a missing file
+    /// is an error (commands that only read never leave an empty database behind).
+    pub create: bool,
+    /// How long to wait for another process's lock, at open and on every write.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            durability: Durability::default(),
+            vector_precision: None,
+            create: true,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
 }
 
 /// The SQLite store.
 pub struct SqliteStore {
     path: PathBuf,
+    /// Names this instance's claims on queued vector work (unique per process and open).
+    owner: String,
     writer: Writer,
     readers: Arc<Readers>,
     /// The model the vectors were made with, once known; `None` until an embedder binds.
@@ -87,7 +113,11 @@ const TEXT_CACHE_BULK: usize = 5_000;
 const VECTOR_TABLE: &str = "memory_vectors";
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and migrates it to the latest schema.
+    /// Opens the database at `path` (creating it only with `options.create`) and migrates it
+    /// to the latest schema. A file that is not empty and not ATLAS's is refused before
+    /// anything is written to it. Waiting for other processes at open (the switch to WAL, the
+    /// migrations) is bounded by `options.busy_timeout` like every write. A database whose
+    /// directory this process cannot write is opened read-only: reads work, writes fail clearly.
     pub fn open(path: &Path, options: &SqliteOptions) -> Result<Self> {
         register_sqlite_vec();
         let shown = path.display().to_string();
@@ -98,27 +128,97 @@ impl SqliteStore {
                 format!("directory {} does not exist (create it first)", dir.display()),
             ));
         }
-        let mut conn =
-            Connection::open(path).map_err(|e| AtlasError::Storage(format!("cannot open database {shown}: {e}")))?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        let exists = path.exists();
+        if !exists && !options.create {
+            return Err(AtlasError::invalid(
+                format!("database {shown}"),
+                "does not exist (check the path; commands that write, such as import and remember, create it)",
+            ));
+        }
+        error::set_busy_timeout(options.busy_timeout);
+        if exists && !options.create && !writable(dir) {
+            return Self::open_read_only(path, options);
+        }
+        let mut flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if options.create {
+            flags |= rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let mut conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| AtlasError::Storage(format!("cannot open database {shown}: {e}")))?;
+        conn.busy_timeout(options.busy_timeout).map_err(storage)?;
+        let started = std::time::Instant::now();
+        // Before anything that writes: whose file is it?
+        let owned = retry_busy(&shown, started, options.busy_timeout, || ownership::inspect(&conn, &shown))?;
+        match owned {
+            ownership::Ownership::Empty if !options.create => {
+                return Err(AtlasError::invalid(
+                    format!("database {shown}"),
+                    "is empty, not an ATLAS database yet (commands that write, such as import and remember, make it one)",
+                ));
+            }
+            ownership::Ownership::Atlas { version } if version > migrations::latest_version() => {
+                return Err(AtlasError::SchemaTooNew {
+                    path: shown,
+                    found: version,
+                    known: migrations::latest_version(),
+                });
+            }
+            _ => {}
+        }
         let synchronous = match options.durability {
             Durability::Normal => "NORMAL",
             Durability::Full => "FULL",
         };
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
-             PRAGMA cache_size = -32000; PRAGMA temp_store = MEMORY;"
-        ))
-        .map_err(|e| match storage(e) {
-            AtlasError::Storage(m) => AtlasError::Storage(format!("{shown}: {m}")),
-            other => other,
+        // The switch to WAL on a new file does not go through SQLite's busy handler: retried here.
+        retry_busy(&shown, started, options.busy_timeout, || {
+            conn.execute_batch(&format!(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
+                 PRAGMA cache_size = -32000; PRAGMA temp_store = MEMORY;"
+            ))
+            .map_err(error::storage_at(&shown))
         })?;
-        migrations::migrate(&mut conn, &shown)?;
+        retry_busy(&shown, started, options.busy_timeout, || migrations::migrate(&mut conn, &shown))?;
         let model = read_model(&conn)?;
+        Self::assemble(path, conn, false, model, options)
+    }
+
+    fn open_read_only(path: &Path, options: &SqliteOptions) -> Result<Self> {
+        let shown = path.display().to_string();
+        let conn = open_immutable(path)?;
+        match ownership::inspect(&conn, &shown)? {
+            ownership::Ownership::Atlas { version } if version == migrations::latest_version() => {}
+            ownership::Ownership::Atlas { version } if version > migrations::latest_version() => {
+                return Err(AtlasError::SchemaTooNew { path: shown, found: version, known: migrations::latest_version() });
+            }
+            ownership::Ownership::Atlas { version } => {
+                return Err(AtlasError::Storage(format!(
+                    "database {shown} has schema {version} and its directory is read-only, so it cannot be upgraded \
+                     to schema {} here; open it once where it can be written",
+                    migrations::latest_version()
+                )));
+            }
+            ownership::Ownership::Empty => {
+                return Err(AtlasError::invalid(format!("database {shown}"), "is empty, not an ATLAS database yet"));
+            }
+        }
+        tracing::info!(path = %shown, "directory not writable: database opened read-only");
+        let model = read_model(&conn)?;
+        Self::assemble(path, conn, true, model, options)
+    }
+
+    fn assemble(
+        path: &Path,
+        conn: Connection,
+        immutable: bool,
+        model: Option<EmbeddingModel>,
+        options: &SqliteOptions,
+    ) -> Result<Self> {
+        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            writer: Writer::spawn(conn),
-            readers: Readers::new(path.to_path_buf()),
+            owner: format!("{}-{}", std::process::id(), since_epoch.as_nanos()),
+            writer: Writer::spawn(conn, path.display().to_string()),
+            readers: Readers::new(path.to_path_buf(), immutable),
             model: Arc::new(RwLock::new(model)),
             vector_cache: Arc::new(RwLock::new(None)),
             vector_precision: options.vector_precision,
@@ -182,6 +282,57 @@ impl SqliteStore {
                 *self.text_cache.write().expect("text cache lock") = None;
                 tracing::warn!(error = %e, "text cache update failed; the next search rebuilds it");
             }
+        }
+    }
+}
+
+/// Whether this process may create files in `dir` (SQLite's `-wal` and `-shm` beside the
+/// database): asked of the kernel, so it is right for root and for ACLs too.
+fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return true };
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Opens a database read-only and immutable: for a file in a directory this process cannot
+/// write, where SQLite could not create the `-shm` file a WAL reader otherwise needs.
+pub(crate) fn open_immutable(path: &Path) -> Result<Connection> {
+    let shown = path.display().to_string();
+    let absolute = std::path::absolute(path).map_err(|e| AtlasError::Storage(format!("database {shown}: {e}")))?;
+    let mut uri = String::from("file:");
+    for b in absolute.to_string_lossy().bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            _ => uri.push(b as char),
+        }
+    }
+    uri.push_str("?mode=ro&immutable=1");
+    Connection::open_with_flags(
+        &uri,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| AtlasError::Storage(format!("cannot open database {shown} read-only: {e}")))
+}
+
+/// Runs `op` until it stops answering "busy", for at most `timeout` since `started`; the error
+/// then says how long it waited.
+fn retry_busy<T>(shown: &str, started: std::time::Instant, timeout: Duration, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match op() {
+            Err(AtlasError::Busy(_)) if started.elapsed() < timeout => {
+                std::thread::sleep(pause.min(timeout.saturating_sub(started.elapsed())));
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(AtlasError::Busy(e)) => {
+                return Err(AtlasError::Busy(format!(
+                    "database {shown} is locked by another process: waited {} ms while opening it, then gave up \
+                     (ATLAS_BUSY_TIMEOUT_MS or busy_timeout_ms waits longer; SQLite says: {e})",
+                    started.elapsed().as_millis()
+                )));
+            }
+            other => return other,
         }
     }
 }
@@ -343,6 +494,22 @@ impl MemoryStore for SqliteStore {
         let ids = written.iter().map(|f| MemoryId(f.id)).collect();
         self.update_text_cache(Vec::new(), written).await;
         Ok(ids)
+    }
+
+    async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
+        let (receipt, written) = self
+            .writer
+            .write(move |conn| {
+                if let Some(receipt) = read_receipt(conn, &key)? {
+                    return Ok((receipt, Vec::new()));
+                }
+                let written = insert_all(conn, &batch, progress.as_ref())?;
+                let ids: Vec<MemoryId> = written.iter().map(|f| MemoryId(f.id)).collect();
+                Ok((record_receipt(conn, &key, ids)?, written))
+            })
+            .await?;
+        self.update_text_cache(Vec::new(), written).await;
+        Ok(receipt)
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
@@ -566,14 +733,41 @@ impl VectorIndex for SqliteStore {
     }
 
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
-        self.readers
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        const CLAIMABLE: &str = "claimed_until IS NULL OR claimed_until <= ?1 OR claimed_by = ?2";
+        let (owner, now) = (self.owner.clone(), wall_clock_ms());
+        // Asked on a read connection first, so that a store with nothing to embed (or all of it
+        // claimed by another process) never takes the write lock for it.
+        let probe = owner.clone();
+        let any: bool = self
+            .readers
             .read(move |conn| {
-                let sql = format!(
-                    "SELECT {MEMORY_COLUMNS} FROM vector_queue q JOIN memories m ON m.id = q.id ORDER BY q.id LIMIT ?"
-                );
-                query_memories(conn, &sql, &[Value::Integer(limit as i64)])
+                let sql = format!("SELECT EXISTS (SELECT 1 FROM vector_queue WHERE {CLAIMABLE})");
+                conn.query_row(&sql, params![now, probe], |r| r.get(0)).map_err(storage)
             })
-            .await
+            .await?;
+        if !any {
+            return Ok(Vec::new());
+        }
+        let claimed: Vec<i64> = self
+            .writer
+            .write(move |conn| {
+                let sql = format!(
+                    "UPDATE vector_queue SET claimed_by = ?2, claimed_until = ?1 + ?3 WHERE id IN \
+                     (SELECT id FROM vector_queue WHERE {CLAIMABLE} ORDER BY id LIMIT ?4) RETURNING id"
+                );
+                let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+                let rows = stmt
+                    .query_map(params![now, owner, VECTOR_CLAIM_MS, limit as i64], |r| r.get(0))
+                    .map_err(storage)?;
+                rows.collect::<rusqlite::Result<Vec<i64>>>().map_err(storage)
+            })
+            .await?;
+        let mut ids: Vec<MemoryId> = claimed.into_iter().map(MemoryId).collect();
+        ids.sort();
+        self.get_many(ids).await
     }
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
@@ -696,6 +890,42 @@ impl Replica for SqliteStore {
     }
 
     async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        self.restore_keyed(None, batch).await.map(|_| ())
+    }
+
+    async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
+        self.restore_keyed(Some(key), batch).await
+    }
+
+    async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
+        self.writer
+            .write(move |conn| {
+                // AUTOINCREMENT never hands out an id at or below sqlite_sequence's: raising it
+                // reserves the range for good.
+                let top: i64 = conn
+                    .query_row(
+                        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0), \
+                         coalesce((SELECT max(id) FROM memories), 0))",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .map_err(storage)?;
+                let end = top + count as i64;
+                let updated = conn
+                    .execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'memories'", [end])
+                    .map_err(storage)?;
+                if updated == 0 {
+                    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('memories', ?)", [end])
+                        .map_err(storage)?;
+                }
+                Ok(MemoryId(top + 1))
+            })
+            .await
+    }
+}
+
+impl SqliteStore {
+    async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
         let model = self.bound_model();
         let fields: Vec<Fields> = batch
             .iter()
@@ -723,9 +953,15 @@ impl Replica for SqliteStore {
                 Some(_) => {}
             }
         }
-        let (written, replaced) = self
+        let outcome = self
             .writer
             .write(move |conn| {
+                if let Some(key) = &key
+                    && let Some(receipt) = read_receipt(conn, key)?
+                {
+                    return Ok(Err(receipt));
+                }
+                let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();
                 let has_vectors = vector_table_exists(conn)?;
                 let mut replaced = Vec::new();
                 let mut upsert = conn
@@ -805,9 +1041,17 @@ impl Replica for SqliteStore {
                         }
                     }
                 }
-                Ok((written, replaced))
+                let receipt = match &key {
+                    Some(key) => record_receipt(conn, key, ids)?,
+                    None => Receipt { ids, replayed: false, recorded_at: Timestamp(wall_clock_ms()) },
+                };
+                Ok(Ok((written, replaced, receipt)))
             })
             .await?;
+        let (written, replaced, receipt) = match outcome {
+            Ok(done) => done,
+            Err(replayed) => return Ok(replayed),
+        };
         if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
             for (id, v) in &written {
                 match v {
@@ -817,8 +1061,38 @@ impl Replica for SqliteStore {
             }
         }
         self.update_text_cache(replaced, fields).await;
-        Ok(())
+        Ok(receipt)
     }
+}
+
+fn wall_clock_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    since_epoch.as_millis() as i64
+}
+
+/// The receipt of an earlier write under `key`, if there was one.
+fn read_receipt(conn: &Connection, key: &str) -> Result<Option<Receipt>> {
+    let row: Option<(String, i64)> = conn
+        .prepare_cached("SELECT ids, recorded_at FROM receipts WHERE key = ?")
+        .map_err(storage)?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(storage)?;
+    row.map(|(ids, at)| {
+        let ids = decode_id_runs(&ids).map_err(|m| AtlasError::Storage(format!("receipts row {key:?}: {m}")))?;
+        Ok(Receipt { ids, replayed: true, recorded_at: Timestamp(at) })
+    })
+    .transpose()
+}
+
+/// Records `key` in the write's own transaction.
+fn record_receipt(conn: &Connection, key: &str, ids: Vec<MemoryId>) -> Result<Receipt> {
+    let at = wall_clock_ms();
+    conn.prepare_cached("INSERT INTO receipts (key, ids, recorded_at) VALUES (?, ?, ?)")
+        .map_err(storage)?
+        .execute(params![key, encode_id_runs(&ids), at])
+        .map_err(storage)?;
+    Ok(Receipt { ids, replayed: false, recorded_at: Timestamp(at) })
 }
 
 type SharedCache = Arc<RwLock<Option<vector_cache::Index>>>;

@@ -16,6 +16,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "0001_init", sql: include_str!("../../../migrations/0001_init.sql") },
     Migration { version: 2, name: "0002_search", sql: include_str!("../../../migrations/0002_search.sql") },
     Migration { version: 3, name: "0003_context", sql: include_str!("../../../migrations/0003_context.sql") },
+    Migration { version: 4, name: "0004_safety", sql: include_str!("../../../migrations/0004_safety.sql") },
 ];
 
 /// The newest schema this build understands.
@@ -28,24 +29,20 @@ pub fn current_version(conn: &Connection) -> Result<i64> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(crate::error::storage)
 }
 
-/// Applies every migration newer than the database, each in its own transaction, and returns the
-/// versions applied. Refuses a database newer than this build. Running it twice is a no-op.
+/// Applies every migration newer than the database, each in its own transaction that also sets
+/// ATLAS's mark (`application_id`), and returns the versions applied. Refuses, untouched, a
+/// file that is not ATLAS's ([`crate::ownership::inspect`]) and a database newer than this
+/// build. Running it twice is a no-op.
 pub fn migrate(conn: &mut Connection, path_for_errors: &str) -> Result<Vec<i64>> {
     migrate_to(conn, path_for_errors, latest_version())
 }
 
 /// [`migrate`], stopping at `target` (used to build fixtures of older schemas).
 pub fn migrate_to(conn: &mut Connection, path_for_errors: &str, target: i64) -> Result<Vec<i64>> {
-    let found = current_version(conn)?;
-    let qdrant_space: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger'", [], |r| r.get(0))
-        .map_err(crate::error::storage)?;
-    if qdrant_space > 0 {
-        return Err(AtlasError::invalid(
-            format!("database {path_for_errors}"),
-            "is the sidecar of a Qdrant memory space, not a SQLite store; open it with --store qdrant --qdrant-url URL",
-        ));
-    }
+    let found = match crate::ownership::inspect(conn, path_for_errors)? {
+        crate::ownership::Ownership::Empty => 0,
+        crate::ownership::Ownership::Atlas { version } => version,
+    };
     if found > latest_version() {
         return Err(AtlasError::SchemaTooNew { path: path_for_errors.to_owned(), found, known: latest_version() });
     }
@@ -61,6 +58,7 @@ pub fn migrate_to(conn: &mut Connection, path_for_errors: &str, target: i64) -> 
         tx.execute_batch(m.sql)
             .map_err(|e| AtlasError::Storage(format!("migration {} failed on {path_for_errors}: {e}", m.name)))?;
         tx.pragma_update(None, "user_version", m.version).map_err(crate::error::storage)?;
+        tx.pragma_update(None, "application_id", crate::ownership::APPLICATION_ID).map_err(crate::error::storage)?;
         tx.commit().map_err(crate::error::storage)?;
         tracing::info!(migration = m.name, path = path_for_errors, "applied schema migration");
         applied.push(m.version);

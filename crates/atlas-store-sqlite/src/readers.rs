@@ -10,12 +10,15 @@ use std::sync::{Arc, Mutex};
 /// number of them read while the writer writes.
 pub struct Readers {
     path: PathBuf,
+    immutable: bool,
     idle: Mutex<Vec<Connection>>,
 }
 
 impl Readers {
-    pub fn new(path: PathBuf) -> Arc<Self> {
-        Arc::new(Readers { path, idle: Mutex::new(Vec::new()) })
+    /// `immutable`: the file is opened as [`crate::open_immutable`] does (its directory is
+    /// read-only to this process).
+    pub fn new(path: PathBuf, immutable: bool) -> Arc<Self> {
+        Arc::new(Readers { path, immutable, idle: Mutex::new(Vec::new()) })
     }
 
     /// Runs `op` on a read connection off the async executor.
@@ -39,12 +42,16 @@ impl Readers {
         if let Some(conn) = self.idle.lock().expect("reader pool lock").pop() {
             return Ok(conn);
         }
-        let conn = Connection::open_with_flags(
-            &self.path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(storage)?;
-        conn.busy_timeout(crate::BUSY_TIMEOUT).map_err(storage)?;
+        let conn = if self.immutable {
+            crate::open_immutable(&self.path)?
+        } else {
+            Connection::open_with_flags(
+                &self.path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(storage)?
+        };
+        conn.busy_timeout(std::time::Duration::from_millis(crate::error::busy_timeout_ms())).map_err(storage)?;
         // A small page cache each: reads run on several connections at once, and the text and
         // vector caches already hold what searches scan (4 MB each, measured at 1M memories).
         conn.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -4000;").map_err(storage)?;

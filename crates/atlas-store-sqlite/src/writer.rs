@@ -53,18 +53,20 @@ impl<T: Send, F: FnOnce(&Connection) -> Result<T> + Send> WriteJob for Job<T, F>
 
 /// Handle to the writer thread. Dropping it lets the thread drain its queue and close.
 pub struct Writer {
+    /// The database file, named in every storage error a write returns.
+    path: String,
     sender: Option<mpsc::Sender<Box<dyn WriteJob>>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Writer {
-    pub fn spawn(conn: Connection) -> Self {
+    pub fn spawn(conn: Connection, path: String) -> Self {
         let (sender, receiver) = mpsc::channel::<Box<dyn WriteJob>>();
         let thread = std::thread::Builder::new()
             .name("atlas-sqlite-writer".into())
             .spawn(move || writer_loop(conn, receiver))
             .expect("spawn the SQLite writer thread");
-        Writer { sender: Some(sender), thread: Some(thread) }
+        Writer { path, sender: Some(sender), thread: Some(thread) }
     }
 
     /// Runs `op` in the write transaction; resolves after the commit.
@@ -77,7 +79,7 @@ impl Writer {
         let job = Box::new(Job { op: Some(op), result: None, reply });
         let stopped = || AtlasError::Storage("the SQLite writer thread has stopped".into());
         self.sender.as_ref().ok_or_else(stopped)?.send(job).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        answer.await.map_err(|_| stopped())?.map_err(|e| crate::error::at_path(&self.path, e))
     }
 }
 
@@ -99,7 +101,17 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Box<dyn WriteJob>>) {
                 Err(_) => break,
             }
         }
+        let waiting = std::time::Instant::now();
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE").map_err(storage) {
+            // Say how long it really waited, not what the timeout was meant to be.
+            let e = match e {
+                AtlasError::Busy(_) => AtlasError::Busy(format!(
+                    "locked by another process: waited {} ms for its write to finish, then gave up \
+                     (ATLAS_BUSY_TIMEOUT_MS or busy_timeout_ms waits longer); nothing of this write was stored",
+                    waiting.elapsed().as_millis()
+                )),
+                other => other,
+            };
             jobs.into_iter().for_each(|j| j.finish(Err(&e)));
             continue;
         }

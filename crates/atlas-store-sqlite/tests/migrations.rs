@@ -57,7 +57,9 @@ fn a_newer_schema_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("future.db");
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("CREATE TABLE from_the_future (x); PRAGMA user_version = 99;").unwrap();
+    let mark = atlas_store_sqlite::ownership::APPLICATION_ID;
+    conn.execute_batch(&format!("CREATE TABLE from_the_future (x); PRAGMA user_version = 99; PRAGMA application_id = {mark};"))
+        .unwrap();
     drop(conn);
     match SqliteStore::open(&path, &SqliteOptions::default()) {
         Err(AtlasError::SchemaTooNew { found: 99, known, .. }) => assert_eq!(known, latest_version()),

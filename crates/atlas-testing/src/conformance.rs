@@ -39,7 +39,8 @@ macro_rules! store_conformance {
                 vector_search_is_exact_under_selective_filters, model_binding_is_recorded_and_checked,
                 stats_count_what_is_stored, concurrent_inserts_all_land, empty_and_zero_limits,
                 rebinding_requeues_everything_for_the_new_model, replica_copies_ids_vectors_and_edges_idempotently,
-                restore_refuses_vectors_of_another_dimension);
+                restore_refuses_vectors_of_another_dimension, keyed_writes_happen_once, reserved_ids_are_never_taken,
+                own_claims_on_queued_vectors_are_renewed);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -592,5 +593,73 @@ pub fn restore_refuses_vectors_of_another_dimension<S: Store>(make: Make<S>) {
         assert!(store.restore(vec![wrong]).await.is_err());
         assert_eq!(export_all(store, 10).await, before, "a refused batch changes nothing");
         assert_eq!(store.get(ids[0]).await.unwrap().unwrap().text, "kept as it was");
+    });
+}
+
+pub fn keyed_writes_happen_once<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let batch = vec![episode("first of two", Some("s"), 1), episode("second of two", Some("s"), 2)];
+        let first = store.insert_once("import:abc".into(), batch.clone(), None).await.unwrap();
+        assert!(!first.replayed);
+        assert_eq!(first.ids.len(), 2);
+        let again = store.insert_once("import:abc".into(), batch.clone(), None).await.unwrap();
+        assert!(again.replayed, "the same key stores nothing again");
+        assert_eq!((again.ids.clone(), again.recorded_at), (first.ids.clone(), first.recorded_at));
+        assert_eq!(store.stats().await.unwrap().memories(), 2);
+        let other = store.insert_once("import:def".into(), batch, None).await.unwrap();
+        assert!(!other.replayed);
+        assert!(other.ids.iter().all(|id| !first.ids.contains(id)));
+        assert_eq!(store.stats().await.unwrap().memories(), 4);
+
+        // Restores too: the receipt is written with them, a re-run is a no-op that says so.
+        let mut copy = store.get(first.ids[0]).await.unwrap().unwrap();
+        let start = store.reserve_ids(1).await.unwrap();
+        copy.id = start;
+        let item = StoredMemory { memory: copy, vector: None, edges: Vec::new() };
+        let restored = store.restore_once("restore:1".into(), vec![item.clone()]).await.unwrap();
+        assert_eq!((restored.ids.clone(), restored.replayed), (vec![start], false));
+        let replay = store.restore_once("restore:1".into(), vec![item]).await.unwrap();
+        assert!(replay.replayed);
+        assert_eq!(replay.ids, vec![start]);
+        assert_eq!(store.stats().await.unwrap().memories(), 5);
+    });
+}
+
+pub fn reserved_ids_are_never_taken<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let before = store.insert(vec![episode("before", None, 1)], None).await.unwrap()[0];
+        let first = store.reserve_ids(10).await.unwrap();
+        assert!(first > before);
+        let after = store.insert(vec![episode("after", None, 2)], None).await.unwrap()[0];
+        assert!(after.0 >= first.0 + 10, "an insert after a reservation of {first}..+10 took {after}");
+        // The reserved ids are the caller's to restore under.
+        let mut memory = store.get(before).await.unwrap().unwrap();
+        memory.id = MemoryId(first.0 + 3);
+        store.restore(vec![StoredMemory { memory, vector: None, edges: Vec::new() }]).await.unwrap();
+        assert_eq!(store.get(MemoryId(first.0 + 3)).await.unwrap().unwrap().text, "before");
+        assert_eq!(store.get(after).await.unwrap().unwrap().text, "after");
+        let next = store.reserve_ids(1).await.unwrap();
+        assert!(next > after, "a reservation starts after every id in use");
+    });
+}
+
+pub fn own_claims_on_queued_vectors_are_renewed<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        bind_test_model(store).await;
+        let ids = store.insert((0..5).map(|i| episode(&format!("queued {i}"), None, i)).collect(), None).await.unwrap();
+        let claimed: Vec<MemoryId> = store.pending_vectors(3).await.unwrap().iter().map(|m| m.id).collect();
+        assert_eq!(claimed, ids[..3]);
+        // One instance's claims never hide work from itself: asking again renews them.
+        let again: Vec<MemoryId> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
+        assert_eq!(again, ids);
+        embed_pending(store).await;
+        assert!(store.pending_vectors(10).await.unwrap().is_empty());
+        assert_eq!(store.stats().await.unwrap().pending_vectors, 0);
     });
 }

@@ -5,10 +5,11 @@ use async_trait::async_trait;
 use atlas_domain::policy::embedding::line;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, VectorIndex,
+    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex,
+    VectorIndex,
 };
 use atlas_domain::{
-    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Validity,
+    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, Validity,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -21,6 +22,21 @@ struct State {
     queue: BTreeSet<MemoryId>,
     vectors: HashMap<MemoryId, Vec<f32>>,
     model: Option<EmbeddingModel>,
+    receipts: HashMap<String, Receipt>,
+}
+
+impl State {
+    /// The receipt of an earlier write under `key`, or the new one of `write`'s ids.
+    fn once(&mut self, key: String, write: impl FnOnce(&mut State) -> Result<Vec<MemoryId>>) -> Result<Receipt> {
+        if let Some(earlier) = self.receipts.get(&key) {
+            return Ok(Receipt { replayed: true, ..earlier.clone() });
+        }
+        let ids = write(self)?;
+        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let receipt = Receipt { ids, replayed: false, recorded_at: Timestamp(since_epoch.as_millis() as i64) };
+        self.receipts.insert(key, receipt.clone());
+        Ok(receipt)
+    }
 }
 
 /// The reference implementation of the storage ports: simple and obviously correct, not fast.
@@ -39,11 +55,8 @@ fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
-#[async_trait]
-impl MemoryStore for FakeStore {
-    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
-        let mut s = self.state.lock().unwrap();
-        let mut ids = Vec::with_capacity(batch.len());
+fn insert_locked(s: &mut State, batch: Vec<NewMemory>) -> Vec<MemoryId> {
+    let mut ids = Vec::with_capacity(batch.len());
         for m in batch {
             s.last_id += 1;
             let id = MemoryId(s.last_id);
@@ -73,10 +86,25 @@ impl MemoryStore for FakeStore {
             s.memories.insert(id, Memory { context, ..m.with_id(id) });
             ids.push(id);
         }
+    ids
+}
+
+#[async_trait]
+impl MemoryStore for FakeStore {
+    async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        let ids = insert_locked(&mut self.state.lock().unwrap(), batch);
         if let Some(p) = progress {
             p(ids.len());
         }
         Ok(ids)
+    }
+
+    async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
+        let receipt = self.state.lock().unwrap().once(key, |s| Ok(insert_locked(s, batch)))?;
+        if let Some(p) = progress {
+            p(receipt.ids.len());
+        }
+        Ok(receipt)
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
@@ -272,7 +300,23 @@ impl Replica for FakeStore {
     }
 
     async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        restore_locked(&mut self.state.lock().unwrap(), batch).map(|_| ())
+    }
+
+    async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
+        self.state.lock().unwrap().once(key, |s| restore_locked(s, batch))
+    }
+
+    async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
         let mut s = self.state.lock().unwrap();
+        let first = s.last_id + 1;
+        s.last_id += count as i64;
+        Ok(MemoryId(first))
+    }
+}
+
+fn restore_locked(s: &mut State, batch: Vec<StoredMemory>) -> Result<Vec<MemoryId>> {
+    {
         let dim = s.model.as_ref().map(|m| m.dimension);
         for item in &batch {
             if let Some(v) = &item.vector {
@@ -289,6 +333,7 @@ impl Replica for FakeStore {
                 }
             }
         }
+        let ids = batch.iter().map(|item| item.memory.id).collect();
         for item in batch {
             let id = item.memory.id;
             s.last_id = s.last_id.max(id.0);
@@ -308,6 +353,6 @@ impl Replica for FakeStore {
                 s.edges.push(edge);
             }
         }
-        Ok(())
+        Ok(ids)
     }
 }

@@ -1,4 +1,5 @@
-//! Pure policies: query normalisation, rank fusion, recency, near-duplicate collapse, input
+//! Pure policies: query normalisation, rank fusion, recency, near-duplicate collapse, id
+//! references and their renumbering on restore, input
 //! limits, what is indexed and embedded.
 
 pub mod embedding;
@@ -6,5 +7,6 @@ pub mod fusion;
 pub mod limits;
 pub mod query;
 pub mod recency;
+pub mod references;
 pub mod redundancy;
 pub mod text_fields;
