@@ -119,7 +119,7 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
         let config = Config { db: dir.path().join("atlas.db"), embedder: EmbedderKind::None, ..Config::default() };
         let atlas = Atlas::open(config).await?;
         let started = Instant::now();
-        atlas.import(batch, atlas_runtime::ImportProgress::default()).await?;
+        atlas.import(batch, None).await?;
         let import_rate = n as f64 / started.elapsed().as_secs_f64();
 
         let mut latencies = Vec::with_capacity(remembers);

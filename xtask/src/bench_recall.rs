@@ -11,7 +11,7 @@ use anyhow::Result;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
 use atlas_runtime::config::EmbedderKind;
-use atlas_runtime::{Atlas, Config, ImportProgress, Parts, RecallRequest};
+use atlas_runtime::{Atlas, Config, Parts, RecallRequest};
 use atlas_store_sqlite::{SqliteOptions, SqliteStore};
 use std::sync::Arc;
 use std::time::Instant;
@@ -170,7 +170,8 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
     let dim;
     if real {
         let atlas = Atlas::open(onnx.clone()).await?;
-        atlas.import(batch, ImportProgress::default()).await?;
+        atlas.import(batch, None).await?;
+        atlas.flush_vectors(None).await?;
         dim = atlas.stats().await?.store.embedding_model.map_or(384, |m| m.dimension);
         let store = SqliteStore::open(&db, &SqliteOptions::default())?;
         let mut after = None;
@@ -187,7 +188,7 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
         let store = SqliteStore::open(&db, &SqliteOptions::default())?;
         let text_only = Config { db: db.clone(), embedder: EmbedderKind::None, ..Config::default() };
         let atlas = Atlas::from_parts(Parts::from_store(Arc::new(store), None), text_only).await?;
-        let ids = atlas.import(batch, ImportProgress::default()).await?;
+        let ids = atlas.import(batch, None).await?;
         drop(atlas);
         let model = atlas_runtime::open_embedder(&onnx).await?.expect("onnx").model();
         dim = model.dimension;

@@ -4,7 +4,7 @@ mod output;
 
 use anyhow::{Context, Result, anyhow};
 use atlas_domain::{MemoryId, MemoryKind, Scope, Timestamp};
-use atlas_runtime::{Atlas, Config, ImportProgress, RecallRequest, Remember};
+use atlas_runtime::{Atlas, Config, ImportOptions, RecallRequest, Remember};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
@@ -38,8 +38,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Import a JSON Lines file of memories, all or nothing.
-    Import { file: PathBuf },
+    /// Import a JSON Lines file of memories (or restore a full export), all or nothing; the
+    /// same content is imported once per space.
+    Import {
+        file: PathBuf,
+        /// Import a second copy even though this content was imported before.
+        #[arg(long)]
+        again: bool,
+    },
     /// Store one episode on the hot path and print its id.
     Remember(RememberArgs),
     /// Find the memories that answer a query (or every query of a --batch file).
@@ -57,12 +63,17 @@ enum Command {
     },
     /// Re-embed every memory with the configured model (after a model change); resumable.
     Reembed,
-    /// Write every memory as JSON Lines that `import` reads back.
+    /// Write a full export (ids, edges, context) that `import` restores exactly.
     Export {
         /// Write here instead of standard output.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Include every memory's vector, so that a restore need not re-embed.
+        #[arg(long)]
+        vectors: bool,
     },
+    /// Embed every memory still waiting for a vector, with a progress bar.
+    EmbedPending,
 }
 
 #[derive(Args)]
@@ -81,6 +92,9 @@ struct RememberArgs {
     /// A JSON object kept with the memory.
     #[arg(long)]
     meta: Option<String>,
+    /// An idempotency key: running the same command again with it stores nothing twice.
+    #[arg(long)]
+    key: Option<String>,
 }
 
 #[derive(Args)]
@@ -115,6 +129,11 @@ struct RecallArgs {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
+    // Like every Unix filter: a reader that goes away (`| head`) ends us quietly, no panic.
+    // SAFETY: resetting a signal to its default disposition before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ATLAS_LOG")
@@ -123,10 +142,15 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let json = cli.json;
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            if json {
+                println!("{}", output::error_json(&e));
+            } else {
+                eprintln!("error: {e:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -144,19 +168,37 @@ async fn run(cli: Cli) -> Result<()> {
         config.db = db;
     }
     let json = cli.json;
+    // Only commands that write may create the memory space: a mistyped path is an error.
+    config.create = matches!(cli.command, Command::Import { .. } | Command::Remember(_));
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
         Command::Reembed => return reembed(config, json).await,
         _ => {}
     }
-    if matches!(cli.command, Command::Get { .. } | Command::Forget { .. } | Command::Export { .. }) {
-        // These never touch vectors: skip loading the model.
+    if matches!(
+        cli.command,
+        Command::Remember(_) | Command::Get { .. } | Command::Forget { .. } | Command::Stats | Command::Export { .. }
+    ) {
+        // These never embed: the model is not loaded (its vectors come from a later recall,
+        // import, embed-pending or a long-lived process).
         config.embedder = atlas_runtime::config::EmbedderKind::None;
     }
     let atlas = Atlas::open(config).await?;
     match cli.command {
         Command::Embed { .. } | Command::Reembed => unreachable!("handled before opening the store"),
-        Command::Import { file } => import(&atlas, &file, json).await,
+        Command::Import { file, again } => import(&atlas, &file, again, json).await,
+        Command::EmbedPending => {
+            let started = Instant::now();
+            let embedded = embed_all(&atlas, json).await?;
+            let left = atlas.pending_vectors().await?;
+            let secs = started.elapsed().as_secs_f64();
+            output::print_line(
+                json,
+                serde_json::json!({"embedded": embedded, "pending_vectors": left, "took_ms": secs * 1e3}),
+                || embedded_message(embedded, left, secs),
+            );
+            Ok(())
+        }
         Command::Remember(args) => remember(&atlas, args, json).await,
         Command::Recall(args) => recall(&atlas, args, json).await,
         Command::Get { id } => {
@@ -176,15 +218,15 @@ async fn run(cli: Cli) -> Result<()> {
             output::print_stats(&atlas.config().db, &stats, json);
             Ok(())
         }
-        Command::Export { out } => {
+        Command::Export { out, vectors } => {
             let count = match &out {
                 Some(path) => {
                     let file =
                         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
                     let mut writer = std::io::BufWriter::new(file);
-                    atlas.export(&mut writer).await?
+                    atlas.export(&mut writer, vectors).await?
                 }
-                None => atlas.export(&mut std::io::BufWriter::new(std::io::stdout().lock())).await?,
+                None => atlas.export(&mut std::io::BufWriter::new(std::io::stdout().lock()), vectors).await?,
             };
             let target = out.map_or("standard output".to_owned(), |p| p.display().to_string());
             eprintln!("exported {count} memories to {target}");
@@ -203,33 +245,85 @@ fn progress_bar(len: u64) -> ProgressBar {
     bar
 }
 
-async fn import(atlas: &Atlas, file: &std::path::Path, json: bool) -> Result<()> {
+async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) -> Result<()> {
     let started = Instant::now();
     let shown = file.display().to_string();
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {shown}"))?;
-    let batch = atlas_runtime::parse_jsonl(&bytes, &shown, atlas_runtime::now())?;
-    let bar = progress_bar(batch.len() as u64);
+    let bar = progress_bar(0);
     bar.set_message("storing");
-    let (stored_bar, embedded_bar) = (bar.clone(), bar.clone());
-    let progress = ImportProgress {
-        stored: Some(Arc::new(move |n| stored_bar.set_position(n as u64))),
-        embedded: Some(Arc::new(move |n| {
-            embedded_bar.set_message("embedding");
-            embedded_bar.set_position(n as u64);
-        })),
-    };
-    let ids = atlas.import(batch, progress).await?;
+    let stored_bar = bar.clone();
+    let progress: atlas_domain::ports::ProgressFn = Arc::new(move |n| stored_bar.set_position(n as u64));
+    let imported = atlas.import_file(file, ImportOptions { again }, Some(progress)).await?;
     bar.finish_and_clear();
-    let secs = started.elapsed().as_secs_f64();
+    // Acknowledged: committed. Said at once, before any embedding, so that a kill from here on
+    // never leaves a stored import unacknowledged.
+    let (n, secs) = (imported.ids.len(), started.elapsed().as_secs_f64());
+    let ids = atlas_domain::encode_id_runs(&imported.ids);
     output::print_line(
         json,
         serde_json::json!({
-            "imported": ids.len(), "file": shown, "took_ms": secs * 1e3,
-            "first_id": ids.first().map(|i| i.0), "last_id": ids.last().map(|i| i.0),
+            "imported": if imported.replayed { 0 } else { n }, "stored": n, "file": shown, "took_ms": secs * 1e3,
+            "first_id": imported.ids.first().map(|i| i.0), "last_id": imported.ids.last().map(|i| i.0),
+            "replayed": imported.replayed, "restored": imported.restored, "renumbered": imported.renumbered,
+            "vectors_restored": imported.vectors, "recorded_at": imported.recorded_at.to_rfc3339(),
         }),
-        || format!("imported {} memories from {shown} in {secs:.2} s", ids.len()),
+        || {
+            if imported.replayed {
+                format!(
+                    "already imported: this content of {shown} was stored on {} as {n} memories (ids {ids}); \
+                     nothing stored again (--again imports a second copy)",
+                    imported.recorded_at.to_rfc3339()
+                )
+            } else if imported.restored {
+                let how = if imported.renumbered { "under new ids, every reference mapped" } else { "with their ids" };
+                format!("stored {n} memories from {shown} ({how}: {ids}) in {secs:.2} s")
+            } else {
+                format!("stored {n} memories from {shown} (ids {ids}) in {secs:.2} s")
+            }
+        },
     );
+    std::io::stdout().flush()?;
+    let started = Instant::now();
+    let embedded = embed_all(atlas, json).await?;
+    let left = atlas.pending_vectors().await?;
+    if embedded > 0 || left > 0 {
+        let secs = started.elapsed().as_secs_f64();
+        output::print_line(
+            json,
+            serde_json::json!({"embedded": embedded, "pending_vectors": left, "took_ms": secs * 1e3}),
+            || embedded_message(embedded, left, secs),
+        );
+    }
     Ok(())
+}
+
+/// Embeds the backlog with a progress bar on standard error; interruptible at any point
+/// without loss (the queue is durable). An embedding failure is reported, not fatal: what was
+/// stored stays stored and queued.
+async fn embed_all(atlas: &Atlas, json: bool) -> Result<usize> {
+    if atlas.embedder().is_none() {
+        return Ok(0);
+    }
+    let total = atlas.pending_vectors().await?;
+    let bar = if json { ProgressBar::hidden() } else { progress_bar(total) };
+    bar.set_message("embedding");
+    let embedded_bar = bar.clone();
+    let result = atlas.flush_vectors(Some(Arc::new(move |n| embedded_bar.set_position(n as u64)))).await;
+    bar.finish_and_clear();
+    match result {
+        Ok(n) => Ok(n),
+        Err(e) => {
+            eprintln!("warning: embedding failed ({e}); the memories stay stored and queued (`atlas embed-pending` retries)");
+            Ok(0)
+        }
+    }
+}
+
+fn embedded_message(embedded: usize, left: u64, secs: f64) -> String {
+    let mut line = format!("embedded {embedded} memories in {secs:.2} s");
+    if left > 0 {
+        line.push_str(&format!("; {left} still wait for a vector (claimed by another process, or failed)"));
+    }
+    line
 }
 
 async fn embed(config: &Config, batch: &std::path::Path, json: bool) -> Result<()> {
@@ -241,8 +335,8 @@ async fn embed(config: &Config, batch: &std::path::Path, json: bool) -> Result<(
     let items = parse_lines(&text, &shown, ["id", "text"])?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for chunk in items.chunks(256) {
-        let vectors = embedder.embed(chunk.iter().map(|[_, text]| text.clone()).collect()).await?;
-        for ([id, _], vector) in chunk.iter().zip(vectors) {
+        let vectors = embedder.embed(chunk.iter().map(|(_, [_, text])| text.clone()).collect()).await?;
+        for ((_, [id, _]), vector) in chunk.iter().zip(vectors) {
             if json {
                 writeln!(out, "{}", serde_json::json!({"id": id, "vector": vector}))?;
             } else {
@@ -289,8 +383,14 @@ async fn remember(atlas: &Atlas, args: RememberArgs, json: bool) -> Result<()> {
             Err(e) => return Err(anyhow!("--meta: not valid JSON ({e})")),
         },
     };
-    let input =
-        Remember { text: args.text, speaker: args.speaker, scope, time: parse_time("--time", args.time)?, meta };
+    let input = Remember {
+        text: args.text,
+        speaker: args.speaker,
+        scope,
+        time: parse_time("--time", args.time)?,
+        meta,
+        key: args.key,
+    };
     let id = atlas.remember(input).await?;
     output::print_line(json, serde_json::json!({"id": id.0}), || format!("remembered memory {id}"));
     Ok(())
@@ -306,34 +406,49 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
         until: parse_time("--until", args.until)?,
         as_of: parse_time("--as-of", args.as_of)?,
     };
-    // A CLI process lives too briefly for the background embedder: catch up first, so that a
-    // `remember` followed by a `recall` always searches the new memory's vector too.
-    atlas.flush_vectors(None).await?;
-    match (args.query, args.batch) {
-        (Some(query), None) => {
-            let result = atlas.recall(RecallRequest { query, ..template }).await?;
-            output::print_recall(None, &result, json, args.explain);
-            Ok(())
-        }
+    // Every query is read and checked before any is answered: a bad line names itself and
+    // nothing half-printed is left to undo.
+    let queries = match (args.query, args.batch) {
+        (Some(query), None) => vec![(None, query)],
         (None, Some(batch)) => {
             let shown = batch.display().to_string();
             let text = std::fs::read_to_string(&batch).with_context(|| format!("cannot read {shown}"))?;
-            let queries = parse_lines(&text, &shown, ["id", "query"])?;
-            let stdout = std::io::stdout();
-            for [id, query] in queries {
-                let result = atlas.recall(RecallRequest { query: query.clone(), ..template.clone() }).await?;
-                output::print_recall(Some((&id, &query)), &result, json, args.explain);
-            }
-            stdout.lock().flush()?;
-            Ok(())
+            let lines = parse_lines(&text, &shown, ["id", "query"])?;
+            lines.into_iter().map(|(at, [id, query])| (Some((at, id)), query)).collect()
         }
-        _ => Err(anyhow!("recall needs a QUERY or --batch FILE")),
+        _ => return Err(anyhow!("recall needs a QUERY or --batch FILE")),
+    };
+    for (at, query) in &queries {
+        if query.trim().is_empty() {
+            let location = at.as_ref().map_or("recall".to_owned(), |(at, _)| at.clone());
+            return Err(atlas_domain::AtlasError::invalid(location, "field \"query\": empty").into());
+        }
     }
+    // A CLI process lives too briefly for the background embedder: embed what this process
+    // (or another) just wrote, within a small budget, then answer whatever is left waiting.
+    atlas.catch_up().await;
+    let batch = queries.len() > 1 || queries.first().is_some_and(|(at, _)| at.is_some());
+    for (at, query) in queries {
+        let result = atlas.recall(RecallRequest { query: query.clone(), ..template.clone() }).await?;
+        let label = at.as_ref().map(|(_, id)| (id.as_str(), query.as_str()));
+        output::print_recall(label.filter(|_| batch), &result, json, args.explain);
+        if !json && result.pending_vectors > 0 && !batch {
+            eprintln!(
+                "note: {} memories still wait for a vector and were searched by full text only \
+                 (`atlas embed-pending` embeds them)",
+                result.pending_vectors
+            );
+        }
+    }
+    std::io::stdout().lock().flush()?;
+    Ok(())
 }
 
-/// Lines of JSON objects with string `fields` (`id` may be a number); errors name the file,
-/// line and field.
-fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> Result<Vec<[String; N]>> {
+/// Lines of JSON objects with string `fields` (`id` may be a number), each with where it
+/// stands (`file:line`); errors name the file, line and field. A UTF-8 byte-order mark is read
+/// as the start of the file, not as part of its first line.
+fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> Result<Vec<(String, [String; N])>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -354,7 +469,7 @@ fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> R
         for (slot, name) in row.iter_mut().zip(fields) {
             *slot = field(name)?;
         }
-        out.push(row);
+        out.push((at, row));
     }
     Ok(out)
 }

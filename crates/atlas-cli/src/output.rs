@@ -54,7 +54,8 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
             "vector_ms": recall.stages.vector_ms,
             "fusion_ms": recall.stages.fusion_ms,
         });
-        let mut out = json!({"took_ms": recall.took_ms, "stages": stages, "hits": hits, "signals": signals});
+        let mut out = json!({"took_ms": recall.took_ms, "stages": stages, "hits": hits, "signals": signals,
+                             "pending_vectors": recall.pending_vectors});
         if let Some((id, _)) = batch {
             out["id"] = Value::from(id);
         }
@@ -163,11 +164,21 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     }
     println!("edges:           {}", s.edges);
     println!("vectors:         {} ({} pending)", s.vectors, s.pending_vectors);
-    println!("embedder:        {}", stats.embedder.as_deref().unwrap_or("none (full-text recall only)"));
+    let made_by = s.embedding_model.as_ref().map(|m| format!("{} ({} dimensions)", m.name, m.dimension));
+    println!("vectors made by: {}", made_by.as_deref().unwrap_or("no model bound yet"));
     if let Some(bytes) = s.bytes {
         println!("size:            {:.1} MB", bytes as f64 / 1e6);
     }
     if let Some(v) = s.schema_version {
         println!("schema version:  {v}");
     }
+}
+
+/// A failed command under `--json`: `{"error": {"code", "message", "field"}}` (the shape the
+/// server's errors take too), so that a script never has to parse prose.
+pub fn error_json(e: &anyhow::Error) -> Value {
+    let domain = e.downcast_ref::<atlas_domain::AtlasError>();
+    let code = domain.map_or("error", atlas_domain::AtlasError::code);
+    let (location, field) = domain.and_then(atlas_domain::AtlasError::location).unzip();
+    json!({"error": {"code": code, "message": format!("{e:#}"), "field": field.flatten(), "location": location}})
 }

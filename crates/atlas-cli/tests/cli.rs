@@ -107,7 +107,7 @@ fn remember_get_forget_stats_export() {
     let err = failed(atlas(&db, &["forget", &id]));
     assert!(err.contains(&format!("no memory with id {id}")), "{err}");
     let export = ok(atlas(&db, &["export"]));
-    assert_eq!(export.lines().count(), 2);
+    assert_eq!(export.lines().count(), 4, "header, the two memories left, trailer");
     assert!(export.contains("general kenobi"));
 }
 
@@ -171,8 +171,8 @@ fn a_killed_import_loses_no_acknowledged_write() {
 #[test]
 fn two_writer_processes_wait_for_each_other() {
     let dir = tempfile::tempdir().unwrap();
+    // Both processes open the brand-new file at once: the first open waits like any write.
     let db = dir.path().join("shared.db");
-    ok(atlas_text_only(&db, &["stats"]));
     let files: Vec<PathBuf> = (0..2)
         .map(|p| {
             let lines: String = (0..20_000)
@@ -208,8 +208,9 @@ fn a_writer_blocked_too_long_fails_clearly() {
     let db = dir.path().join("locked.db");
     ok(atlas_text_only(&db, &["remember", "before the lock"]));
     let holder = python_lock_holder(&db);
-    let err = failed(atlas_text_only(&db, &["remember", "during the lock"]));
-    assert!(err.contains("locked by another writer"), "{err}");
+    let err = failed(command(&db, &["remember", "during the lock"]).env("ATLAS_EMBEDDER", "none").env("ATLAS_BUSY_TIMEOUT_MS", "700").output().unwrap());
+    assert!(err.contains("locked by another process") && err.contains("waited"), "{err}");
+    assert!(err.contains("locked.db") && !err.contains("5 s"), "names the file and the real wait: {err}");
     drop(holder);
     ok(atlas_text_only(&db, &["remember", "after the lock"]));
     let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();

@@ -7,8 +7,10 @@
 //! assigns new ids). Unknown fields are errors rather than silently dropped data.
 //!
 //! A full export (what `atlas export` writes) starts with a header line,
-//! `{"atlas_export": {"format": 1, "memories": N, "embedding_model"?: {"name", "dimension"}}}`,
-//! and every line after it is a stored memory: the fields above with `id` required, plus
+//! `{"atlas_export": {"format": 1, "embedding_model"?: {"name", "dimension"}}}`, and ends with
+//! a trailer line, `{"atlas_export_end": {"memories": N}}`, so that a file cut short is
+//! refused rather than half restored. Every line between is a stored memory: the fields above
+//! with `id` required, plus
 //! `"context"?` (the turn it answers), `"edges"?` (the typed edges it carries: those whose
 //! other end has a smaller id, `{"src", "dst", "kind", "weight", "valid_from", "valid_until"?,
 //! "recorded_at"}`) and `"vector"?` (with `export --vectors`). Importing it restores the space
@@ -65,12 +67,30 @@ pub const HEADER_KEY: &str = "atlas_export";
 /// The format version this build writes and reads.
 pub const EXPORT_FORMAT: u64 = 1;
 
+/// The key of a full export's trailer line.
+pub const TRAILER_KEY: &str = "atlas_export_end";
+
 /// The first line of a full export.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportHeader {
-    pub memories: u64,
     /// The model that made the vectors, when the export carries them.
     pub embedding_model: Option<EmbeddingModel>,
+}
+
+/// The last line of a full export: how many memories it holds.
+pub fn trailer_line(memories: u64) -> Value {
+    serde_json::json!({ TRAILER_KEY: { "memories": memories } })
+}
+
+/// Reads a full export's trailer line; `None` when the line is not one.
+pub fn parse_trailer(line: &str) -> Result<Option<u64>, LineError> {
+    let Ok(obj) = object(line) else { return Ok(None) };
+    let Some(trailer) = obj.get(TRAILER_KEY) else { return Ok(None) };
+    trailer
+        .get("memories")
+        .and_then(Value::as_u64)
+        .map(Some)
+        .ok_or_else(|| LineError::at(&format!("{TRAILER_KEY}.memories"), "missing or not a number"))
 }
 
 fn object(line: &str) -> Result<Map<String, Value>, LineError> {
@@ -86,7 +106,7 @@ fn object(line: &str) -> Result<Map<String, Value>, LineError> {
 pub fn parse_line(line: &str, now: Timestamp) -> Result<NewMemory, LineError> {
     let obj = object(line)?;
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        if STORED_FIELDS.contains(&unknown.as_str()) || unknown == HEADER_KEY {
+        if STORED_FIELDS.contains(&unknown.as_str()) || unknown == HEADER_KEY || unknown == TRAILER_KEY {
             return Err(LineError::at(
                 unknown,
                 "only a full export carries this field, and its first line must be the export's header",
@@ -115,7 +135,6 @@ pub fn parse_header(line: &str) -> Result<Option<ExportHeader>, LineError> {
         }
         None => return Err(LineError::at(&field("format"), "missing or not a number")),
     }
-    let memories = h.get("memories").and_then(Value::as_u64).ok_or_else(|| LineError::at(&field("memories"), "missing or not a number"))?;
     let embedding_model = match h.get("embedding_model") {
         None | Some(Value::Null) => None,
         Some(m) => {
@@ -127,14 +146,13 @@ pub fn parse_header(line: &str) -> Result<Option<ExportHeader>, LineError> {
             }
         }
     };
-    Ok(Some(ExportHeader { memories, embedding_model }))
+    Ok(Some(ExportHeader { embedding_model }))
 }
 
 /// Writes a full export's header line.
 pub fn header_line(header: &ExportHeader) -> Value {
     let mut h = Map::new();
     h.insert("format".into(), Value::from(EXPORT_FORMAT));
-    h.insert("memories".into(), Value::from(header.memories));
     if let Some(m) = &header.embedding_model {
         h.insert("embedding_model".into(), serde_json::json!({"name": m.name, "dimension": m.dimension}));
     }
@@ -417,12 +435,13 @@ mod tests {
     #[test]
     fn header_round_trips_and_plain_lines_are_not_headers() {
         let header = ExportHeader {
-            memories: 3,
             embedding_model: Some(EmbeddingModel { name: "m".into(), dimension: 384 }),
         };
         assert_eq!(parse_header(&header_line(&header).to_string()).unwrap(), Some(header));
         assert_eq!(parse_header(r#"{"text": "hello"}"#).unwrap(), None);
-        let newer = parse_header(r#"{"atlas_export": {"format": 2, "memories": 1}}"#).unwrap_err();
+        assert_eq!(parse_trailer(&trailer_line(3).to_string()).unwrap(), Some(3));
+        assert_eq!(parse_trailer(r#"{"text": "hello"}"#).unwrap(), None);
+        let newer = parse_header(r#"{"atlas_export": {"format": 2}}"#).unwrap_err();
         assert_eq!(newer.field.as_deref(), Some("atlas_export.format"));
     }
 

@@ -119,6 +119,9 @@ pub trait VectorIndex: Send + Sync {
     /// renewed, not skipped. Claims are released by `put_vectors` or by expiry.
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>>;
 
+    /// How many memories wait for a vector (claimed or not): cheap enough to ask on every recall.
+    async fn queued_vectors(&self) -> Result<u64>;
+
     /// Stores vectors (replacing any) and takes their memories off the queue. Vectors of
     /// memories forgotten in the meantime are dropped.
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()>;

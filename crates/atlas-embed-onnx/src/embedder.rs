@@ -85,8 +85,10 @@ fn environment(manifest: &Manifest, cuda: bool) -> Result<&'static ort::environm
     let library = assets::runtime_library(spec)?;
     let builder =
         ort::init_from(&library).map_err(|e| AtlasError::Embedding(format!("cannot load ONNX Runtime: {e}")))?;
+    // A local-first tool sends nothing anywhere and writes nothing outside its own cache.
     let env = builder
         .with_name("atlas")
+        .with_telemetry(false)
         .build()
         .map_err(|e| AtlasError::Embedding(format!("cannot start ONNX Runtime from {}: {e}", library.display())))?;
     Ok(ENVIRONMENT.get_or_init(|| env))

@@ -57,7 +57,35 @@ impl Background {
     pub async fn drain(&self, progress: Option<ProgressFn>) -> Result<usize> {
         self.shared.drain(progress).await
     }
+
+    /// Embeds queued memories in small batches until `budget` has passed or nothing is left
+    /// that another process has not claimed; returns how many it embedded. Waits for no one: if
+    /// this process is already draining, it returns at once.
+    pub async fn catch_up(&self, budget: Duration) -> Result<usize> {
+        let Some(embedder) = &self.shared.parts.embedder else {
+            return Ok(0);
+        };
+        if budget.is_zero() {
+            return Ok(0);
+        }
+        let Ok(_one_at_a_time) = self.shared.draining.try_lock() else {
+            return Ok(0);
+        };
+        let started = std::time::Instant::now();
+        let mut done = 0;
+        while started.elapsed() < budget {
+            let n = self.shared.embed_batch(embedder.as_ref(), CATCH_UP_BATCH).await?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
+    }
 }
+
+/// Memories a bounded catch-up embeds at a time: small, so that the budget is kept closely.
+const CATCH_UP_BATCH: usize = 8;
 
 impl Shared {
     async fn drain(&self, progress: Option<ProgressFn>) -> Result<usize> {
@@ -67,25 +95,36 @@ impl Shared {
         let _one_at_a_time = self.draining.lock().await;
         let mut done = 0;
         loop {
-            let pending = self.parts.vectors.pending_vectors(self.batch).await?;
-            if pending.is_empty() {
+            let n = self.embed_batch(embedder.as_ref(), self.batch).await?;
+            if n == 0 {
                 return Ok(done);
             }
-            let (ids, texts): (Vec<_>, Vec<_>) = pending.iter().map(|m| (m.id, embedding_text(m))).unzip();
-            let vectors = embedder.embed(texts).await?;
-            if vectors.len() != ids.len() {
-                return Err(atlas_domain::AtlasError::Embedding(format!(
-                    "embedder returned {} vectors for {} texts",
-                    vectors.len(),
-                    ids.len()
-                )));
-            }
-            done += ids.len();
-            self.parts.vectors.put_vectors(ids.into_iter().zip(vectors).collect()).await?;
+            done += n;
             if let Some(p) = &progress {
                 p(done);
             }
         }
+    }
+
+    /// Claims up to `limit` queued memories, embeds and stores their vectors; returns how many
+    /// (0: nothing left that this process may take).
+    async fn embed_batch(&self, embedder: &dyn atlas_domain::ports::Embedder, limit: usize) -> Result<usize> {
+        let pending = self.parts.vectors.pending_vectors(limit).await?;
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let (ids, texts): (Vec<_>, Vec<_>) = pending.iter().map(|m| (m.id, embedding_text(m))).unzip();
+        let vectors = embedder.embed(texts).await?;
+        if vectors.len() != ids.len() {
+            return Err(atlas_domain::AtlasError::Embedding(format!(
+                "embedder returned {} vectors for {} texts",
+                vectors.len(),
+                ids.len()
+            )));
+        }
+        let n = ids.len();
+        self.parts.vectors.put_vectors(ids.into_iter().zip(vectors).collect()).await?;
+        Ok(n)
     }
 }
 

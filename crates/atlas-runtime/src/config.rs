@@ -26,6 +26,14 @@ pub struct Config {
     pub embed_batch: usize,
     pub onnx: OnnxConfig,
     pub recall: RecallConfig,
+    /// How long a write (and opening the file) waits for another process's lock, in ms; long
+    /// enough by default for a million-memory import of another process to commit.
+    pub busy_timeout_ms: u64,
+    /// Create the memory space if it does not exist. Set by the caller (commands that only
+    /// read leave it off, so a mistyped path is an error, not a new empty database); never
+    /// read from the file.
+    #[serde(skip)]
+    pub create: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -184,6 +192,10 @@ pub struct RecallConfig {
     /// Hits whose words overlap at least this much (Jaccard) with a better hit fold into it,
     /// listed as its duplicates; above 1 nothing folds.
     pub duplicate_threshold: f64,
+    /// At most this long (ms) a recall spends embedding memories still waiting for a vector
+    /// before it answers (0: none); what is left waits for the background task or
+    /// `atlas embed-pending`, and full text covers it meanwhile.
+    pub embed_budget_ms: u64,
 }
 
 impl Default for RecallConfig {
@@ -204,6 +216,7 @@ impl Default for RecallConfig {
             recency_weight: 0.1,
             recency_half_life_days: 30.0,
             duplicate_threshold: 0.8,
+            embed_budget_ms: 250,
         }
     }
 }
@@ -221,6 +234,8 @@ impl Default for Config {
             embed_batch: 256,
             onnx: OnnxConfig::default(),
             recall: RecallConfig::default(),
+            busy_timeout_ms: 60_000,
+            create: true,
         }
     }
 }
@@ -246,7 +261,8 @@ impl Config {
 
     /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`),
     /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_EMBED_THREADS`, `ATLAS_STORAGE` (`sqlite` |
-    /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_API_KEY`.
+    /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_API_KEY`, `ATLAS_BUSY_TIMEOUT_MS`,
+    /// `ATLAS_RECALL_EMBED_BUDGET_MS`.
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
         if let Some(v) = env("ATLAS_STORAGE") {
             self.storage = StorageKind::parse(&v).map_err(|e| AtlasError::Config(format!("ATLAS_STORAGE: {e}")))?;
@@ -290,6 +306,15 @@ impl Config {
                     )));
                 }
             };
+        }
+        let millis = |key: &str, v: String| -> Result<u64> {
+            v.trim().parse().map_err(|_| AtlasError::Config(format!("{key}: expected a number of milliseconds, got {v:?}")))
+        };
+        if let Some(v) = env("ATLAS_BUSY_TIMEOUT_MS") {
+            self.busy_timeout_ms = millis("ATLAS_BUSY_TIMEOUT_MS", v)?;
+        }
+        if let Some(v) = env("ATLAS_RECALL_EMBED_BUDGET_MS") {
+            self.recall.embed_budget_ms = millis("ATLAS_RECALL_EMBED_BUDGET_MS", v)?;
         }
         Ok(())
     }

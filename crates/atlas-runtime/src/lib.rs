@@ -3,20 +3,19 @@
 //! `forget`, `stats`, `export`.
 
 mod background;
+mod backup;
 pub mod config;
 pub mod migrate;
 mod recall;
 
+pub use backup::{ImportOptions, Imported, import_key, parse_jsonl};
 pub use config::Config;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
-use atlas_domain::jsonl;
 use atlas_domain::policy::limits::validate;
 use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex};
 use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
 use background::Background;
-use std::io::Write;
-use std::path::Path;
 use std::sync::Arc;
 
 /// The adapters an [`Atlas`] runs on. [`Atlas::open`] builds them from configuration; tests and
@@ -48,13 +47,6 @@ impl Parts {
     }
 }
 
-/// Progress callbacks of an import: records stored, then vectors embedded (running counts).
-#[derive(Clone, Default)]
-pub struct ImportProgress {
-    pub stored: Option<ProgressFn>,
-    pub embedded: Option<ProgressFn>,
-}
-
 /// An episode for the hot path; the runtime stamps it with the time it was learned.
 #[derive(Debug, Clone, Default)]
 pub struct Remember {
@@ -64,6 +56,9 @@ pub struct Remember {
     /// When it was said; defaults to now.
     pub time: Option<Timestamp>,
     pub meta: serde_json::Map<String, serde_json::Value>,
+    /// An idempotency key: a retry with the same key (after a timeout, a crash) stores nothing
+    /// again and returns the first call's id.
+    pub key: Option<String>,
 }
 
 /// A memory with the edges that touch it.
@@ -158,40 +153,41 @@ impl Atlas {
             body: Body::Episode { speaker: input.speaker },
         };
         validate(&memory, self.config.max_text_bytes, "remember")?;
-        let id = self.parts.store.insert(vec![memory], None).await?.remove(0);
+        let id = match input.key {
+            Some(key) if key.trim().is_empty() => {
+                return Err(AtlasError::invalid("remember", "field \"key\": empty (omit it, or give a unique key)"));
+            }
+            Some(key) => {
+                let mut receipt = self.parts.store.insert_once(format!("remember:{key}"), vec![memory], None).await?;
+                receipt.ids.pop().ok_or_else(|| AtlasError::Storage(format!("the receipt of key {key:?} holds no id")))?
+            }
+            None => self.parts.store.insert(vec![memory], None).await?.remove(0),
+        };
         self.background.wake();
         Ok(id)
     }
 
-    /// Stores a batch atomically after validating every record, then waits until the batch's
-    /// vectors are stored (when an embedder is configured; if embedding fails the records stay
-    /// stored, the failure is logged, and the vectors remain queued). `location` names each record in
-    /// errors, e.g. `file.jsonl:12`.
-    pub async fn import(&self, batch: Vec<(String, NewMemory)>, progress: ImportProgress) -> Result<Vec<MemoryId>> {
-        for (location, memory) in &batch {
-            validate(memory, self.config.max_text_bytes, location)?;
-        }
-        let memories = batch.into_iter().map(|(_, m)| m).collect();
-        let ids = self.parts.store.insert(memories, progress.stored).await?;
-        // The records are committed: an embedding failure must not read as "nothing imported"
-        // (a retry would store everything twice). The vectors stay queued for the next run.
-        if let Err(e) = self.flush_vectors(progress.embedded).await {
-            tracing::warn!(error = %e, stored = ids.len(), "imported, but embedding failed; the vectors stay queued");
-        }
-        Ok(ids)
-    }
-
-    /// Reads a JSON Lines file (see [`atlas_domain::jsonl`]) and imports it in one transaction:
-    /// a bad line fails the whole file with its line number and field, and nothing of it is stored.
-    pub async fn import_jsonl(&self, path: &Path, progress: ImportProgress) -> Result<Vec<MemoryId>> {
-        let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
-        let batch = parse_jsonl(&bytes, &shown, now())?;
-        self.import(batch, progress).await
-    }
-
+    /// Answers from every signal it has. It never waits for the backlog of memories without a
+    /// vector: [`Atlas::catch_up`] bounds that work, full text covers the rest, and the answer
+    /// says how many still wait (`pending_vectors`).
     pub async fn recall(&self, request: RecallRequest) -> Result<Recall> {
-        recall::recall(&self.parts, &self.config.recall, request, now()).await
+        let mut answer = recall::recall(&self.parts, &self.config.recall, request, now()).await?;
+        answer.pending_vectors = self.parts.vectors.queued_vectors().await?;
+        Ok(answer)
+    }
+
+    /// Embeds queued memories for at most `recall.embed_budget_ms` (a process that just wrote
+    /// them searches their vectors too); memories another process has claimed are left to it.
+    /// A failure is logged, never fatal: recall still answers from full text.
+    pub async fn catch_up(&self) -> usize {
+        let budget = std::time::Duration::from_millis(self.config.recall.embed_budget_ms);
+        match self.background.catch_up(budget).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "embedding pending memories before recall failed; recalling without them");
+                0
+            }
+        }
     }
 
     pub async fn get(&self, id: MemoryId) -> Result<Option<MemoryDetail>> {
@@ -214,23 +210,6 @@ impl Atlas {
         })
     }
 
-    /// Writes every memory as JSON Lines that `import` reads back; returns how many.
-    pub async fn export(&self, out: &mut dyn Write) -> Result<u64> {
-        let mut after = None;
-        let mut count = 0;
-        loop {
-            let page = self.parts.store.scan(after, 1000).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.id);
-            for memory in &page {
-                writeln!(out, "{}", jsonl::to_line(memory)).map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
-                count += 1;
-            }
-        }
-        out.flush().map_err(|e| AtlasError::Storage(format!("export: {e}")))?;
-        Ok(count)
-    }
-
     /// Embeds every pending memory now; returns how many were embedded. `progress` receives
     /// the running count.
     pub async fn flush_vectors(&self, progress: Option<ProgressFn>) -> Result<usize> {
@@ -239,31 +218,13 @@ impl Atlas {
 
     /// How many memories still wait for a vector.
     pub async fn pending_vectors(&self) -> Result<u64> {
-        Ok(self.parts.store.stats().await?.pending_vectors)
+        self.parts.vectors.queued_vectors().await
     }
 
     /// The embedder, when one is configured (for `atlas embed`).
     pub fn embedder(&self) -> Option<Arc<dyn Embedder>> {
         self.parts.embedder.clone()
     }
-}
-
-/// Parses a whole JSONL file; the first bad line fails it, named `origin:line`.
-pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(String, NewMemory)>> {
-    let mut out = Vec::new();
-    for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
-        let location = format!("{origin}:{}", index + 1);
-        let line = std::str::from_utf8(raw).map_err(|e| {
-            AtlasError::invalid(&location, format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()))
-        })?;
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let memory = jsonl::parse_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
-        out.push((location, memory));
-    }
-    Ok(out)
 }
 
 /// Builds the adapters `config` names, as this build has them.
@@ -318,7 +279,13 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
         config::VectorCacheKind::F32 => Some(atlas_store_sqlite::Precision::F32),
         config::VectorCacheKind::Int8 => Some(atlas_store_sqlite::Precision::Int8),
     };
-    let store = SqliteStore::open(&config.db, &SqliteOptions { durability, vector_precision })?;
+    let options = SqliteOptions {
+        durability,
+        vector_precision,
+        create: config.create,
+        busy_timeout: std::time::Duration::from_millis(config.busy_timeout_ms),
+    };
+    let store = SqliteStore::open(&config.db, &options)?;
     Ok(Parts::from_store(Arc::new(store), embedder))
 }
 

@@ -68,6 +68,8 @@ pub struct Recall {
     pub signals: Vec<SignalReport>,
     pub took_ms: f64,
     pub stages: StageTimings,
+    /// Memories still waiting for a vector when the recall answered (found by full text only).
+    pub pending_vectors: u64,
 }
 
 /// Where a recall's time went. Full text runs while the query is embedded and searched, so the
@@ -163,6 +165,21 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     if request.k > MAX_K {
         return Err(AtlasError::invalid("recall", format!("k = {} is more than the maximum of {MAX_K}", request.k)));
     }
+    if request.k == 0 {
+        return Err(AtlasError::invalid("recall", "field \"k\": must be at least 1 (how many memories to return)"));
+    }
+    if let (Some(since), Some(until)) = (request.since, request.until)
+        && since >= until
+    {
+        return Err(AtlasError::invalid(
+            "recall",
+            format!(
+                "field \"since\": {} is not before until {}, so no memory can match",
+                since.to_rfc3339(),
+                until.to_rfc3339()
+            ),
+        ));
+    }
     let filter = RecallFilter {
         scope: request.scope,
         kinds: request.kinds,
@@ -177,9 +194,6 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let record = |cell: &AtomicU64, t: Instant| cell.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
 
     let text = async {
-        if request.k == 0 {
-            return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: true, note: None }));
-        }
         if query_terms.is_empty() {
             let note = Some("the query has no searchable words".to_owned());
             return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: false, note }));
@@ -194,9 +208,6 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             let note = Some("no embedder configured; recall ran on full text only".to_owned());
             return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
         };
-        if request.k == 0 {
-            return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: true, note: None }));
-        }
         let t = Instant::now();
         let query = embedder
             .embed(vec![request.query.clone()])
@@ -290,5 +301,5 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         vector_ms: vector_us.load(Ordering::Relaxed) as f64 / 1e3,
         fusion_ms: ms_since(fusion_started),
     };
-    Ok(Recall { hits, signals, took_ms: ms_since(started), stages })
+    Ok(Recall { hits, signals, took_ms: ms_since(started), stages, pending_vectors: 0 })
 }

@@ -1,7 +1,7 @@
 //! Copies between stores: resumable after an interruption, idempotent, verified, source untouched.
 
 use async_trait::async_trait;
-use atlas_domain::ports::{Embedder, MemoryStore, Replica, StoredMemory};
+use atlas_domain::ports::{Embedder, MemoryStore, Receipt, Replica, StoredMemory};
 use atlas_domain::{AtlasError, MemoryId, NewMemory, Scope, Timestamp};
 use atlas_runtime::config::RecallConfig;
 use atlas_runtime::migrate::{Checkpoint, CopyOptions, copy, verify};
@@ -29,6 +29,12 @@ impl Replica for Flaky {
         }
         self.inner.restore(batch).await
     }
+    async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> atlas_domain::Result<Receipt> {
+        self.inner.restore_once(key, batch).await
+    }
+    async fn reserve_ids(&self, count: u64) -> atlas_domain::Result<MemoryId> {
+        self.inner.reserve_ids(count).await
+    }
 }
 
 async fn filled_sqlite(dir: &std::path::Path, embedder: Arc<dyn Embedder>) -> Parts {
@@ -47,7 +53,7 @@ async fn filled_sqlite(dir: &std::path::Path, embedder: Arc<dyn Embedder>) -> Pa
             )
         })
         .collect();
-    atlas.import(batch, Default::default()).await.unwrap();
+    atlas.import(batch, None).await.unwrap();
     // The turn after a forgotten one loses the vector embedded with its text; re-embed it.
     atlas.forget(MemoryId(10)).await.unwrap();
     atlas.flush_vectors(None).await.unwrap();

@@ -501,6 +501,12 @@ impl VectorIndex for QdrantStore {
         self.get_many(ids).await
     }
 
+    async fn queued_vectors(&self) -> Result<u64> {
+        self.side
+            .read(|c| sidecar::count(c, "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'"))
+            .await
+    }
+
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
         let model = self.side.read(sidecar::model).await?.ok_or_else(|| {
             AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())

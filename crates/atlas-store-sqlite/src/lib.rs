@@ -770,6 +770,13 @@ impl VectorIndex for SqliteStore {
         self.get_many(ids).await
     }
 
+    async fn queued_vectors(&self) -> Result<u64> {
+        self.readers
+            .read(|conn| conn.query_row("SELECT count(*) FROM vector_queue", [], |r| r.get::<_, i64>(0)).map_err(storage))
+            .await
+            .map(|n| n as u64)
+    }
+
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
         let model = self.bound_model().ok_or_else(|| {
             AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())

@@ -658,8 +658,10 @@ pub fn own_claims_on_queued_vectors_are_renewed<S: Store>(make: Make<S>) {
         // One instance's claims never hide work from itself: asking again renews them.
         let again: Vec<MemoryId> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
         assert_eq!(again, ids);
+        assert_eq!(store.queued_vectors().await.unwrap(), 5, "claimed memories still count as queued");
         embed_pending(store).await;
         assert!(store.pending_vectors(10).await.unwrap().is_empty());
         assert_eq!(store.stats().await.unwrap().pending_vectors, 0);
+        assert_eq!(store.queued_vectors().await.unwrap(), 0);
     });
 }

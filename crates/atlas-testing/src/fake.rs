@@ -241,6 +241,10 @@ impl VectorIndex for FakeStore {
         Ok(s.queue.iter().take(limit).map(|id| s.memories[id].clone()).collect())
     }
 
+    async fn queued_vectors(&self) -> Result<u64> {
+        Ok(self.state.lock().unwrap().queue.len() as u64)
+    }
+
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
         let mut s = self.state.lock().unwrap();
         let dim = s.model.as_ref().map(|m| m.dimension).ok_or_else(|| AtlasError::Storage("no model bound".into()))?;

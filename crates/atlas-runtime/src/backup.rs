@@ -1,0 +1,274 @@
+//! Import and export of JSON Lines files: plain files of new memories, and full exports that
+//! restore a space exactly (ids, typed edges, context, optionally vectors).
+//!
+//! An import is acknowledged when its one transaction commits, and happens at most once per
+//! file content and space: a receipt keyed by the file's sha256 is written in that same
+//! transaction, so a retry after a crash, a kill or a lost answer stores nothing twice.
+
+use crate::{Atlas, now};
+use atlas_domain::jsonl::{self, ExportHeader};
+use atlas_domain::policy::limits::validate;
+use atlas_domain::policy::references::{ids_needed, outside_references, plan, renumber};
+use atlas_domain::ports::{ProgressFn, StoredMemory};
+use atlas_domain::{AtlasError, MemoryId, NewMemory, Result, Timestamp};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::Path;
+
+/// How an import treats a file it has seen before.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    /// Import a second copy even if this file's content was imported into this space before.
+    pub again: bool,
+}
+
+/// What an import stored (or, `replayed`, what the earlier import of the same content stored).
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub ids: Vec<MemoryId>,
+    /// This content had been imported before: nothing was stored now.
+    pub replayed: bool,
+    /// When the import that stored them committed.
+    pub recorded_at: Timestamp,
+    /// The file was a full export, restored with its ids, edges and context.
+    pub restored: bool,
+    /// Restored under new ids, every reference mapped (the space already held memories).
+    pub renumbered: bool,
+    /// Vectors restored from the file (the rest wait to be embedded).
+    pub vectors: usize,
+}
+
+/// The idempotency key of an import: the content, not the file name, decides.
+pub fn import_key(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("import:sha256:{hex}")
+}
+
+/// The lines of a file with their 1-based numbers, a UTF-8 byte-order mark dropped, blank
+/// lines skipped; a line that is not UTF-8 is an error naming it.
+fn lines<'a>(bytes: &'a [u8], origin: &'a str) -> impl Iterator<Item = Result<(String, &'a str)>> + 'a {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    bytes.split(|b| *b == b'\n').enumerate().filter_map(move |(index, raw)| {
+        let location = format!("{origin}:{}", index + 1);
+        match std::str::from_utf8(raw) {
+            Err(e) => Some(Err(AtlasError::invalid(
+                &location,
+                format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
+            ))),
+            Ok(line) if line.trim().is_empty() => None,
+            Ok(line) => Some(Ok((location, line.trim()))),
+        }
+    })
+}
+
+/// Parses a whole plain JSON Lines file; the first bad line fails it, named `origin:line`.
+pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(String, NewMemory)>> {
+    lines(bytes, origin)
+        .map(|line| {
+            let (location, line) = line?;
+            let memory = jsonl::parse_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
+            Ok((location, memory))
+        })
+        .collect()
+}
+
+/// A parsed full export: its header and every memory with where it stands in the file.
+struct FullExport {
+    header: ExportHeader,
+    items: Vec<(String, StoredMemory)>,
+}
+
+fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Option<FullExport>> {
+    let mut all = lines(bytes, origin);
+    let Some(first) = all.next() else { return Ok(None) };
+    let (location, first) = first?;
+    let header = match jsonl::parse_header(first) {
+        Ok(Some(header)) => header,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
+    };
+    let mut items = Vec::new();
+    let mut trailer = None;
+    let mut seen = HashSet::new();
+    for line in all {
+        let (location, line) = line?;
+        if trailer.is_some() {
+            return Err(AtlasError::invalid(&location, "a line after the export's last line (atlas_export_end)"));
+        }
+        match jsonl::parse_trailer(line) {
+            Ok(Some(count)) => {
+                trailer = Some((location, count));
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
+        }
+        let item = jsonl::parse_stored_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
+        if !seen.insert(item.memory.id) {
+            return Err(AtlasError::invalid(&location, format!("field \"id\": memory {} appears twice", item.memory.id)));
+        }
+        if let Some(edge) = item.edges.iter().find(|e| !StoredMemory::carries(item.memory.id, e)) {
+            return Err(AtlasError::invalid(
+                &location,
+                format!(
+                    "field \"edges\": the edge {} -> {} travels with its later end, not with memory {}",
+                    edge.src, edge.dst, item.memory.id
+                ),
+            ));
+        }
+        items.push((location, item));
+    }
+    match trailer {
+        None => Err(AtlasError::invalid(
+            origin,
+            format!(
+                "the export ends without its last line (atlas_export_end) after {} memories: the file was cut short; \
+                 nothing was imported",
+                items.len()
+            ),
+        )),
+        Some((location, count)) if count != items.len() as u64 => Err(AtlasError::invalid(
+            &location,
+            format!("the export says it holds {count} memories, the file has {}; nothing was imported", items.len()),
+        )),
+        Some(_) => Ok(Some(FullExport { header, items })),
+    }
+}
+
+impl Atlas {
+    /// Stores a batch atomically after validating every record (`location` names each in
+    /// errors, e.g. `file.jsonl:12`) and returns the new ids once committed. Vectors come later:
+    /// from the background task, a recall's bounded catch-up or [`Atlas::flush_vectors`].
+    pub async fn import(&self, batch: Vec<(String, NewMemory)>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
+        for (location, memory) in &batch {
+            validate(memory, self.config.max_text_bytes, location)?;
+        }
+        let memories = batch.into_iter().map(|(_, m)| m).collect();
+        let ids = self.parts.store.insert(memories, progress).await?;
+        self.background.wake();
+        Ok(ids)
+    }
+
+    /// Imports a JSON Lines file in one transaction: a plain file of memories, or a full
+    /// export, which restores ids, edges and context (see [`atlas_domain::jsonl`]). A bad line
+    /// fails the whole file with its line number and field, and nothing of it is stored. The
+    /// same content imported into the same space again stores nothing (`replayed`), unless
+    /// `options.again`.
+    pub async fn import_file(&self, path: &Path, options: ImportOptions, progress: Option<ProgressFn>) -> Result<Imported> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
+        self.import_bytes(&bytes, &shown, options, progress).await
+    }
+
+    /// [`Atlas::import_file`] of bytes already read; `origin` names them in errors.
+    pub async fn import_bytes(
+        &self,
+        bytes: &[u8],
+        origin: &str,
+        options: ImportOptions,
+        progress: Option<ProgressFn>,
+    ) -> Result<Imported> {
+        let key = (!options.again).then(|| import_key(bytes));
+        let now = now();
+        if let Some(export) = parse_full_export(bytes, origin, now)? {
+            return self.restore_export(export, key).await;
+        }
+        let batch = parse_jsonl(bytes, origin, now)?;
+        for (location, memory) in &batch {
+            validate(memory, self.config.max_text_bytes, location)?;
+        }
+        let memories: Vec<NewMemory> = batch.into_iter().map(|(_, m)| m).collect();
+        let receipt = match key {
+            Some(key) => self.parts.store.insert_once(key, memories, progress).await?,
+            None => {
+                let ids = self.parts.store.insert(memories, progress).await?;
+                atlas_domain::ports::Receipt { ids, replayed: false, recorded_at: now }
+            }
+        };
+        self.background.wake();
+        Ok(Imported {
+            ids: receipt.ids,
+            replayed: receipt.replayed,
+            recorded_at: receipt.recorded_at,
+            restored: false,
+            renumbered: false,
+            vectors: 0,
+        })
+    }
+
+    /// Restores a full export: under its own ids into a space that never held a memory, else
+    /// under ids reserved for it with every reference mapped; a reference to a memory neither
+    /// in the file nor in the space is refused before anything is written.
+    async fn restore_export(&self, export: FullExport, key: Option<String>) -> Result<Imported> {
+        for (location, item) in &export.items {
+            validate(&item.memory.to_new(), self.config.max_text_bytes, location)?;
+        }
+        let mut batch: Vec<StoredMemory> = export.items.into_iter().map(|(_, item)| item).collect();
+        // Vectors are kept only when they were made by the model this space is bound to.
+        let bound = self.parts.store.stats().await?;
+        let same_model = export.header.embedding_model.is_some() && export.header.embedding_model == bound.embedding_model;
+        if !same_model {
+            batch.iter_mut().for_each(|item| item.vector = None);
+        }
+        let vectors = batch.iter().filter(|item| item.vector.is_some()).count();
+        let keep_layout = bound.memories() == 0;
+        let old_ids: Vec<MemoryId> = batch.iter().map(|item| item.memory.id).collect();
+        let outside = outside_references(&batch);
+        let in_space: HashSet<MemoryId> = if keep_layout || outside.is_empty() {
+            HashSet::new()
+        } else {
+            self.parts.store.get_many(outside.into_iter().collect()).await?.into_iter().map(|m| m.id).collect()
+        };
+        // Checked before ids are reserved: a refused file leaves the space as it was.
+        let mut check = batch.clone();
+        renumber(&mut check, &plan(&old_ids, MemoryId(1), true), &in_space)
+            .map_err(|d| AtlasError::invalid("import", d.to_string()))?;
+        let first = if batch.is_empty() { MemoryId(1) } else { self.parts.replica.reserve_ids(ids_needed(&old_ids, keep_layout)).await? };
+        let map = plan(&old_ids, first, keep_layout);
+        let renumbered = map.iter().any(|(old, new)| old != new);
+        renumber(&mut batch, &map, &in_space).map_err(|d| AtlasError::invalid("import", d.to_string()))?;
+        batch.sort_by_key(|item| item.memory.id);
+        let receipt = match key {
+            Some(key) => self.parts.replica.restore_once(key, batch).await?,
+            None => {
+                let ids = batch.iter().map(|item| item.memory.id).collect();
+                self.parts.replica.restore(batch).await?;
+                atlas_domain::ports::Receipt { ids, replayed: false, recorded_at: now() }
+            }
+        };
+        self.background.wake();
+        Ok(Imported {
+            ids: receipt.ids,
+            replayed: receipt.replayed,
+            recorded_at: receipt.recorded_at,
+            restored: true,
+            renumbered: renumbered && !receipt.replayed,
+            vectors: if receipt.replayed { 0 } else { vectors },
+        })
+    }
+
+    /// Writes a full export that [`Atlas::import_file`] restores exactly: a header, every
+    /// memory with its id, context and the edges it carries (and its vector with
+    /// `with_vectors`), and a trailer with the count. Returns how many memories.
+    pub async fn export(&self, out: &mut dyn Write, with_vectors: bool) -> Result<u64> {
+        let io = |e: std::io::Error| AtlasError::Storage(format!("export: {e}"));
+        let model = if with_vectors { self.parts.store.stats().await?.embedding_model } else { None };
+        writeln!(out, "{}", jsonl::header_line(&ExportHeader { embedding_model: model })).map_err(io)?;
+        let mut after = None;
+        let mut count = 0;
+        loop {
+            let page = self.parts.replica.export_batch(after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.memory.id);
+            for item in &page {
+                writeln!(out, "{}", jsonl::stored_to_line(item, with_vectors)).map_err(io)?;
+                count += 1;
+            }
+        }
+        writeln!(out, "{}", jsonl::trailer_line(count)).map_err(io)?;
+        out.flush().map_err(io)?;
+        Ok(count)
+    }
+}
