@@ -127,13 +127,19 @@ struct RecallArgs {
     explain: bool,
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> std::process::ExitCode {
-    // Like every Unix filter: a reader that goes away (`| head`) ends us quietly, no panic.
-    // SAFETY: resetting a signal to its default disposition before any thread is started.
+fn main() -> std::process::ExitCode {
+    // SAFETY: both run before any other thread exists (the runtime is built below), so nothing
+    // reads the environment or handles signals concurrently.
     unsafe {
+        // Like every Unix filter: a reader that goes away (`| head`) ends us quietly, no panic.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        atlas_runtime::quiet_onnx_runtime();
     }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    runtime.block_on(cli_main())
+}
+
+async fn cli_main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ATLAS_LOG")
@@ -286,12 +292,13 @@ async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) 
     let embedded = embed_all(atlas, json).await?;
     let left = atlas.pending_vectors().await?;
     if embedded > 0 || left > 0 {
-        let secs = started.elapsed().as_secs_f64();
-        output::print_line(
-            json,
-            serde_json::json!({"embedded": embedded, "pending_vectors": left, "took_ms": secs * 1e3}),
-            || embedded_message(embedded, left, secs),
-        );
+        // Under --json the acknowledgment above stays the one document on standard output.
+        let line = embedded_message(embedded, left, started.elapsed().as_secs_f64());
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
     }
     Ok(())
 }
@@ -309,13 +316,13 @@ async fn embed_all(atlas: &Atlas, json: bool) -> Result<usize> {
     let embedded_bar = bar.clone();
     let result = atlas.flush_vectors(Some(Arc::new(move |n| embedded_bar.set_position(n as u64)))).await;
     bar.finish_and_clear();
-    match result {
-        Ok(n) => Ok(n),
-        Err(e) => {
-            eprintln!("warning: embedding failed ({e}); the memories stay stored and queued (`atlas embed-pending` retries)");
-            Ok(0)
-        }
+    if let Err(e) = result {
+        eprintln!(
+            "warning: embedding failed ({e}); the memories stay stored and queued (`atlas embed-pending` retries)"
+        );
     }
+    // Counted from the queue: this process's background task may have embedded some of them.
+    Ok(total.saturating_sub(atlas.pending_vectors().await?) as usize)
 }
 
 fn embedded_message(embedded: usize, left: u64, secs: f64) -> String {

@@ -208,7 +208,13 @@ fn a_writer_blocked_too_long_fails_clearly() {
     let db = dir.path().join("locked.db");
     ok(atlas_text_only(&db, &["remember", "before the lock"]));
     let holder = python_lock_holder(&db);
-    let err = failed(command(&db, &["remember", "during the lock"]).env("ATLAS_EMBEDDER", "none").env("ATLAS_BUSY_TIMEOUT_MS", "700").output().unwrap());
+    let err = failed(
+        command(&db, &["remember", "during the lock"])
+            .env("ATLAS_EMBEDDER", "none")
+            .env("ATLAS_BUSY_TIMEOUT_MS", "700")
+            .output()
+            .unwrap(),
+    );
     assert!(err.contains("locked by another process") && err.contains("waited"), "{err}");
     assert!(err.contains("locked.db") && !err.contains("5 s"), "names the file and the real wait: {err}");
     drop(holder);

@@ -141,7 +141,9 @@ pub fn parse_header(line: &str) -> Result<Option<ExportHeader>, LineError> {
             let name = m.get("name").and_then(Value::as_str);
             let dimension = m.get("dimension").and_then(Value::as_u64);
             match (name, dimension) {
-                (Some(name), Some(dimension)) => Some(EmbeddingModel { name: name.to_owned(), dimension: dimension as usize }),
+                (Some(name), Some(dimension)) => {
+                    Some(EmbeddingModel { name: name.to_owned(), dimension: dimension as usize })
+                }
                 _ => return Err(LineError::at(&field("embedding_model"), "expected {\"name\", \"dimension\"}")),
             }
         }
@@ -191,7 +193,9 @@ pub fn parse_stored_line(line: &str, now: Timestamp) -> Result<StoredMemory, Lin
             xs.iter()
                 .enumerate()
                 .map(|(i, x)| {
-                    x.as_f64().map(|x| x as f32).ok_or_else(|| LineError::at(&format!("vector[{i}]"), "expected a number"))
+                    x.as_f64()
+                        .map(|x| x as f32)
+                        .ok_or_else(|| LineError::at(&format!("vector[{i}]"), "expected a number"))
                 })
                 .collect::<Result<Vec<f32>, _>>()?,
         ),
@@ -218,7 +222,10 @@ fn parse_edge(value: &Value, at: &str) -> Result<Edge, LineError> {
         .ok_or_else(|| LineError::at(&field("kind"), "missing or not a string"))?
         .parse::<EdgeKind>()
         .map_err(|m| LineError::at(&field("kind"), m))?;
-    let weight = e.get("weight").map_or(Some(1.0), Value::as_f64).ok_or_else(|| LineError::at(&field("weight"), "expected a number"))?;
+    let weight = e
+        .get("weight")
+        .map_or(Some(1.0), Value::as_f64)
+        .ok_or_else(|| LineError::at(&field("weight"), "expected a number"))?;
     let time = |name: &str| -> Result<Option<Timestamp>, LineError> {
         match e.get(name) {
             None | Some(Value::Null) => Ok(None),
@@ -270,7 +277,6 @@ pub fn stored_to_line(item: &StoredMemory, with_vector: bool) -> Value {
 }
 
 fn parse_memory(obj: &Map<String, Value>, now: Timestamp) -> Result<NewMemory, LineError> {
-
     let text = match obj.get("text") {
         Some(Value::String(s)) => s.clone(),
         Some(other) => {
@@ -298,17 +304,17 @@ fn parse_memory(obj: &Map<String, Value>, now: Timestamp) -> Result<NewMemory, L
             ));
         }
     };
-    if let Some(session) = opt_string(&obj, "session")? {
+    if let Some(session) = opt_string(obj, "session")? {
         if scope.session.as_ref().is_some_and(|s| *s != session) {
             return Err(LineError::at("session", "differs from scope.session"));
         }
         scope.set("session", &session).map_err(|m| LineError::at("session", m))?;
     }
-    let event_time = opt_time(&obj, "time")?.unwrap_or(now);
-    let recorded_at = opt_time(&obj, "recorded_at")?.unwrap_or(now);
+    let event_time = opt_time(obj, "time")?.unwrap_or(now);
+    let recorded_at = opt_time(obj, "recorded_at")?.unwrap_or(now);
     let validity = Validity {
-        valid_from: opt_time(&obj, "valid_from")?.unwrap_or(event_time),
-        valid_until: opt_time(&obj, "valid_until")?,
+        valid_from: opt_time(obj, "valid_from")?.unwrap_or(event_time),
+        valid_until: opt_time(obj, "valid_until")?,
     };
     let meta = match obj.get("meta") {
         None | Some(Value::Null) => Map::new(),
@@ -317,11 +323,11 @@ fn parse_memory(obj: &Map<String, Value>, now: Timestamp) -> Result<NewMemory, L
             return Err(LineError::at("meta", format!("expected an object, got {}", type_name(other))));
         }
     };
-    let kind = match opt_string(&obj, "kind")? {
+    let kind = match opt_string(obj, "kind")? {
         None => MemoryKind::Episode,
         Some(k) => k.parse::<MemoryKind>().map_err(|m| LineError::at("kind", m))?,
     };
-    let speaker = opt_string(&obj, "speaker")?;
+    let speaker = opt_string(obj, "speaker")?;
     let body = if kind == MemoryKind::Episode {
         if obj.contains_key("body") {
             return Err(LineError::at("body", "episodes carry no body (use \"speaker\")"));
@@ -434,9 +440,7 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_plain_lines_are_not_headers() {
-        let header = ExportHeader {
-            embedding_model: Some(EmbeddingModel { name: "m".into(), dimension: 384 }),
-        };
+        let header = ExportHeader { embedding_model: Some(EmbeddingModel { name: "m".into(), dimension: 384 }) };
         assert_eq!(parse_header(&header_line(&header).to_string()).unwrap(), Some(header));
         assert_eq!(parse_header(r#"{"text": "hello"}"#).unwrap(), None);
         assert_eq!(parse_trailer(&trailer_line(3).to_string()).unwrap(), Some(3));
@@ -450,8 +454,9 @@ mod tests {
         let err = parse_line(r#"{"text": "x", "edges": []}"#, NOW).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("edges"));
         assert!(err.message.contains("header"), "{err}");
-        let edge = parse_stored_line(r#"{"id": 2, "text": "x", "edges": [{"src": 2, "dst": 1, "kind": "likes"}]}"#, NOW)
-            .unwrap_err();
+        let edge =
+            parse_stored_line(r#"{"id": 2, "text": "x", "edges": [{"src": 2, "dst": 1, "kind": "likes"}]}"#, NOW)
+                .unwrap_err();
         assert_eq!(edge.field.as_deref(), Some("edges[0].kind"));
         let id = parse_stored_line(r#"{"text": "x"}"#, NOW).unwrap_err();
         assert_eq!(id.field.as_deref(), Some("id"));

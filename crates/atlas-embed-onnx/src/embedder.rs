@@ -83,6 +83,15 @@ fn environment(manifest: &Manifest, cuda: bool) -> Result<&'static ort::environm
         tracing::warn!(library = %spec.name, "no sha256 for this ONNX Runtime build in models/manifest.toml; loading it unverified");
     }
     let library = assets::runtime_library(spec)?;
+    if std::env::var_os("ORT_DISABLE_TELEMETRY").is_none() {
+        // ONNX Runtime's telemetry client writes a device id under ~/.cache/Microsoft at
+        // environment creation, before `with_telemetry(false)` can act; only this variable
+        // stops it. The `atlas` binary sets it while single-threaded; a library host that has
+        // not is covered here, once, under the loader lock.
+        // SAFETY: a host that reads the environment from other threads while the embedder
+        // first loads must set ORT_DISABLE_TELEMETRY itself (documented in docs/CONFIG.md).
+        unsafe { std::env::set_var("ORT_DISABLE_TELEMETRY", "1") };
+    }
     let builder =
         ort::init_from(&library).map_err(|e| AtlasError::Embedding(format!("cannot load ONNX Runtime: {e}")))?;
     // A local-first tool sends nothing anywhere and writes nothing outside its own cache.

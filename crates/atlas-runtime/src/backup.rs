@@ -107,7 +107,10 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
         }
         let item = jsonl::parse_stored_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
         if !seen.insert(item.memory.id) {
-            return Err(AtlasError::invalid(&location, format!("field \"id\": memory {} appears twice", item.memory.id)));
+            return Err(AtlasError::invalid(
+                &location,
+                format!("field \"id\": memory {} appears twice", item.memory.id),
+            ));
         }
         if let Some(edge) = item.edges.iter().find(|e| !StoredMemory::carries(item.memory.id, e)) {
             return Err(AtlasError::invalid(
@@ -156,7 +159,12 @@ impl Atlas {
     /// fails the whole file with its line number and field, and nothing of it is stored. The
     /// same content imported into the same space again stores nothing (`replayed`), unless
     /// `options.again`.
-    pub async fn import_file(&self, path: &Path, options: ImportOptions, progress: Option<ProgressFn>) -> Result<Imported> {
+    pub async fn import_file(
+        &self,
+        path: &Path,
+        options: ImportOptions,
+        progress: Option<ProgressFn>,
+    ) -> Result<Imported> {
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
         self.import_bytes(&bytes, &shown, options, progress).await
@@ -208,7 +216,8 @@ impl Atlas {
         let mut batch: Vec<StoredMemory> = export.items.into_iter().map(|(_, item)| item).collect();
         // Vectors are kept only when they were made by the model this space is bound to.
         let bound = self.parts.store.stats().await?;
-        let same_model = export.header.embedding_model.is_some() && export.header.embedding_model == bound.embedding_model;
+        let same_model =
+            export.header.embedding_model.is_some() && export.header.embedding_model == bound.embedding_model;
         if !same_model {
             batch.iter_mut().for_each(|item| item.vector = None);
         }
@@ -225,7 +234,11 @@ impl Atlas {
         let mut check = batch.clone();
         renumber(&mut check, &plan(&old_ids, MemoryId(1), true), &in_space)
             .map_err(|d| AtlasError::invalid("import", d.to_string()))?;
-        let first = if batch.is_empty() { MemoryId(1) } else { self.parts.replica.reserve_ids(ids_needed(&old_ids, keep_layout)).await? };
+        let first = if batch.is_empty() {
+            MemoryId(1)
+        } else {
+            self.parts.replica.reserve_ids(ids_needed(&old_ids, keep_layout)).await?
+        };
         let map = plan(&old_ids, first, keep_layout);
         let renumbered = map.iter().any(|(old, new)| old != new);
         renumber(&mut batch, &map, &in_space).map_err(|d| AtlasError::invalid("import", d.to_string()))?;

@@ -308,7 +308,9 @@ impl Config {
             };
         }
         let millis = |key: &str, v: String| -> Result<u64> {
-            v.trim().parse().map_err(|_| AtlasError::Config(format!("{key}: expected a number of milliseconds, got {v:?}")))
+            v.trim()
+                .parse()
+                .map_err(|_| AtlasError::Config(format!("{key}: expected a number of milliseconds, got {v:?}")))
         };
         if let Some(v) = env("ATLAS_BUSY_TIMEOUT_MS") {
             self.busy_timeout_ms = millis("ATLAS_BUSY_TIMEOUT_MS", v)?;

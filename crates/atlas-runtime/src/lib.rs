@@ -82,6 +82,20 @@ pub struct Atlas {
     background: Background,
 }
 
+/// Keeps ONNX Runtime from writing a device id under `~/.cache/Microsoft` and from sending
+/// telemetry (its 1DS client runs on Linux too): sets `ORT_DISABLE_TELEMETRY=1` unless the
+/// environment says otherwise. The embedder does the same at its first load; a host process
+/// calls this first, while it has one thread.
+///
+/// # Safety
+/// It writes the environment: no other thread may read or write it meanwhile.
+pub unsafe fn quiet_onnx_runtime() {
+    if std::env::var_os("ORT_DISABLE_TELEMETRY").is_none() {
+        // SAFETY: the caller guarantees no concurrent access to the environment.
+        unsafe { std::env::set_var("ORT_DISABLE_TELEMETRY", "1") };
+    }
+}
+
 /// The current time.
 pub fn now() -> Timestamp {
     let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -159,7 +173,10 @@ impl Atlas {
             }
             Some(key) => {
                 let mut receipt = self.parts.store.insert_once(format!("remember:{key}"), vec![memory], None).await?;
-                receipt.ids.pop().ok_or_else(|| AtlasError::Storage(format!("the receipt of key {key:?} holds no id")))?
+                receipt
+                    .ids
+                    .pop()
+                    .ok_or_else(|| AtlasError::Storage(format!("the receipt of key {key:?} holds no id")))?
             }
             None => self.parts.store.insert(vec![memory], None).await?.remove(0),
         };

@@ -31,12 +31,26 @@ async fn space(path: &Path) -> (Atlas, Arc<SqliteStore>) {
 fn body(kind: u8, id: i64, earlier: &[i64]) -> Body {
     match kind % 7 {
         0 => Body::Episode { speaker: Some(format!("Speaker{}", id % 3)) },
-        1 => Body::Fact { subject: "ann".into(), predicate: "likes".into(), object: format!("tea {id}"), confidence: 0.5 },
+        1 => Body::Fact {
+            subject: "ann".into(),
+            predicate: "likes".into(),
+            object: format!("tea {id}"),
+            confidence: 0.5,
+        },
         2 => Body::Entity { name: format!("entity {id}"), entity_type: Some("place".into()) },
         3 => Body::Core { category: "user_profile".into() },
         4 => Body::Experience { task: format!("task {id}"), outcome: Outcome::Success, feedback: None },
-        5 => Body::Concept { name: format!("concept{id}"), code: "fn f() {}".into(), composed_of: earlier.iter().rev().take(3).map(|i| MemoryId(*i)).collect() },
-        _ => Body::Strategy { situation: format!("situation {id}"), suggestion: "reflect".into(), successes: 2, failures: 1 },
+        5 => Body::Concept {
+            name: format!("concept{id}"),
+            code: "fn f() {}".into(),
+            composed_of: earlier.iter().rev().take(3).map(|i| MemoryId(*i)).collect(),
+        },
+        _ => Body::Strategy {
+            situation: format!("situation {id}"),
+            suggestion: "reflect".into(),
+            successes: 2,
+            failures: 1,
+        },
     }
 }
 

@@ -187,7 +187,8 @@ async fn hostile_queries_and_limits_never_fail() {
     // Limits that could only ever answer nothing are said to be wrong, not answered silently.
     let zero = atlas.recall(query("quoted", 0)).await.unwrap_err().to_string();
     assert!(zero.contains("field \"k\"") && zero.contains("at least 1"), "{zero}");
-    let backwards = RecallRequest { since: Some(Timestamp(2_000)), until: Some(Timestamp(1_000)), ..query("quoted", 5) };
+    let backwards =
+        RecallRequest { since: Some(Timestamp(2_000)), until: Some(Timestamp(1_000)), ..query("quoted", 5) };
     let backwards = atlas.recall(backwards).await.unwrap_err().to_string();
     assert!(backwards.contains("field \"since\"") && backwards.contains("no memory can match"), "{backwards}");
     let nothing = RecallRequest { kinds: vec![MemoryKind::Strategy], ..query("quoted", 5) };

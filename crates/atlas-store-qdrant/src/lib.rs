@@ -200,10 +200,19 @@ impl QdrantStore {
     /// recorded in the sidecar transaction that acknowledges the points. If a concurrent write
     /// under the same key acknowledged first, these points are rolled back and its receipt is
     /// returned.
-    async fn write_points_keyed(&self, ids: Vec<MemoryId>, points: Vec<PointStruct>, key: Option<String>) -> Result<Receipt> {
+    async fn write_points_keyed(
+        &self,
+        ids: Vec<MemoryId>,
+        points: Vec<PointStruct>,
+        key: Option<String>,
+    ) -> Result<Receipt> {
         let Some(key) = key else {
             self.write_points(ids.clone(), points).await?;
-            return Ok(Receipt { ids, replayed: false, recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000) });
+            return Ok(Receipt {
+                ids,
+                replayed: false,
+                recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
+            });
         };
         self.upsert_or_roll_back(&ids, points).await?;
         let done = ids.clone();
@@ -211,7 +220,9 @@ impl QdrantStore {
             .side
             .write(move |tx| match sidecar::receipt(tx, &key)? {
                 // A restore of the same records under the same key: they stand, acknowledged.
-                Some(earlier) if earlier.ids == done => sidecar::finish_insert(tx, &done).map(|()| Err((earlier, false))),
+                Some(earlier) if earlier.ids == done => {
+                    sidecar::finish_insert(tx, &done).map(|()| Err((earlier, false)))
+                }
                 Some(earlier) => Ok(Err((earlier, true))),
                 None => {
                     sidecar::finish_insert(tx, &done)?;
@@ -251,9 +262,18 @@ impl QdrantStore {
         }
     }
 
-    async fn insert_keyed(&self, key: Option<String>, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
+    async fn insert_keyed(
+        &self,
+        key: Option<String>,
+        batch: Vec<NewMemory>,
+        progress: Option<ProgressFn>,
+    ) -> Result<Receipt> {
         if batch.is_empty() {
-            return Ok(Receipt { ids: Vec::new(), replayed: false, recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000) });
+            return Ok(Receipt {
+                ids: Vec::new(),
+                replayed: false,
+                recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
+            });
         }
         let model = self.bound_model();
         self.collection.ensure(model.as_ref()).await?;
@@ -352,7 +372,6 @@ impl MemoryStore for QdrantStore {
         }
         self.insert_keyed(Some(key), batch, progress).await
     }
-
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {
         Ok(self.get_many(vec![id]).await?.pop())
@@ -503,7 +522,12 @@ impl VectorIndex for QdrantStore {
 
     async fn queued_vectors(&self) -> Result<u64> {
         self.side
-            .read(|c| sidecar::count(c, "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'"))
+            .read(|c| {
+                sidecar::count(
+                    c,
+                    "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'",
+                )
+            })
             .await
     }
 
@@ -632,7 +656,11 @@ impl Replica for QdrantStore {
 impl QdrantStore {
     async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
         if batch.is_empty() {
-            return Ok(Receipt { ids: Vec::new(), replayed: false, recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000) });
+            return Ok(Receipt {
+                ids: Vec::new(),
+                replayed: false,
+                recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
+            });
         }
         let model = self.side.read(sidecar::model).await?;
         for item in &batch {

@@ -31,7 +31,7 @@ pub fn storage_at(path: &str) -> impl Fn(rusqlite::Error) -> AtlasError + '_ {
 
 /// Names the database file in a storage or lock error (once).
 pub fn at_path(path: &str, e: AtlasError) -> AtlasError {
-    let named = |m: String| if m.starts_with("database ") { m } else { format!("database {path}: {m}") };
+    let named = |m: String| if m.contains(path) { m } else { format!("database {path}: {m}") };
     match e {
         AtlasError::Storage(m) => AtlasError::Storage(named(m)),
         AtlasError::Busy(m) => AtlasError::Busy(named(m)),

@@ -119,6 +119,10 @@ impl SqliteStore {
     /// migrations) is bounded by `options.busy_timeout` like every write. A database whose
     /// directory this process cannot write is opened read-only: reads work, writes fail clearly.
     pub fn open(path: &Path, options: &SqliteOptions) -> Result<Self> {
+        Self::open_checked(path, options).map_err(|e| error::at_path(&path.display().to_string(), e))
+    }
+
+    fn open_checked(path: &Path, options: &SqliteOptions) -> Result<Self> {
         register_sqlite_vec();
         let shown = path.display().to_string();
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -188,7 +192,11 @@ impl SqliteStore {
         match ownership::inspect(&conn, &shown)? {
             ownership::Ownership::Atlas { version } if version == migrations::latest_version() => {}
             ownership::Ownership::Atlas { version } if version > migrations::latest_version() => {
-                return Err(AtlasError::SchemaTooNew { path: shown, found: version, known: migrations::latest_version() });
+                return Err(AtlasError::SchemaTooNew {
+                    path: shown,
+                    found: version,
+                    known: migrations::latest_version(),
+                });
             }
             ownership::Ownership::Atlas { version } => {
                 return Err(AtlasError::Storage(format!(
@@ -310,14 +318,21 @@ pub(crate) fn open_immutable(path: &Path) -> Result<Connection> {
     uri.push_str("?mode=ro&immutable=1");
     Connection::open_with_flags(
         &uri,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| AtlasError::Storage(format!("cannot open database {shown} read-only: {e}")))
 }
 
 /// Runs `op` until it stops answering "busy", for at most `timeout` since `started`; the error
 /// then says how long it waited.
-fn retry_busy<T>(shown: &str, started: std::time::Instant, timeout: Duration, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+fn retry_busy<T>(
+    shown: &str,
+    started: std::time::Instant,
+    timeout: Duration,
+    mut op: impl FnMut() -> Result<T>,
+) -> Result<T> {
     let mut pause = Duration::from_millis(2);
     loop {
         match op() {
@@ -772,7 +787,9 @@ impl VectorIndex for SqliteStore {
 
     async fn queued_vectors(&self) -> Result<u64> {
         self.readers
-            .read(|conn| conn.query_row("SELECT count(*) FROM vector_queue", [], |r| r.get::<_, i64>(0)).map_err(storage))
+            .read(|conn| {
+                conn.query_row("SELECT count(*) FROM vector_queue", [], |r| r.get::<_, i64>(0)).map_err(storage)
+            })
             .await
             .map(|n| n as u64)
     }

@@ -23,7 +23,8 @@ pub enum Ownership {
 
 /// The tables (and prefixes of the virtual tables' shadow tables) an ATLAS store of schema 1–3
 /// may hold; a file without the mark is recognised as ATLAS's only if it holds nothing else.
-const ATLAS_TABLES: [&str; 7] = ["memories", "edges", "settings", "vector_queue", "memories_fts", "memory_vectors", "sqlite_"];
+const ATLAS_TABLES: [&str; 7] =
+    ["memories", "edges", "settings", "vector_queue", "memories_fts", "memory_vectors", "sqlite_"];
 
 /// Reads the mark, the schema version and the table names in one read transaction (another
 /// process may be creating the schema meanwhile); changes nothing.
@@ -82,7 +83,11 @@ fn read_ownership(conn: &Connection, shown: &str) -> Result<Ownership> {
     }
     // An ATLAS store from before the mark: columns must be ATLAS's too.
     let body: i64 = conn
-        .query_row("SELECT count(*) FROM pragma_table_info('memories') WHERE name IN ('body', 'meta', 'recorded_at')", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('memories') WHERE name IN ('body', 'meta', 'recorded_at')",
+            [],
+            |r| r.get(0),
+        )
         .map_err(read)?;
     if body != 3 {
         return Err(not_atlas("its memories table is not ATLAS's".into()));

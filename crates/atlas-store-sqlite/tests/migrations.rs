@@ -58,8 +58,10 @@ fn a_newer_schema_is_refused_and_left_untouched() {
     let path = dir.path().join("future.db");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let mark = atlas_store_sqlite::ownership::APPLICATION_ID;
-    conn.execute_batch(&format!("CREATE TABLE from_the_future (x); PRAGMA user_version = 99; PRAGMA application_id = {mark};"))
-        .unwrap();
+    conn.execute_batch(&format!(
+        "CREATE TABLE from_the_future (x); PRAGMA user_version = 99; PRAGMA application_id = {mark};"
+    ))
+    .unwrap();
     drop(conn);
     match SqliteStore::open(&path, &SqliteOptions::default()) {
         Err(AtlasError::SchemaTooNew { found: 99, known, .. }) => assert_eq!(known, latest_version()),

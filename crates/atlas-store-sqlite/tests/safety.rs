@@ -27,7 +27,10 @@ fn foreign_files(dir: &Path) -> Vec<(std::path::PathBuf, &'static str)> {
         ("versioned.db", "CREATE TABLE t (x); PRAGMA user_version = 7;"),
         ("clash.db", "CREATE TABLE memories (id INTEGER PRIMARY KEY, note TEXT); PRAGMA user_version = 1;"),
         ("other-app.db", "PRAGMA application_id = 1234; CREATE TABLE t (x);"),
-        ("mixed.db", "CREATE TABLE memories (id INTEGER PRIMARY KEY, body TEXT, meta TEXT, recorded_at INTEGER); CREATE TABLE edges (x); CREATE TABLE invoices (n); PRAGMA user_version = 3;"),
+        (
+            "mixed.db",
+            "CREATE TABLE memories (id INTEGER PRIMARY KEY, body TEXT, meta TEXT, recorded_at INTEGER); CREATE TABLE edges (x); CREATE TABLE invoices (n); PRAGMA user_version = 3;",
+        ),
     ];
     cases
         .into_iter()

@@ -57,35 +57,35 @@ fn words(text: &str) -> Vec<String> {
 
 fn insert_locked(s: &mut State, batch: Vec<NewMemory>) -> Vec<MemoryId> {
     let mut ids = Vec::with_capacity(batch.len());
-        for m in batch {
-            s.last_id += 1;
-            let id = MemoryId(s.last_id);
-            let mut context = None;
-            if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
-                let prev = s
-                    .memories
-                    .values()
-                    .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
-                    .filter(|o| o.scope.user == m.scope.user && o.scope.agent == m.scope.agent)
-                    .filter(|o| o.event_time <= m.event_time)
-                    .max_by_key(|o| (o.event_time, o.id));
-                if let Some(prev) = prev {
-                    context = Some(line(prev));
-                    let prev = prev.id;
-                    s.edges.push(Edge {
-                        src: prev,
-                        dst: id,
-                        kind: EdgeKind::Temporal,
-                        weight: 1.0,
-                        validity: Validity::from(m.event_time),
-                        recorded_at: m.recorded_at,
-                    });
-                }
+    for m in batch {
+        s.last_id += 1;
+        let id = MemoryId(s.last_id);
+        let mut context = None;
+        if let (MemoryKind::Episode, Some(session)) = (m.kind(), &m.scope.session) {
+            let prev = s
+                .memories
+                .values()
+                .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
+                .filter(|o| o.scope.user == m.scope.user && o.scope.agent == m.scope.agent)
+                .filter(|o| o.event_time <= m.event_time)
+                .max_by_key(|o| (o.event_time, o.id));
+            if let Some(prev) = prev {
+                context = Some(line(prev));
+                let prev = prev.id;
+                s.edges.push(Edge {
+                    src: prev,
+                    dst: id,
+                    kind: EdgeKind::Temporal,
+                    weight: 1.0,
+                    validity: Validity::from(m.event_time),
+                    recorded_at: m.recorded_at,
+                });
             }
-            s.queue.insert(id);
-            s.memories.insert(id, Memory { context, ..m.with_id(id) });
-            ids.push(id);
         }
+        s.queue.insert(id);
+        s.memories.insert(id, Memory { context, ..m.with_id(id) });
+        ids.push(id);
+    }
     ids
 }
 

@@ -7,6 +7,6 @@ pub mod fusion;
 pub mod limits;
 pub mod query;
 pub mod recency;
-pub mod references;
 pub mod redundancy;
+pub mod references;
 pub mod text_fields;

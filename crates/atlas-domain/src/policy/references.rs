@@ -23,7 +23,10 @@ pub fn body_references(body: &Body) -> Vec<(&'static str, MemoryId)> {
     }
 }
 
-fn map_body(body: &mut Body, map: &mut dyn FnMut(&'static str, MemoryId) -> Result<MemoryId, Dangling>) -> Result<(), Dangling> {
+fn map_body(
+    body: &mut Body,
+    map: &mut dyn FnMut(&'static str, MemoryId) -> Result<MemoryId, Dangling>,
+) -> Result<(), Dangling> {
     match body {
         Body::Concept { composed_of, .. } => {
             for id in composed_of {
