@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub fn storage(e: rusqlite::Error) -> AtlasError {
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => AtlasError::Busy(format!(
-            "the database is locked by another process; gave up after the busy timeout of {} ms \
-             (ATLAS_BUSY_TIMEOUT_MS or busy_timeout_ms raises it): {e}",
+            "the database is locked by another process (busy timeout {} ms; ATLAS_BUSY_TIMEOUT_MS or \
+             busy_timeout_ms raises it): {e}",
             busy_timeout_ms()
         )),
         Some(ErrorCode::NotADatabase) => AtlasError::Storage(format!("not an ATLAS database (SQLite says: {e})")),
