@@ -181,9 +181,98 @@ pub trait Embedder: Send + Sync {
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>>;
 }
 
+/// One request to a language model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmRequest {
+    pub system: String,
+    pub prompt: String,
+    /// The JSON schema the answer must follow, where the endpoint can constrain its output.
+    pub json_schema: Option<serde_json::Value>,
+}
+
+/// A model's answer and what it cost.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Completion {
+    pub text: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
 /// A language model, used off the hot path (consolidation), never on `remember`.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
 pub trait Llm: Send + Sync {
-    async fn complete(&self, system: String, prompt: String) -> Result<String>;
+    async fn complete(&self, request: LlmRequest) -> Result<Completion>;
+}
+
+/// One end of an edge the sleep cycle adds: a stored memory, or one of the batch's new ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryRef {
+    Stored(MemoryId),
+    /// The index of a memory in [`Consolidation::memories`].
+    New(usize),
+}
+
+/// An edge between stored or new memories.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEdge {
+    pub src: MemoryRef,
+    pub dst: MemoryRef,
+    pub kind: crate::EdgeKind,
+    pub weight: f32,
+    pub validity: crate::Validity,
+    pub recorded_at: Timestamp,
+}
+
+/// A change of a stored memory's validity and confidence, without rewriting the memory (a
+/// supersession ends its validity; its text and id stay).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Revision {
+    pub id: MemoryId,
+    pub valid_until: Option<Timestamp>,
+    /// The fact's new confidence, if it changes.
+    pub confidence: Option<f32>,
+}
+
+/// Everything one sleep-cycle batch learned, applied in one transaction: new facts and
+/// entities, their edges, revisions of older facts, which episodes are done or failed, and the
+/// cycle's ledger row. Either all of it is stored or none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Consolidation {
+    pub memories: Vec<NewMemory>,
+    pub edges: Vec<NewEdge>,
+    pub revisions: Vec<Revision>,
+    /// Episodes whose outcome this batch is.
+    pub processed: Vec<MemoryId>,
+    /// Episodes that failed (their attempt count grows; retried after `retry_after`).
+    pub failed: Vec<(MemoryId, String)>,
+    /// The cycle's report, kept in the store's ledger of cycles.
+    pub report: serde_json::Value,
+    pub at: Timestamp,
+}
+
+/// What the sleep cycle reads and writes.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait Consolidator: Send + Sync {
+    /// Up to `limit` episodes never processed, oldest first, skipping those that failed
+    /// `max_attempts` times or whose last failure is more recent than `retry_after_ms` before
+    /// `now` times their attempt count (backoff).
+    async fn unprocessed(
+        &self,
+        limit: usize,
+        max_attempts: u32,
+        retry_after_ms: i64,
+        now: Timestamp,
+    ) -> Result<Vec<Memory>>;
+
+    /// Facts (current and past) whose subject is one of `subjects` (normalised), and entities
+    /// whose normalised name is one of `names`, within `scope`'s user and agent.
+    async fn known(&self, subjects: Vec<String>, names: Vec<String>, scope: crate::Scope) -> Result<Vec<Memory>>;
+
+    /// Applies the batch atomically; returns the ids of its new memories, in order.
+    async fn apply(&self, batch: Consolidation) -> Result<Vec<MemoryId>>;
+
+    /// The reports of the last `limit` cycles, newest first.
+    async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>>;
 }

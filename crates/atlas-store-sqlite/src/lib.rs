@@ -5,6 +5,7 @@
 //! linked by rowid. One writer thread serialises all writes ([`writer`]); reads run on pooled
 //! `query_only` connections ([`readers`]). WAL mode lets both proceed at once.
 
+mod consolidation;
 mod error;
 pub mod migrations;
 pub mod ownership;

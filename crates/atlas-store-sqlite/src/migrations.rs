@@ -17,6 +17,11 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 2, name: "0002_search", sql: include_str!("../../../migrations/0002_search.sql") },
     Migration { version: 3, name: "0003_context", sql: include_str!("../../../migrations/0003_context.sql") },
     Migration { version: 4, name: "0004_safety", sql: include_str!("../../../migrations/0004_safety.sql") },
+    Migration {
+        version: 5,
+        name: "0005_consolidation",
+        sql: include_str!("../../../migrations/0005_consolidation.sql"),
+    },
 ];
 
 /// The newest schema this build understands.

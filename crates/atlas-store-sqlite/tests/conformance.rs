@@ -21,3 +21,4 @@ fn fresh_int8() -> Subject<SqliteStore> {
 
 atlas_testing::store_conformance!(sqlite, fresh);
 atlas_testing::store_conformance!(sqlite_int8, fresh_int8);
+atlas_testing::consolidator_conformance!(sqlite_consolidator, fresh);

@@ -2,14 +2,16 @@
 
 use crate::embedder::cosine;
 use async_trait::async_trait;
+use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::policy::embedding::line;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex,
-    VectorIndex,
+    Consolidation, Consolidator, EmbeddingModel, MemoryRef, MemoryStore, ProgressFn, Receipt, Replica, ScoredId,
+    StoreStats, StoredMemory, TextIndex, VectorIndex,
 };
 use atlas_domain::{
-    AtlasError, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp, Validity,
+    AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Scope, Timestamp,
+    Validity,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -23,6 +25,9 @@ struct State {
     vectors: HashMap<MemoryId, Vec<f32>>,
     model: Option<EmbeddingModel>,
     receipts: HashMap<String, Receipt>,
+    /// Per episode: (processed, attempts, last attempt).
+    consolidation: HashMap<MemoryId, (bool, u32, i64)>,
+    cycles: Vec<serde_json::Value>,
 }
 
 impl State {
@@ -358,5 +363,101 @@ fn restore_locked(s: &mut State, batch: Vec<StoredMemory>) -> Result<Vec<MemoryI
             }
         }
         Ok(ids)
+    }
+}
+
+#[async_trait]
+impl Consolidator for FakeStore {
+    async fn unprocessed(
+        &self,
+        limit: usize,
+        max_attempts: u32,
+        retry_after_ms: i64,
+        now: Timestamp,
+    ) -> Result<Vec<Memory>> {
+        let s = self.state.lock().unwrap();
+        Ok(s.memories
+            .values()
+            .filter(|m| m.kind() == MemoryKind::Episode)
+            .filter(|m| match s.consolidation.get(&m.id) {
+                None => true,
+                Some((processed, attempts, last)) => {
+                    !processed
+                        && *attempts < max_attempts
+                        && last + retry_after_ms * i64::from(*attempts) <= now.millis()
+                }
+            })
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn known(&self, subjects: Vec<String>, names: Vec<String>, scope: Scope) -> Result<Vec<Memory>> {
+        let s = self.state.lock().unwrap();
+        Ok(s.memories
+            .values()
+            .filter(|m| m.scope.user == scope.user && m.scope.agent == scope.agent)
+            .filter(|m| match &m.body {
+                Body::Fact { subject, .. } => subjects.contains(subject),
+                Body::Entity { name, .. } => names.contains(&normalize(name)),
+                _ => false,
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn apply(&self, batch: Consolidation) -> Result<Vec<MemoryId>> {
+        let mut s = self.state.lock().unwrap();
+        // All or nothing: every check before the first change.
+        let n = batch.memories.len();
+        let exists = |r: &MemoryRef| match r {
+            MemoryRef::Stored(id) => s.memories.contains_key(id),
+            MemoryRef::New(i) => *i < n,
+        };
+        if let Some(e) = batch.edges.iter().find(|e| !exists(&e.src) || !exists(&e.dst)) {
+            return Err(AtlasError::Storage(format!("an edge refers to a memory that does not exist: {e:?}")));
+        }
+        if let Some(r) = batch.revisions.iter().find(|r| !s.memories.contains_key(&r.id)) {
+            return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
+        }
+        let ids = insert_locked(&mut s, batch.memories);
+        let resolve = |r: MemoryRef| match r {
+            MemoryRef::Stored(id) => id,
+            MemoryRef::New(i) => ids[i],
+        };
+        for e in batch.edges {
+            let edge = Edge {
+                src: resolve(e.src),
+                dst: resolve(e.dst),
+                kind: e.kind,
+                weight: e.weight,
+                validity: e.validity,
+                recorded_at: e.recorded_at,
+            };
+            s.edges.retain(|o| (o.src, o.dst, o.kind) != (edge.src, edge.dst, edge.kind));
+            s.edges.push(edge);
+        }
+        for r in batch.revisions {
+            let m = s.memories.get_mut(&r.id).expect("checked");
+            m.validity.valid_until = r.valid_until;
+            if let (Some(c), Body::Fact { confidence, .. }) = (r.confidence, &mut m.body) {
+                *confidence = c;
+            }
+        }
+        let at = batch.at.millis();
+        for id in batch.processed {
+            let entry = s.consolidation.entry(id).or_insert((false, 0, at));
+            *entry = (true, entry.1 + 1, at);
+        }
+        for (id, _) in batch.failed {
+            let entry = s.consolidation.entry(id).or_insert((false, 0, at));
+            *entry = (false, entry.1 + 1, at);
+        }
+        s.cycles.push(batch.report);
+        Ok(ids)
+    }
+
+    async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
+        Ok(self.state.lock().unwrap().cycles.iter().rev().take(limit).cloned().collect())
     }
 }

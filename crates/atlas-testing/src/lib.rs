@@ -2,6 +2,7 @@
 //! strategies and the conformance suite each storage adapter must pass.
 
 pub mod conformance;
+pub mod consolidation_conformance;
 pub mod embedder;
 pub mod fake;
 pub mod strategies;

@@ -1,7 +1,8 @@
 //! Pure policies: query normalisation, rank fusion, recency, near-duplicate collapse, id
-//! references and their renumbering on restore, input
-//! limits, what is indexed and embedded.
+//! references and their renumbering on restore, input limits, what is indexed and embedded,
+//! and the rules of consolidation (retain tags, phatic turns, names, fact decisions).
 
+pub mod consolidation;
 pub mod embedding;
 pub mod fusion;
 pub mod limits;
@@ -9,4 +10,5 @@ pub mod query;
 pub mod recency;
 pub mod redundancy;
 pub mod references;
+pub mod retain;
 pub mod text_fields;

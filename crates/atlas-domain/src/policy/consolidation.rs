@@ -1,0 +1,474 @@
+//! What the sleep cycle decides without a model: which episodes carry nothing to learn
+//! (phatic), which names a turn mentions (entities by rule), and how an incoming fact meets the
+//! current ones: the same fact again (more provenance), a change (the old one is superseded,
+//! kept as history), or a new fact.
+
+use crate::{Body, Memory, MemoryId, Timestamp};
+use std::collections::BTreeSet;
+
+/// Words that carry no memory on their own: a turn made only of these (and punctuation) is
+/// phatic and is marked processed without extraction.
+const PHATIC: &[&str] = &[
+    "ok",
+    "okay",
+    "k",
+    "kk",
+    "thanks",
+    "thank",
+    "you",
+    "thx",
+    "ty",
+    "hello",
+    "hi",
+    "hey",
+    "bye",
+    "goodbye",
+    "cheers",
+    "yes",
+    "yeah",
+    "yep",
+    "no",
+    "nope",
+    "sure",
+    "great",
+    "cool",
+    "nice",
+    "lol",
+    "haha",
+    "hmm",
+    "right",
+    "alright",
+    "got",
+    "it",
+    "see",
+    "ya",
+    "good",
+    "morning",
+    "night",
+    "evening",
+    "afternoon",
+    "np",
+    "welcome",
+    "awesome",
+    "wow",
+    "oh",
+    "ah",
+    "indeed",
+    "agreed",
+    "perfect",
+    "fine",
+    "so",
+    "much",
+    "a",
+    "lot",
+    "very",
+    "too",
+    "and",
+    "the",
+];
+
+/// Lower-cased words of a text (letters and digits), for the rules below.
+pub fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .map(|w| w.trim_matches('\'').to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// A turn that says nothing to remember: at most six words, every one a pleasantry.
+pub fn is_phatic(text: &str) -> bool {
+    let words = words(text);
+    words.len() <= 6 && words.iter().all(|w| PHATIC.contains(&w.as_str()))
+}
+
+/// How names are compared: case, spacing and surrounding punctuation do not matter.
+pub fn normalize(name: &str) -> String {
+    name.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Capitalised words that start sentences or are everyday words, never names on their own.
+const NOT_NAMES: &[&str] = &[
+    "i",
+    "i'm",
+    "i've",
+    "i'll",
+    "i'd",
+    "the",
+    "a",
+    "an",
+    "and",
+    "but",
+    "or",
+    "so",
+    "if",
+    "when",
+    "what",
+    "why",
+    "how",
+    "who",
+    "where",
+    "which",
+    "this",
+    "that",
+    "these",
+    "those",
+    "it",
+    "it's",
+    "its",
+    "we",
+    "you",
+    "he",
+    "she",
+    "they",
+    "my",
+    "your",
+    "our",
+    "their",
+    "his",
+    "her",
+    "me",
+    "us",
+    "them",
+    "yes",
+    "no",
+    "oh",
+    "wow",
+    "hey",
+    "hi",
+    "hello",
+    "thanks",
+    "thank",
+    "ok",
+    "okay",
+    "sure",
+    "well",
+    "just",
+    "also",
+    "then",
+    "there",
+    "here",
+    "do",
+    "did",
+    "does",
+    "have",
+    "has",
+    "had",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "can",
+    "could",
+    "would",
+    "should",
+    "will",
+    "not",
+    "let's",
+    "lets",
+    "let",
+    "that's",
+    "there's",
+    "what's",
+    "yeah",
+    "great",
+    "good",
+    "nice",
+    "cool",
+    "awesome",
+    "haha",
+    "lol",
+    "really",
+    "totally",
+    "definitely",
+    "absolutely",
+    "sounds",
+    "congrats",
+    "congratulations",
+    "for",
+    "in",
+    "on",
+    "at",
+    "to",
+    "of",
+    "with",
+    "by",
+    "from",
+    "as",
+    "after",
+    "before",
+    "since",
+    "until",
+    "while",
+    "because",
+    "maybe",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "today",
+    "tomorrow",
+    "yesterday",
+    "mr",
+    "mrs",
+    "ms",
+    "dr",
+    "all",
+    "some",
+    "any",
+    "every",
+    "each",
+    "both",
+    "one",
+    "two",
+    "first",
+    "last",
+];
+
+/// Proper names a text mentions, by rule: runs of capitalised words ("New York", "Caroline"),
+/// skipping everyday words that are capitalised only because a sentence starts with them, and
+/// dropping a possessive `'s`. Returned in order of first mention, without repeats (compared
+/// normalised).
+pub fn proper_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut run: Vec<String> = Vec::new();
+    let mut flush = |run: &mut Vec<String>, names: &mut Vec<String>| {
+        if !run.is_empty() {
+            let name = run.join(" ");
+            if seen.insert(normalize(&name)) {
+                names.push(name);
+            }
+            run.clear();
+        }
+    };
+    for raw in text.split_whitespace() {
+        let ends_clause = raw.ends_with(|c: char| matches!(c, '.' | '!' | '?' | ',' | ';' | ':' | ')' | '"'));
+        let token = raw.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '-');
+        let token = token.strip_suffix("'s").or_else(|| token.strip_suffix("’s")).unwrap_or(token);
+        let capitalised = token.chars().next().is_some_and(char::is_uppercase)
+            && token.chars().any(char::is_alphabetic)
+            && !NOT_NAMES.contains(&token.to_lowercase().as_str());
+        if capitalised {
+            run.push(token.to_owned());
+        } else {
+            flush(&mut run, &mut names);
+        }
+        if ends_clause {
+            flush(&mut run, &mut names);
+        }
+    }
+    flush(&mut run, &mut names);
+    names
+}
+
+/// Predicates with one current object per subject: a new object supersedes the old one.
+pub const FUNCTIONAL_PREDICATES: &[&str] = &[
+    "state",
+    "prefers",
+    "works_at",
+    "lives_in",
+    "employer",
+    "located_in",
+    "role",
+    "status",
+    "uses",
+    "favorite",
+    "on_call",
+    "owner",
+    "version",
+    "age",
+    "married_to",
+    "name",
+];
+
+pub fn is_functional(predicate: &str) -> bool {
+    FUNCTIONAL_PREDICATES.contains(&predicate)
+}
+
+/// A fact on its way in: what, from which episode, said when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Normalised ([`normalize`]); the display form is in `subject_shown`.
+    pub subject: String,
+    pub subject_shown: String,
+    pub predicate: String,
+    pub object: String,
+    pub confidence: f32,
+    pub source: MemoryId,
+    /// When the statement was made (the episode's event time): the fact's `valid_from`.
+    pub said_at: Timestamp,
+}
+
+/// How a candidate meets the facts already known about its subject.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Nothing like it is known: a new fact.
+    New,
+    /// The same fact (exactly, normalised, or a near-duplicate): one more source for it.
+    Same(MemoryId),
+    /// A later statement of a functional predicate with another object: the new fact replaces
+    /// the old one, which stays as history valid until the new one was said.
+    Supersedes(MemoryId),
+    /// An earlier statement than the current fact it contradicts (an old conversation imported
+    /// late): it is history from the start, valid until the current one was said.
+    Before { until: Timestamp },
+}
+
+/// Word overlap (Jaccard of word sets) from which two objects are the same fact.
+pub const SAME_FACT_OVERLAP: f64 = 0.8;
+
+fn overlap(a: &str, b: &str) -> f64 {
+    let (a, b): (BTreeSet<String>, BTreeSet<String>) = (words(a).into_iter().collect(), words(b).into_iter().collect());
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    a.intersection(&b).count() as f64 / a.union(&b).count() as f64
+}
+
+/// Decides by rule how `candidate` meets `known`: the facts (current and past) whose subject
+/// is the candidate's. Only facts valid at the candidate's statement time or after count.
+pub fn decide(candidate: &Candidate, known: &[Memory]) -> Decision {
+    let facts = known.iter().filter_map(|m| match &m.body {
+        Body::Fact { subject, predicate, object, .. }
+            if *subject == candidate.subject && *predicate == candidate.predicate =>
+        {
+            Some((m, object))
+        }
+        _ => None,
+    });
+    let mut conflict: Option<&Memory> = None;
+    for (memory, object) in facts {
+        let current = memory.validity.valid_until.is_none();
+        if overlap(object, &candidate.object) >= SAME_FACT_OVERLAP {
+            if current || memory.validity.holds_at(candidate.said_at) {
+                return Decision::Same(memory.id);
+            }
+            continue;
+        }
+        if current && is_functional(&candidate.predicate) {
+            conflict = Some(memory);
+        }
+    }
+    match conflict {
+        Some(old) if candidate.said_at >= old.validity.valid_from => Decision::Supersedes(old.id),
+        Some(old) => Decision::Before { until: old.validity.valid_from },
+        None => Decision::New,
+    }
+}
+
+/// The searchable sentence of a fact.
+pub fn fact_text(subject: &str, predicate: &str, object: &str) -> String {
+    match predicate {
+        "state" => format!("{subject} is now: {object}"),
+        "fact" => object.to_owned(),
+        other => format!("{subject} {} {object}", other.replace('_', " ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NewMemory, Scope, Validity};
+    use proptest::prelude::*;
+
+    #[test]
+    fn pleasantries_are_phatic_and_content_is_not() {
+        for t in ["ok", "Thanks!", "hello", "ok thanks, bye", "Yes!!", "haha nice", ""] {
+            assert!(is_phatic(t), "{t:?}");
+        }
+        for t in ["ok, I moved to Lisbon", "thanks for the tea recipe", "I prefer Rust", "see you at 5"] {
+            assert!(!is_phatic(t), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn names_by_rule() {
+        assert_eq!(proper_names("I went to New York with Caroline's sister."), vec!["New York", "Caroline"]);
+        assert_eq!(proper_names("Melanie painted a sunrise. The lake was calm."), vec!["Melanie"]);
+        assert_eq!(proper_names("Thanks! We met Dr. Ada Lovelace on Monday"), vec!["Ada Lovelace"]);
+        assert!(proper_names("i have no names here at all").is_empty());
+    }
+
+    fn fact(id: i64, subject: &str, predicate: &str, object: &str, from: i64, until: Option<i64>) -> Memory {
+        let body =
+            Body::Fact { subject: subject.into(), predicate: predicate.into(), object: object.into(), confidence: 0.9 };
+        let mut m =
+            NewMemory { body, ..NewMemory::episode(object, Scope::default(), None, Timestamp(from), Timestamp(from)) }
+                .with_id(MemoryId(id));
+        m.validity = Validity { valid_from: Timestamp(from), valid_until: until.map(Timestamp) };
+        m
+    }
+
+    fn candidate(predicate: &str, object: &str, at: i64) -> Candidate {
+        Candidate {
+            subject: "ann".into(),
+            subject_shown: "Ann".into(),
+            predicate: predicate.into(),
+            object: object.into(),
+            confidence: 0.9,
+            source: MemoryId(99),
+            said_at: Timestamp(at),
+        }
+    }
+
+    #[test]
+    fn a_change_supersedes_a_restatement_merges_and_others_are_untouched() {
+        let known = vec![fact(1, "ann", "prefers", "Python", 10, None), fact(2, "ann", "likes", "tea", 10, None)];
+        assert_eq!(decide(&candidate("prefers", "Rust", 20), &known), Decision::Supersedes(MemoryId(1)));
+        assert_eq!(decide(&candidate("prefers", "python", 20), &known), Decision::Same(MemoryId(1)));
+        assert_eq!(decide(&candidate("likes", "coffee", 20), &known), Decision::New, "not functional: both hold");
+        assert_eq!(decide(&candidate("prefers", "Rust", 5), &known), Decision::Before { until: Timestamp(10) });
+        assert_eq!(decide(&candidate("lives_in", "Lisbon", 20), &known), Decision::New);
+    }
+
+    proptest! {
+        #[test]
+        fn a_superseded_fact_is_never_superseded_again(objects in proptest::collection::vec("[a-z]{3,8}", 1..6)) {
+            // Feed a chain of states; only the current one can be replaced.
+            let mut known: Vec<Memory> = Vec::new();
+            for (i, object) in objects.iter().enumerate() {
+                let at = 10 * (i as i64 + 1);
+                match decide(&candidate("state", object, at), &known) {
+                    Decision::Supersedes(id) => {
+                        let old = known.iter_mut().find(|m| m.id == id).unwrap();
+                        prop_assert!(old.validity.valid_until.is_none());
+                        old.validity.valid_until = Some(Timestamp(at));
+                        known.push(fact(i as i64 + 1, "ann", "state", object, at, None));
+                    }
+                    Decision::New => known.push(fact(i as i64 + 1, "ann", "state", object, at, None)),
+                    Decision::Same(_) => {}
+                    Decision::Before { .. } => prop_assert!(false, "statements come in order"),
+                }
+                prop_assert_eq!(known.iter().filter(|m| m.validity.valid_until.is_none()).count(), 1);
+            }
+        }
+
+        #[test]
+        fn rules_never_panic(text in "\\PC{0,200}") {
+            let _ = proper_names(&text);
+            let _ = is_phatic(&text);
+            let _ = normalize(&text);
+        }
+    }
+}

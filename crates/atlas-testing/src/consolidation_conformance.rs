@@ -1,0 +1,186 @@
+//! The conformance suite of the sleep cycle's port, [`Consolidator`], run through
+//! [`consolidator_conformance!`](crate::consolidator_conformance) against every store that
+//! implements it (SQLite and the fake).
+
+use crate::conformance::Store;
+use crate::{Subject, runtime};
+use atlas_domain::ports::{Consolidation, Consolidator, MemoryRef, NewEdge, Revision};
+use atlas_domain::{Body, EdgeKind, MemoryId, NewMemory, RecallFilter, Scope, Timestamp, Validity};
+
+pub trait ConsolidatingStore: Store + Consolidator {}
+impl<T: Store + Consolidator> ConsolidatingStore for T {}
+
+type Make<'a, S> = &'a dyn Fn() -> Subject<S>;
+
+#[macro_export]
+macro_rules! consolidator_conformance {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::consolidator_conformance!(@cases $make;
+                a_batch_applies_all_or_nothing, failed_episodes_back_off_then_give_up,
+                a_revision_ends_validity_and_keeps_the_memory, known_finds_facts_and_entities_within_scope);
+        }
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::consolidation_conformance::$case(&$make);
+            }
+        )*
+    };
+}
+
+fn scope(user: &str) -> Scope {
+    Scope { user: Some(user.into()), agent: None, session: Some("s".into()) }
+}
+
+fn turn(text: &str, user: &str, t: i64) -> NewMemory {
+    NewMemory::episode(text, scope(user), Some("Ann".into()), Timestamp(t), Timestamp(t))
+}
+
+fn fact(subject: &str, predicate: &str, object: &str, user: &str, t: i64) -> NewMemory {
+    NewMemory {
+        scope: Scope { session: None, ..scope(user) },
+        body: Body::Fact {
+            subject: subject.into(),
+            predicate: predicate.into(),
+            object: object.into(),
+            confidence: 0.9,
+        },
+        ..NewMemory::episode(
+            format!("{subject} {predicate} {object}"),
+            Scope::default(),
+            None,
+            Timestamp(t),
+            Timestamp(t),
+        )
+    }
+}
+
+fn batch(at: i64) -> Consolidation {
+    Consolidation {
+        memories: Vec::new(),
+        edges: Vec::new(),
+        revisions: Vec::new(),
+        processed: Vec::new(),
+        failed: Vec::new(),
+        report: serde_json::json!({"at": at}),
+        at: Timestamp(at),
+    }
+}
+
+fn edge(src: MemoryRef, dst: MemoryRef, kind: EdgeKind, t: i64) -> NewEdge {
+    NewEdge { src, dst, kind, weight: 1.0, validity: Validity::from(Timestamp(t)), recorded_at: Timestamp(t) }
+}
+
+pub fn a_batch_applies_all_or_nothing<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let turns = store.insert(vec![turn("I prefer Python", "ann", 10), turn("ok", "ann", 20)], None).await.unwrap();
+        let pending = |n| async move { store.unprocessed(n, 5, 1_000, Timestamp(100)).await.unwrap() };
+        assert_eq!(pending(10).await.iter().map(|m| m.id).collect::<Vec<_>>(), turns);
+
+        let mut good = batch(30);
+        good.memories.push(fact("ann", "prefers", "Python", "ann", 10));
+        good.edges.push(edge(MemoryRef::New(0), MemoryRef::Stored(turns[0]), EdgeKind::DerivedFrom, 30));
+        good.processed = turns.clone();
+        let ids = store.apply(good).await.unwrap();
+        assert_eq!(ids.len(), 1);
+        assert!(pending(10).await.is_empty(), "both episodes processed");
+        let edges = store.edges_of(ids[0]).await.unwrap();
+        assert!(edges.iter().any(|e| e.kind == EdgeKind::DerivedFrom && e.dst == turns[0] && e.src == ids[0]));
+        assert_eq!(store.cycles(5).await.unwrap(), vec![serde_json::json!({"at": 30})]);
+
+        // A batch with one bad part changes nothing at all.
+        let later = store.insert(vec![turn("I write Rust now", "ann", 40)], None).await.unwrap();
+        let before = store.stats().await.unwrap();
+        let mut bad = batch(50);
+        bad.memories.push(fact("ann", "prefers", "Rust", "ann", 40));
+        bad.revisions.push(Revision { id: MemoryId(999_999), valid_until: Some(Timestamp(40)), confidence: None });
+        bad.processed = later.clone();
+        assert!(store.apply(bad).await.is_err());
+        let after = store.stats().await.unwrap();
+        assert_eq!((after.memories_by_kind, after.edges), (before.memories_by_kind, before.edges));
+        assert_eq!(pending(10).await.iter().map(|m| m.id).collect::<Vec<_>>(), later, "still to do");
+        assert_eq!(store.cycles(5).await.unwrap().len(), 1, "no ledger row for what did not happen");
+    });
+}
+
+pub fn failed_episodes_back_off_then_give_up<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let id = store.insert(vec![turn("something hard to read", "ann", 1)], None).await.unwrap()[0];
+        let ask = |now| async move { store.unprocessed(10, 3, 1_000, Timestamp(now)).await.unwrap().len() };
+        for attempt in 1..=3i64 {
+            let at = attempt * 10_000;
+            let mut failed = batch(at);
+            failed.failed.push((id, format!("attempt {attempt}: the model answered no JSON")));
+            store.apply(failed).await.unwrap();
+            assert_eq!(ask(at + 1).await, 0, "not retried right away after attempt {attempt}");
+            if attempt < 3 {
+                assert_eq!(ask(at + 1_000 * attempt).await, 1, "retried after backoff, attempt {attempt}");
+            }
+        }
+        assert_eq!(ask(1_000_000_000).await, 0, "given up after the maximum of attempts");
+        assert_eq!(store.unprocessed(10, 4, 1_000, Timestamp(1_000_000_000)).await.unwrap().len(), 1);
+    });
+}
+
+pub fn a_revision_ends_validity_and_keeps_the_memory<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let old = store.insert(vec![fact("ann", "prefers", "python", "ann", 10)], None).await.unwrap()[0];
+        let mut change = batch(40);
+        change.memories.push(fact("ann", "prefers", "rust", "ann", 40));
+        change.edges.push(edge(MemoryRef::New(0), MemoryRef::Stored(old), EdgeKind::Supersedes, 40));
+        change.revisions.push(Revision { id: old, valid_until: Some(Timestamp(40)), confidence: Some(0.45) });
+        let new = store.apply(change).await.unwrap()[0];
+        let memory = store.get(old).await.unwrap().unwrap();
+        assert_eq!(memory.validity.valid_until, Some(Timestamp(40)));
+        assert!(matches!(memory.body, Body::Fact { confidence, ref object, .. } if (confidence - 0.45).abs() < 1e-6 && object == "python"));
+        let now = RecallFilter { valid_at: Some(Timestamp(50)), ..RecallFilter::default() };
+        let then = RecallFilter { valid_at: Some(Timestamp(20)), ..RecallFilter::default() };
+        let words = vec!["prefers".to_string()];
+        let ids = |hits: Vec<atlas_domain::ports::ScoredId>| hits.into_iter().map(|h| h.id).collect::<Vec<_>>();
+        assert_eq!(ids(store.search_text(words.clone(), now, 10).await.unwrap()), vec![new]);
+        assert_eq!(ids(store.search_text(words, then, 10).await.unwrap()), vec![old]);
+    });
+}
+
+pub fn known_finds_facts_and_entities_within_scope<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let entity = |name: &str, user: &str| NewMemory {
+            body: Body::Entity { name: name.into(), entity_type: None },
+            ..fact("x", "y", "z", user, 1)
+        };
+        let ids = store
+            .insert(
+                vec![
+                    fact("ann", "prefers", "python", "ann", 1),
+                    fact("bob", "prefers", "go", "ann", 1),
+                    fact("ann", "prefers", "c", "bob", 1),
+                    entity("New  York", "ann"),
+                    entity("Lisbon", "ann"),
+                    entity("New York", "bob"),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        let found = store
+            .known(vec!["ann".into()], vec!["new york".into()], Scope { user: Some("ann".into()), ..Scope::default() })
+            .await
+            .unwrap();
+        let mut found: Vec<MemoryId> = found.into_iter().map(|m| m.id).collect();
+        found.sort();
+        assert_eq!(found, vec![ids[0], ids[3]]);
+    });
+}
