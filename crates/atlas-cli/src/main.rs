@@ -74,6 +74,8 @@ enum Command {
     },
     /// Embed every memory still waiting for a vector, with a progress bar.
     EmbedPending,
+    /// Run one sleep cycle now: episodes become facts (with history) and linked entities.
+    Consolidate,
 }
 
 #[derive(Args)]
@@ -183,7 +185,12 @@ async fn run(cli: Cli) -> Result<()> {
     }
     if matches!(
         cli.command,
-        Command::Remember(_) | Command::Get { .. } | Command::Forget { .. } | Command::Stats | Command::Export { .. }
+        Command::Remember(_)
+            | Command::Get { .. }
+            | Command::Forget { .. }
+            | Command::Stats
+            | Command::Export { .. }
+            | Command::Consolidate
     ) {
         // These never embed: the model is not loaded (its vectors come from a later recall,
         // import, embed-pending or a long-lived process).
@@ -193,6 +200,10 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Embed { .. } | Command::Reembed => unreachable!("handled before opening the store"),
         Command::Import { file, again } => import(&atlas, &file, again, json).await,
+        Command::Consolidate => {
+            output::print_cycle(&atlas.consolidate().await?, json);
+            Ok(())
+        }
         Command::EmbedPending => {
             let started = Instant::now();
             let embedded = embed_all(&atlas, json).await?;

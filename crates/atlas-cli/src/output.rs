@@ -29,6 +29,16 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
                 if !h.duplicates.is_empty() {
                     line["duplicates"] = h.duplicates.iter().map(|d| Value::from(d.0)).collect();
                 }
+                if let atlas_domain::Body::Fact { confidence, .. } = &h.memory.body {
+                    // A fact says when it held and how sure ATLAS is of it.
+                    line["valid_from"] = Value::from(h.memory.validity.valid_from.to_rfc3339());
+                    line["valid_until"] =
+                        h.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
+                    line["confidence"] = Value::from(f64::from(*confidence));
+                }
+                if !h.sources.is_empty() {
+                    line["sources"] = h.sources.iter().map(jsonl::to_line).collect();
+                }
                 if explain {
                     let detail: serde_json::Map<String, Value> = h
                         .signals
@@ -172,6 +182,30 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     if let Some(v) = s.schema_version {
         println!("schema version:  {v}");
     }
+}
+
+/// What one sleep cycle did.
+pub fn print_cycle(report: &atlas_runtime::CycleReport, json: bool) {
+    let r = report;
+    print_line(json, serde_json::to_value(r).expect("a report serialises"), || {
+        let mut line = format!(
+            "consolidated {} episodes ({} phatic): {} facts added, {} merged, {} superseded, {} entities, {} links",
+            r.episodes_seen,
+            r.skipped_phatic,
+            r.facts_added,
+            r.facts_merged,
+            r.facts_superseded,
+            r.entities_added,
+            r.entity_links
+        );
+        if r.llm_calls > 0 {
+            line.push_str(&format!("; {} model calls, {} + {} tokens", r.llm_calls, r.input_tokens, r.output_tokens));
+        }
+        if r.failed > 0 || r.deferred > 0 {
+            line.push_str(&format!("; {} failed (retried later), {} deferred", r.failed, r.deferred));
+        }
+        line
+    });
 }
 
 /// A failed command under `--json`: `{"error": {"code", "message", "field"}}` (the shape the

@@ -26,6 +26,7 @@ pub struct Config {
     pub embed_batch: usize,
     pub onnx: OnnxConfig,
     pub recall: RecallConfig,
+    pub consolidation: ConsolidationConfig,
     /// How long a write (and opening the file) waits for another process's lock, in ms; long
     /// enough by default for a million-memory import of another process to commit.
     pub busy_timeout_ms: u64,
@@ -159,6 +160,28 @@ impl Default for OnnxConfig {
     }
 }
 
+/// The sleep cycle.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsolidationConfig {
+    /// Most episodes one cycle reads.
+    pub batch: usize,
+    /// An episode whose extraction failed this many times is left alone (its error is kept).
+    pub max_attempts: u32,
+    /// A failed episode is retried after this many ms times its attempt count.
+    pub retry_after_ms: i64,
+    /// Most model calls per cycle (seed 003: one); the rest waits for the next cycle.
+    pub llm_calls: usize,
+    /// Link turns to the people, places and things they name (entities by rule).
+    pub entities: bool,
+}
+
+impl Default for ConsolidationConfig {
+    fn default() -> Self {
+        ConsolidationConfig { batch: 200, max_attempts: 5, retry_after_ms: 60_000, llm_calls: 1, entities: true }
+    }
+}
+
 /// Weights and sizes of hybrid recall.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -234,6 +257,7 @@ impl Default for Config {
             embed_batch: 256,
             onnx: OnnxConfig::default(),
             recall: RecallConfig::default(),
+            consolidation: ConsolidationConfig::default(),
             busy_timeout_ms: 60_000,
             create: true,
         }

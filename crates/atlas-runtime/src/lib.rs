@@ -5,16 +5,22 @@
 mod background;
 mod backup;
 pub mod config;
+pub mod consolidation;
 pub mod migrate;
 mod recall;
 
 pub use backup::{ImportOptions, Imported, import_key, parse_jsonl};
 pub use config::Config;
+pub use consolidation::CycleReport;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
 use atlas_domain::policy::limits::validate;
-use atlas_domain::ports::{Embedder, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex};
-use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
+use atlas_domain::ports::{
+    Consolidator, Embedder, Llm, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex,
+};
+use atlas_domain::{
+    AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Result, Scope, Timestamp, Validity,
+};
 use background::Background;
 use std::sync::Arc;
 
@@ -26,6 +32,10 @@ pub struct Parts {
     pub vectors: Arc<dyn VectorIndex>,
     pub replica: Arc<dyn Replica>,
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// The sleep cycle's port, where the store has it.
+    pub consolidator: Option<Arc<dyn Consolidator>>,
+    /// The language model of consolidation; `None` runs it on rules only.
+    pub llm: Option<Arc<dyn Llm>>,
 }
 
 impl Parts {
@@ -34,7 +44,27 @@ impl Parts {
         store: Arc<S>,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Self {
-        Parts { store: store.clone(), text: store.clone(), vectors: store.clone(), replica: store, embedder }
+        Parts {
+            store: store.clone(),
+            text: store.clone(),
+            vectors: store.clone(),
+            replica: store,
+            embedder,
+            consolidator: None,
+            llm: None,
+        }
+    }
+
+    /// With the sleep cycle's port (the store usually implements it too).
+    pub fn with_consolidator(mut self, consolidator: Arc<dyn Consolidator>) -> Self {
+        self.consolidator = Some(consolidator);
+        self
+    }
+
+    /// With a language model for consolidation.
+    pub fn with_llm(mut self, llm: Arc<dyn Llm>) -> Self {
+        self.llm = Some(llm);
+        self
     }
 
     /// The storage adapters `config` names, without an embedder and without starting anything:
@@ -190,7 +220,39 @@ impl Atlas {
     pub async fn recall(&self, request: RecallRequest) -> Result<Recall> {
         let mut answer = recall::recall(&self.parts, &self.config.recall, request, now()).await?;
         answer.pending_vectors = self.parts.vectors.queued_vectors().await?;
+        // A consolidated memory names the episodes it came from.
+        for hit in &mut answer.hits {
+            if hit.memory.kind() != MemoryKind::Episode {
+                let id = hit.memory.id;
+                let sources: Vec<MemoryId> = self
+                    .parts
+                    .store
+                    .edges_of(id)
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.kind == EdgeKind::DerivedFrom && e.src == id)
+                    .map(|e| e.dst)
+                    .collect();
+                if !sources.is_empty() {
+                    hit.sources = self.parts.store.get_many(sources).await?;
+                }
+            }
+        }
         Ok(answer)
+    }
+
+    /// Runs one sleep cycle now (see [`consolidation`]): rules, and the model where one is
+    /// configured, within its call budget.
+    pub async fn consolidate(&self) -> Result<CycleReport> {
+        consolidation::run_cycle(&self.parts, &self.config.consolidation, now()).await
+    }
+
+    /// The reports of the last `limit` cycles, newest first.
+    pub async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
+        match &self.parts.consolidator {
+            Some(c) => c.cycles(limit).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Embeds queued memories for at most `recall.embed_budget_ms` (a process that just wrote
@@ -302,8 +364,8 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
         create: config.create,
         busy_timeout: std::time::Duration::from_millis(config.busy_timeout_ms),
     };
-    let store = SqliteStore::open(&config.db, &options)?;
-    Ok(Parts::from_store(Arc::new(store), embedder))
+    let store = Arc::new(SqliteStore::open(&config.db, &options)?);
+    Ok(Parts::from_store(Arc::clone(&store), embedder).with_consolidator(store))
 }
 
 #[cfg(feature = "store-qdrant")]

@@ -45,6 +45,8 @@ pub struct Hit {
     pub signals: BTreeMap<Signal, SignalScore>,
     /// Near-duplicates of this memory that ranked below it, folded into it (provenance).
     pub duplicates: Vec<MemoryId>,
+    /// For a consolidated memory (a fact), the episodes it came from.
+    pub sources: Vec<Memory>,
 }
 
 impl Hit {
@@ -280,7 +282,13 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let mut hits: Vec<Hit> = fused
         .into_iter()
         .filter_map(|f| {
-            memories.remove(&f.id).map(|memory| Hit { memory, score: f.score, signals: f.signals, duplicates: vec![] })
+            memories.remove(&f.id).map(|memory| Hit {
+                memory,
+                score: f.score,
+                signals: f.signals,
+                duplicates: vec![],
+                sources: vec![],
+            })
         })
         .filter(|h| filter.admits(&h.memory))
         .collect();

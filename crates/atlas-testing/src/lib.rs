@@ -5,10 +5,12 @@ pub mod conformance;
 pub mod consolidation_conformance;
 pub mod embedder;
 pub mod fake;
+pub mod llm;
 pub mod strategies;
 
 pub use embedder::HashEmbedder;
 pub use fake::FakeStore;
+pub use llm::ScriptedLlm;
 
 use std::any::Any;
 use std::sync::Arc;

@@ -245,41 +245,65 @@ const NOT_NAMES: &[&str] = &[
     "last",
 ];
 
+/// A name a text mentions, and whether every mention of it opened a sentence (where any
+/// word is capitalised, so the name is only as sure as the same word seen capitalised
+/// elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameMention {
+    pub name: String,
+    pub only_at_sentence_start: bool,
+}
+
 /// Proper names a text mentions, by rule: runs of capitalised words ("New York", "Caroline"),
-/// skipping everyday words that are capitalised only because a sentence starts with them, and
-/// dropping a possessive `'s`. Returned in order of first mention, without repeats (compared
-/// normalised).
-pub fn proper_names(text: &str) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    let mut seen = BTreeSet::new();
+/// skipping everyday words, dropping a possessive `'s`. In order of first mention, without
+/// repeats (compared normalised).
+pub fn name_mentions(text: &str) -> Vec<NameMention> {
+    let mut names: Vec<NameMention> = Vec::new();
     let mut run: Vec<String> = Vec::new();
-    let mut flush = |run: &mut Vec<String>, names: &mut Vec<String>| {
-        if !run.is_empty() {
-            let name = run.join(" ");
-            if seen.insert(normalize(&name)) {
-                names.push(name);
-            }
-            run.clear();
+    let mut run_at_start = false;
+    let mut at_start = true;
+    let flush = |run: &mut Vec<String>, run_at_start: bool, names: &mut Vec<NameMention>| {
+        if run.is_empty() {
+            return;
         }
+        let name = run.join(" ");
+        let key = normalize(&name);
+        match names.iter_mut().find(|n| normalize(&n.name) == key) {
+            Some(seen) => seen.only_at_sentence_start &= run_at_start,
+            None => names.push(NameMention { name, only_at_sentence_start: run_at_start }),
+        }
+        run.clear();
     };
     for raw in text.split_whitespace() {
-        let ends_clause = raw.ends_with(|c: char| matches!(c, '.' | '!' | '?' | ',' | ';' | ':' | ')' | '"'));
+        let title = matches!(raw.to_lowercase().trim_end_matches('.'), "dr" | "mr" | "mrs" | "ms" | "st" | "prof");
+        let ends_sentence = (raw.ends_with(['.', '!', '?', ':', '\n']) && !title) || raw.starts_with('-');
+        let ends_clause = ends_sentence || raw.ends_with([',', ';', ')', '"']);
         let token = raw.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '-');
         let token = token.strip_suffix("'s").or_else(|| token.strip_suffix("’s")).unwrap_or(token);
         let capitalised = token.chars().next().is_some_and(char::is_uppercase)
             && token.chars().any(char::is_alphabetic)
             && !NOT_NAMES.contains(&token.to_lowercase().as_str());
         if capitalised {
+            if run.is_empty() {
+                run_at_start = at_start;
+            }
             run.push(token.to_owned());
         } else {
-            flush(&mut run, &mut names);
+            flush(&mut run, run_at_start, &mut names);
         }
         if ends_clause {
-            flush(&mut run, &mut names);
+            flush(&mut run, run_at_start, &mut names);
         }
+        at_start = ends_sentence || (at_start && token.is_empty());
     }
-    flush(&mut run, &mut names);
+    flush(&mut run, run_at_start, &mut names);
     names
+}
+
+/// The names of [`name_mentions`] that are names for sure: seen at least once inside a
+/// sentence.
+pub fn proper_names(text: &str) -> Vec<String> {
+    name_mentions(text).into_iter().filter(|m| !m.only_at_sentence_start).map(|m| m.name).collect()
 }
 
 /// Predicates with one current object per subject: a new object supersedes the old one.
@@ -304,6 +328,58 @@ pub const FUNCTIONAL_PREDICATES: &[&str] = &[
 
 pub fn is_functional(predicate: &str) -> bool {
     FUNCTIONAL_PREDICATES.contains(&predicate)
+}
+
+/// Predicates that may hold many objects at once.
+pub const OTHER_PREDICATES: &[&str] = &[
+    "fact",
+    "did",
+    "believes",
+    "likes",
+    "dislikes",
+    "enjoys",
+    "wants",
+    "plans",
+    "has",
+    "owns",
+    "knows",
+    "visited",
+    "attended",
+    "studies",
+    "member_of",
+    "friend_of",
+    "parent_of",
+    "child_of",
+    "sibling_of",
+    "decided",
+    "caused",
+    "feels",
+    "preference",
+    "habit",
+    "pattern",
+    "goal",
+];
+
+/// The vocabulary's spelling of a predicate a model wrote ("Works at", "lives-in", "prefer"),
+/// or `None` when it is not in the vocabulary (such facts are rejected and counted).
+pub fn canonical_predicate(raw: &str) -> Option<&'static str> {
+    let key = normalize(&raw.replace(['_', '-'], " ")).replace(' ', "_");
+    let synonym = match key.as_str() {
+        "prefer" | "prefers_to_use" | "favors" | "favours" => "prefers",
+        "works_for" | "work_at" | "work_for" | "employed_at" | "employed_by" => "works_at",
+        "live_in" | "lives_at" | "resides_in" | "moved_to" => "lives_in",
+        "is" | "is_now" | "current_state" => "state",
+        "like" | "loves" | "love" => "likes",
+        "dislike" | "hates" => "dislikes",
+        "use" | "using" | "writes" | "codes_in" => "uses",
+        "own" => "owns",
+        "visit" => "visited",
+        "study" => "studies",
+        "plan" | "plans_to" | "intends_to" => "plans",
+        "want" | "wants_to" => "wants",
+        other => other,
+    };
+    FUNCTIONAL_PREDICATES.iter().chain(OTHER_PREDICATES).find(|p| **p == synonym).copied()
 }
 
 /// A fact on its way in: what, from which episode, said when.
@@ -403,11 +479,29 @@ mod tests {
     }
 
     #[test]
+    fn predicates_are_mapped_to_the_vocabulary_or_rejected() {
+        assert_eq!(canonical_predicate("Works for"), Some("works_at"));
+        assert_eq!(canonical_predicate("lives-in"), Some("lives_in"));
+        assert_eq!(canonical_predicate("prefer"), Some("prefers"));
+        assert_eq!(canonical_predicate("state"), Some("state"));
+        assert_eq!(canonical_predicate("teleported_to"), None);
+    }
+
+    #[test]
     fn names_by_rule() {
         assert_eq!(proper_names("I went to New York with Caroline's sister."), vec!["New York", "Caroline"]);
-        assert_eq!(proper_names("Melanie painted a sunrise. The lake was calm."), vec!["Melanie"]);
         assert_eq!(proper_names("Thanks! We met Dr. Ada Lovelace on Monday"), vec!["Ada Lovelace"]);
         assert!(proper_names("i have no names here at all").is_empty());
+        // A capitalised word that opens a sentence is only a candidate.
+        let opening = name_mentions("Melanie painted a sunrise. Understood. The lake was calm near Melanie.");
+        assert_eq!(
+            opening,
+            vec![
+                NameMention { name: "Melanie".into(), only_at_sentence_start: false },
+                NameMention { name: "Understood".into(), only_at_sentence_start: true },
+            ]
+        );
+        assert!(name_mentions("Noted.\n- S:checkout: Great")[0].only_at_sentence_start);
     }
 
     fn fact(id: i64, subject: &str, predicate: &str, object: &str, from: i64, until: Option<i64>) -> Memory {
@@ -467,6 +561,7 @@ mod tests {
         #[test]
         fn rules_never_panic(text in "\\PC{0,200}") {
             let _ = proper_names(&text);
+            let _ = name_mentions(&text);
             let _ = is_phatic(&text);
             let _ = normalize(&text);
         }

@@ -1,0 +1,468 @@
+//! The sleep cycle: turns episodes into current facts with history, and links the turns that
+//! mention the same names. Rules first (phatic turns, retain tags, names); the language model,
+//! when one is configured, only for what rules cannot read, at most `llm_calls` times a cycle.
+//! A cycle's outcome (facts, edges, supersessions, which episodes are done or failed, and its
+//! report) commits in one transaction: an episode is processed only when its outcome is stored.
+
+use crate::Parts;
+use crate::config::ConsolidationConfig;
+use atlas_domain::policy::consolidation::{
+    Candidate, Decision, NameMention, canonical_predicate, decide, fact_text, is_phatic, name_mentions, normalize,
+};
+use atlas_domain::policy::retain::{RetainTag, harvest};
+use atlas_domain::ports::{Consolidation, LlmRequest, MemoryRef, NewEdge, Revision};
+use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// What one cycle did; also its row in the store's ledger of cycles.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CycleReport {
+    pub episodes_seen: usize,
+    pub skipped_phatic: usize,
+    pub tags: usize,
+    pub facts_added: usize,
+    pub facts_merged: usize,
+    pub facts_superseded: usize,
+    /// Facts older than the current one they contradict, stored as history.
+    pub facts_historical: usize,
+    pub entities_added: usize,
+    pub entity_links: usize,
+    /// Facts the model proposed with a predicate outside the vocabulary.
+    pub predicates_rejected: usize,
+    pub llm_calls: usize,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Episodes whose extraction failed (retried later with backoff).
+    pub failed: usize,
+    /// Episodes left for a later cycle (the model's call budget was spent).
+    pub deferred: usize,
+    pub took_ms: f64,
+}
+
+const SYSTEM: &str = "You extract durable facts from conversation turns for an agent's long-term memory. \
+Answer with JSON only, of the form {\"facts\": [{\"turn\": 1, \"subject\": \"...\", \"predicate\": \"...\", \
+\"object\": \"...\", \"confidence\": 0.9}]}. `turn` is the number of the turn that states the fact. Use the \
+speaker's name for \"I\" and \"me\". Skip small talk and questions. Predicates: ";
+
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["facts"],
+        "properties": {"facts": {"type": "array", "items": {
+            "type": "object",
+            "required": ["turn", "subject", "predicate", "object"],
+            "properties": {
+                "turn": {"type": "integer", "minimum": 1},
+                "subject": {"type": "string"}, "predicate": {"type": "string"}, "object": {"type": "string"},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1}
+            }
+        }}}
+    })
+}
+
+/// Most turns one model call reads.
+const TURNS_PER_CALL: usize = 24;
+
+/// One fact as the model proposed it, checked against the schema.
+struct Proposed {
+    turn: usize,
+    subject: String,
+    predicate: String,
+    object: String,
+    confidence: f32,
+}
+
+/// Reads the model's answer; any departure from the schema fails the whole answer, so that a
+/// half-understood reply never becomes memory.
+fn parse_answer(text: &str, turns: usize) -> std::result::Result<Vec<Proposed>, String> {
+    let trimmed = text.trim().trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```");
+    let value: Value =
+        serde_json::from_str(trimmed.trim()).map_err(|e| format!("the model's answer is not JSON ({e})"))?;
+    let facts = value.get("facts").and_then(Value::as_array).ok_or("the answer has no \"facts\" array")?;
+    facts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let text = |key: &str| {
+                f.get(key)
+                    .and_then(Value::as_str)
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("facts[{i}].{key}: missing or not a non-empty string"))
+            };
+            let turn = f
+                .get("turn")
+                .and_then(Value::as_u64)
+                .filter(|t| (1..=turns as u64).contains(t))
+                .ok_or_else(|| format!("facts[{i}].turn: not a turn number from 1 to {turns}"))?;
+            let confidence = match f.get("confidence") {
+                None | Some(Value::Null) => 0.8,
+                Some(c) => c
+                    .as_f64()
+                    .filter(|c| (0.0..=1.0).contains(c))
+                    .ok_or_else(|| format!("facts[{i}].confidence: not a number from 0 to 1"))?
+                    as f32,
+            };
+            Ok(Proposed {
+                turn: turn as usize,
+                subject: text("subject")?,
+                predicate: text("predicate")?,
+                object: text("object")?,
+                confidence,
+            })
+        })
+        .collect()
+}
+
+/// The batch under construction, and the facts and entities it already knows of, where the
+/// ones it is adding carry negative ids (`-1` is the batch's first new memory).
+struct Plan {
+    batch: Consolidation,
+    known: Vec<Memory>,
+    now: Timestamp,
+}
+
+fn reference(id: MemoryId) -> MemoryRef {
+    if id.0 < 0 { MemoryRef::New((-id.0 - 1) as usize) } else { MemoryRef::Stored(id) }
+}
+
+impl Plan {
+    fn add(&mut self, memory: NewMemory) -> MemoryId {
+        self.batch.memories.push(memory.clone());
+        let id = MemoryId(-(self.batch.memories.len() as i64));
+        self.known.push(memory.with_id(id));
+        id
+    }
+
+    fn link(&mut self, src: MemoryId, dst: MemoryId, kind: EdgeKind, from: Timestamp) {
+        self.batch.edges.push(NewEdge {
+            src: reference(src),
+            dst: reference(dst),
+            kind,
+            weight: 1.0,
+            validity: Validity::from(from),
+            recorded_at: self.now,
+        });
+    }
+
+    /// The entity named `name` in `scope`, found or added.
+    fn entity(&mut self, name: &str, scope: &Scope, at: Timestamp, report: &mut CycleReport) -> MemoryId {
+        let key = normalize(name);
+        let found = self.known.iter().find(|m| matches!(&m.body, Body::Entity { name, .. } if normalize(name) == key));
+        if let Some(m) = found {
+            return m.id;
+        }
+        report.entities_added += 1;
+        self.add(NewMemory {
+            scope: scope.clone(),
+            text: name.to_owned(),
+            event_time: at,
+            recorded_at: self.now,
+            validity: Validity::from(at),
+            meta: serde_json::Map::new(),
+            body: Body::Entity { name: name.to_owned(), entity_type: None },
+        })
+    }
+
+    /// Files one candidate fact: a new fact, one more source of the same fact, or a change that
+    /// supersedes the current one (kept as history).
+    fn fact(&mut self, c: Candidate, scope: &Scope, origin: &str, report: &mut CycleReport) {
+        let decision = decide(&c, &self.known);
+        if let Decision::Same(id) = decision {
+            report.facts_merged += 1;
+            self.link(id, c.source, EdgeKind::DerivedFrom, c.said_at);
+            return;
+        }
+        let until = match decision {
+            Decision::Before { until } => {
+                report.facts_historical += 1;
+                Some(until)
+            }
+            _ => None,
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert("origin".into(), Value::from(origin));
+        let id = self.add(NewMemory {
+            scope: scope.clone(),
+            text: fact_text(&c.subject_shown, &c.predicate, &c.object),
+            event_time: c.said_at,
+            recorded_at: self.now,
+            validity: Validity { valid_from: c.said_at, valid_until: until },
+            meta,
+            body: Body::Fact {
+                subject: c.subject.clone(),
+                predicate: c.predicate.clone(),
+                object: c.object,
+                confidence: c.confidence,
+            },
+        });
+        report.facts_added += 1;
+        self.link(id, c.source, EdgeKind::DerivedFrom, c.said_at);
+        if let Decision::Supersedes(old) = decision {
+            report.facts_superseded += 1;
+            self.supersede(old, c.said_at);
+            self.link(id, old, EdgeKind::Supersedes, c.said_at);
+        }
+        // A fact about a named thing joins that thing's node.
+        let subject_is_entity =
+            self.known.iter().any(|m| matches!(&m.body, Body::Entity { name, .. } if normalize(name) == c.subject));
+        if subject_is_entity {
+            let entity = self.entity(&c.subject_shown, scope, c.said_at, report);
+            self.link(id, entity, EdgeKind::Entity, c.said_at);
+        }
+    }
+
+    /// Ends `old`'s validity at `at` and halves its confidence: history, not deletion.
+    fn supersede(&mut self, old: MemoryId, at: Timestamp) {
+        let Some(known) = self.known.iter_mut().find(|m| m.id == old) else { return };
+        known.validity.valid_until = Some(at);
+        let confidence = match &mut known.body {
+            Body::Fact { confidence, .. } => {
+                *confidence *= 0.5;
+                Some(*confidence)
+            }
+            _ => None,
+        };
+        match reference(old) {
+            MemoryRef::New(i) => {
+                let pending = &mut self.batch.memories[i];
+                pending.validity.valid_until = Some(at);
+                if let (Body::Fact { confidence: c, .. }, Some(v)) = (&mut pending.body, confidence) {
+                    *c = v;
+                }
+            }
+            MemoryRef::Stored(id) => self.batch.revisions.push(Revision { id, valid_until: Some(at), confidence }),
+        }
+    }
+}
+
+/// The facts a turn's retain tags state, about whom.
+fn tag_candidates(episode: &Memory, tags: Vec<RetainTag>) -> Vec<(Candidate, &'static str)> {
+    let speaker = episode.body.speaker().unwrap_or("agent").to_owned();
+    tags.into_iter()
+        .map(|tag| {
+            let (subject, predicate, object, confidence, origin) = match tag {
+                RetainTag::World(text) => ("world".to_owned(), "fact", text, 1.0, "tag:W"),
+                RetainTag::Behavior(text) => (speaker.clone(), "did", text, 1.0, "tag:B"),
+                RetainTag::Opinion { confidence, text } => (speaker.clone(), "believes", text, confidence, "tag:O"),
+                RetainTag::State { entity, state } => (entity, "state", state, 1.0, "tag:S"),
+                RetainTag::User { aspect, text } => {
+                    let predicate = canonical_predicate(&aspect).unwrap_or("pattern");
+                    ("user".to_owned(), predicate, text, 0.6, "tag:U")
+                }
+            };
+            let candidate = Candidate {
+                subject: normalize(&subject),
+                subject_shown: subject,
+                predicate: predicate.to_owned(),
+                object,
+                confidence,
+                source: episode.id,
+                said_at: episode.event_time,
+            };
+            (candidate, origin)
+        })
+        .collect()
+}
+
+/// Runs one cycle over up to `config.batch` unprocessed episodes.
+pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timestamp) -> Result<CycleReport> {
+    let started = std::time::Instant::now();
+    let store = parts.consolidator.as_ref().ok_or_else(|| {
+        AtlasError::Config(
+            "consolidation needs a store that supports it (the SQLite store; Qdrant does not yet)".into(),
+        )
+    })?;
+    let episodes = store.unprocessed(config.batch.max(1), config.max_attempts, config.retry_after_ms, now).await?;
+    let mut report = CycleReport { episodes_seen: episodes.len(), ..CycleReport::default() };
+    let mut plan = Plan {
+        batch: Consolidation {
+            memories: Vec::new(),
+            edges: Vec::new(),
+            revisions: Vec::new(),
+            processed: Vec::new(),
+            failed: Vec::new(),
+            report: Value::Null,
+            at: now,
+        },
+        known: Vec::new(),
+        now,
+    };
+    // Each user and agent has its own facts and entities.
+    let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Memory>> = BTreeMap::new();
+    for e in episodes {
+        groups.entry((e.scope.user.clone(), e.scope.agent.clone())).or_default().push(e);
+    }
+    let mut calls_left = if parts.llm.is_some() { config.llm_calls } else { 0 };
+    for ((user, agent), episodes) in groups {
+        let scope = Scope { user, agent, session: None };
+        let mut candidates: Vec<(Candidate, &'static str)> = Vec::new();
+        let mut mentions: Vec<(MemoryId, Timestamp, Vec<NameMention>)> = Vec::new();
+        let mut for_model: Vec<&Memory> = Vec::new();
+        for e in &episodes {
+            if is_phatic(&e.text) {
+                report.skipped_phatic += 1;
+                plan.batch.processed.push(e.id);
+                continue;
+            }
+            let tags = harvest(&e.text);
+            report.tags += tags.len();
+            let tagged = !tags.is_empty();
+            let mut names = name_mentions(&e.text);
+            names.extend(tags.iter().filter_map(|t| match t {
+                RetainTag::State { entity, .. } => {
+                    Some(NameMention { name: entity.clone(), only_at_sentence_start: false })
+                }
+                _ => None,
+            }));
+            candidates.extend(tag_candidates(e, tags));
+            if config.entities && !names.is_empty() {
+                mentions.push((e.id, e.event_time, names));
+            }
+            if tagged || parts.llm.is_none() {
+                plan.batch.processed.push(e.id);
+            } else {
+                for_model.push(e);
+            }
+        }
+        // The model reads what rules could not, within the cycle's call budget.
+        let mut chunks = for_model.chunks(TURNS_PER_CALL);
+        for chunk in chunks.by_ref() {
+            if calls_left == 0 {
+                report.deferred += chunk.len();
+                continue;
+            }
+            calls_left -= 1;
+            match extract(parts, chunk, &mut report).await {
+                Ok(found) => {
+                    candidates.extend(found);
+                    plan.batch.processed.extend(chunk.iter().map(|e| e.id));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, episodes = chunk.len(), "extraction failed; the episodes will be retried");
+                    report.failed += chunk.len();
+                    plan.batch.failed.extend(chunk.iter().map(|e| (e.id, error.clone())));
+                }
+            }
+        }
+        let subjects: Vec<String> = candidates.iter().map(|(c, _)| c.subject.clone()).collect();
+        let names: Vec<String> = mentions.iter().flat_map(|(_, _, n)| n.iter().map(|n| normalize(&n.name))).collect();
+        plan.known = store.known(subjects, names, scope.clone()).await?;
+        // A word that only ever opened a sentence is a name only if it is one elsewhere: seen
+        // inside a sentence in this batch, or already an entity.
+        let mut sure: std::collections::HashSet<String> = mentions
+            .iter()
+            .flat_map(|(_, _, n)| n.iter().filter(|m| !m.only_at_sentence_start).map(|m| normalize(&m.name)))
+            .collect();
+        sure.extend(plan.known.iter().filter_map(|m| match &m.body {
+            Body::Entity { name, .. } => Some(normalize(name)),
+            _ => None,
+        }));
+        for (id, at, names) in mentions {
+            for mention in names.into_iter().filter(|m| sure.contains(&normalize(&m.name))) {
+                let entity = plan.entity(&mention.name, &scope, at, &mut report);
+                plan.link(id, entity, EdgeKind::Entity, at);
+                report.entity_links += 1;
+            }
+        }
+        candidates.sort_by_key(|(c, _)| (c.said_at, c.source));
+        for (candidate, origin) in candidates {
+            plan.fact(candidate, &scope, origin, &mut report);
+        }
+    }
+    report.took_ms = started.elapsed().as_secs_f64() * 1e3;
+    plan.batch.report = serde_json::to_value(&report).expect("a report serialises");
+    if report.episodes_seen > 0 {
+        store.apply(plan.batch).await?;
+    }
+    Ok(report)
+}
+
+/// One model call over `turns`; the facts it proposed as candidates, or why it failed.
+async fn extract(
+    parts: &Parts,
+    turns: &[&Memory],
+    report: &mut CycleReport,
+) -> std::result::Result<Vec<(Candidate, &'static str)>, String> {
+    let llm = parts.llm.as_ref().expect("only called with a model");
+    let vocabulary = atlas_domain::policy::consolidation::FUNCTIONAL_PREDICATES
+        .iter()
+        .chain(atlas_domain::policy::consolidation::OTHER_PREDICATES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let prompt = turns
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            format!("{}. [{}] {}", i + 1, e.event_time.to_rfc3339(), atlas_domain::policy::embedding::line(e))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let request = LlmRequest { system: format!("{SYSTEM}{vocabulary}."), prompt, json_schema: Some(schema()) };
+    report.llm_calls += 1;
+    let answer = llm.complete(request).await.map_err(|e| e.to_string())?;
+    report.input_tokens += answer.input_tokens;
+    report.output_tokens += answer.output_tokens;
+    let proposed = parse_answer(&answer.text, turns.len())?;
+    let mut out = Vec::new();
+    for p in proposed {
+        let Some(predicate) = canonical_predicate(&p.predicate) else {
+            report.predicates_rejected += 1;
+            continue;
+        };
+        let episode = turns[p.turn - 1];
+        let subject = match p.subject.to_lowercase().as_str() {
+            "i" | "me" | "myself" => episode.body.speaker().unwrap_or("user").to_owned(),
+            _ => p.subject,
+        };
+        out.push((
+            Candidate {
+                subject: normalize(&subject),
+                subject_shown: subject,
+                predicate: predicate.to_owned(),
+                object: p.object,
+                confidence: p.confidence,
+                source: episode.id,
+                said_at: episode.event_time,
+            },
+            "llm",
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn answers_outside_the_schema_fail_whole() {
+        assert!(parse_answer("not json", 2).is_err());
+        assert!(parse_answer("{\"facts\": {}}", 2).is_err());
+        assert!(
+            parse_answer(
+                "{\"facts\": [{\"turn\": 3, \"subject\": \"a\", \"predicate\": \"b\", \"object\": \"c\"}]}",
+                2
+            )
+            .is_err()
+        );
+        assert!(
+            parse_answer("{\"facts\": [{\"turn\": 1, \"subject\": \"\", \"predicate\": \"b\", \"object\": \"c\"}]}", 2)
+                .is_err()
+        );
+        let ok = parse_answer("```json\n{\"facts\": [{\"turn\": 2, \"subject\": \"Ann\", \"predicate\": \"prefers\", \"object\": \"Rust\", \"confidence\": 0.7}]}\n```", 2).unwrap();
+        assert_eq!((ok[0].turn, ok[0].object.as_str(), ok[0].confidence), (2, "Rust", 0.7));
+    }
+
+    proptest! {
+        #[test]
+        fn the_answer_parser_never_panics(text in "\\PC{0,300}", turns in 0usize..5) {
+            let _ = parse_answer(&text, turns);
+        }
+    }
+}

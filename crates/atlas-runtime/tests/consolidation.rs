@@ -1,0 +1,210 @@
+//! The sleep cycle end to end on SQLite: the seeds' scenarios of changed minds and states, with
+//! rules only and with a scripted model; failures of the model lose nothing and are retried.
+
+use atlas_domain::ports::{Consolidator, MemoryStore};
+use atlas_domain::{Body, EdgeKind, MemoryKind, Scope, Timestamp};
+use atlas_runtime::config::ConsolidationConfig;
+use atlas_runtime::{Atlas, Config, ImportOptions, Parts, RecallRequest, Remember};
+use atlas_store_sqlite::{SqliteOptions, SqliteStore};
+use atlas_testing::ScriptedLlm;
+use std::path::Path;
+use std::sync::Arc;
+
+const DAY: i64 = 86_400_000;
+
+async fn space(dir: &Path, llm: Option<Arc<ScriptedLlm>>) -> (Atlas, Arc<SqliteStore>) {
+    let db = dir.join("atlas.db");
+    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+    let mut parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store.clone());
+    if let Some(llm) = llm {
+        parts = parts.with_llm(llm);
+    }
+    let config = Config {
+        db,
+        consolidation: ConsolidationConfig { retry_after_ms: 0, ..ConsolidationConfig::default() },
+        ..Config::default()
+    };
+    (Atlas::from_parts(parts, config).await.unwrap(), store)
+}
+
+fn said(text: &str, speaker: &str, day: i64) -> Remember {
+    Remember {
+        text: text.into(),
+        speaker: Some(speaker.into()),
+        scope: Scope { user: Some("ann".into()), agent: None, session: Some(format!("day{day}")) },
+        time: Some(Timestamp(day * DAY)),
+        ..Remember::default()
+    }
+}
+
+fn facts(query: &str, as_of: Option<i64>) -> RecallRequest {
+    RecallRequest {
+        query: query.into(),
+        k: 5,
+        kinds: vec![MemoryKind::Fact],
+        as_of: as_of.map(|d| Timestamp(d * DAY)),
+        ..RecallRequest::default()
+    }
+}
+
+async fn first_fact(atlas: &Atlas, query: &str, as_of: Option<i64>) -> String {
+    let recall = atlas.recall(facts(query, as_of)).await.unwrap();
+    recall.hits.first().map(|h| h.memory.text.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_fixture_consolidates_by_rule_into_current_states_and_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (atlas, _) = space(dir.path(), None).await;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo/changes.jsonl");
+    atlas.import_file(&fixture, ImportOptions::default(), None).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!((report.episodes_seen, report.skipped_phatic, report.llm_calls), (10, 2, 0));
+    assert_eq!(report.facts_superseded, 2, "{report:?}");
+    let now = first_fact(&atlas, "what does the checkout service run on", None).await;
+    assert_eq!(now, "checkout-service is now: rolled back to Python after the latency spike");
+    let april = Timestamp::parse("2024-04-20T00:00:00Z").unwrap().millis() / DAY;
+    assert_eq!(
+        first_fact(&atlas, "what does the checkout service run on", Some(april)).await,
+        "checkout-service is now: migrated to Rust"
+    );
+    let march = Timestamp::parse("2024-03-10T00:00:00Z").unwrap().millis() / DAY;
+    assert_eq!(
+        first_fact(&atlas, "what does the checkout service run on", Some(march)).await,
+        "checkout-service is now: running on Python 3.11"
+    );
+    // Rules found the names the turns share; a second cycle has nothing left to do.
+    let again = atlas.consolidate().await.unwrap();
+    assert_eq!(again.episodes_seen, 0);
+    assert_eq!(atlas.cycles(10).await.unwrap().len(), 1, "an empty cycle leaves no ledger row");
+}
+
+#[tokio::test]
+async fn python_then_rust_with_a_model_gives_one_current_truth_and_a_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = Arc::new(ScriptedLlm::new(vec![Ok(r#"{"facts": [
+        {"turn": 1, "subject": "I", "predicate": "prefer", "object": "Python", "confidence": 0.9},
+        {"turn": 2, "subject": "I", "predicate": "prefers", "object": "Rust", "confidence": 0.9},
+        {"turn": 3, "subject": "Ann", "predicate": "works for", "object": "Company A"},
+        {"turn": 4, "subject": "Ann", "predicate": "works_at", "object": "Company B"},
+        {"turn": 4, "subject": "Ann", "predicate": "teleported_to", "object": "Mars"}
+    ]}"#
+    .into())]));
+    let (atlas, store) = space(dir.path(), Some(llm.clone())).await;
+    for (text, day) in
+        [("I prefer Python", 1), ("I write Rust now", 10), ("I work at Company A", 2), ("I joined Company B", 12)]
+    {
+        atlas.remember(said(text, "Ann", day)).await.unwrap();
+    }
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!(
+        (report.llm_calls, report.facts_added, report.facts_superseded, report.predicates_rejected),
+        (1, 4, 2, 1)
+    );
+    assert!(report.input_tokens > 0 && report.output_tokens > 0, "the ledger counts tokens");
+    assert!(llm.requests()[0].json_schema.is_some(), "the answer is constrained by a schema");
+    assert_eq!(first_fact(&atlas, "which language does Ann prefer", None).await, "Ann prefers Rust");
+    assert_eq!(first_fact(&atlas, "which language does Ann prefer", Some(5)).await, "Ann prefers Python");
+    assert_eq!(first_fact(&atlas, "where does Ann work", None).await, "Ann works at Company B");
+    assert_eq!(first_fact(&atlas, "where does Ann work", Some(5)).await, "Ann works at Company A");
+    // The old fact stays, ended when the new one was said, and the new one says what it replaced.
+    let rust = atlas.recall(facts("which language does Ann prefer", None)).await.unwrap().hits.remove(0);
+    let edges = store.edges_of(rust.memory.id).await.unwrap();
+    let replaced = edges.iter().find(|e| e.kind == EdgeKind::Supersedes).expect("a supersedes edge").dst;
+    let python = store.get(replaced).await.unwrap().unwrap();
+    assert_eq!(python.validity.valid_until, Some(Timestamp(10 * DAY)));
+    assert_eq!(rust.sources.len(), 1);
+    assert_eq!(rust.sources[0].text, "I write Rust now");
+}
+
+#[tokio::test]
+async fn a_fact_stated_twice_is_one_fact_with_two_sources_and_others_are_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let (atlas, _) = space(dir.path(), None).await;
+    atlas.remember(said("Noted.\n- S:billing: on call is Bruno\n- S:search: healthy", "Agent", 1)).await.unwrap();
+    atlas.remember(said("- S:billing: on call is Bruno", "Agent", 2)).await.unwrap();
+    atlas.remember(said("- S:billing: on call is Chloe", "Agent", 3)).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!((report.facts_added, report.facts_merged, report.facts_superseded), (3, 1, 1), "{report:?}");
+    let bruno = atlas.recall(facts("billing on call Bruno", Some(2))).await.unwrap().hits.remove(0);
+    assert_eq!(bruno.memory.text, "billing is now: on call is Bruno");
+    assert_eq!(bruno.sources.len(), 2, "one fact, two sources");
+    assert_eq!(first_fact(&atlas, "who is on call for billing", None).await, "billing is now: on call is Chloe");
+    assert_eq!(
+        first_fact(&atlas, "is search healthy", None).await,
+        "search is now: healthy",
+        "an unrelated entity is never superseded"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_answer_loses_nothing_and_the_episodes_are_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = Arc::new(ScriptedLlm::new(vec![
+        Ok("Sure! Here are the facts: Ann likes tea.".into()),
+        Err("timed out after 30 s".into()),
+        Ok(r#"{"facts": [{"turn": 1, "subject": "Ann", "predicate": "likes", "object": "green tea"}]}"#.into()),
+    ]));
+    let (atlas, store) = space(dir.path(), Some(llm.clone())).await;
+    atlas.remember(said("I really like green tea", "Ann", 1)).await.unwrap();
+    atlas.remember(said("ok", "Ann", 1)).await.unwrap();
+    for expected in ["not JSON", "timed out"] {
+        let report = atlas.consolidate().await.unwrap();
+        assert_eq!(
+            (report.failed, report.facts_added, report.skipped_phatic),
+            (1, 0, usize::from(expected == "not JSON"))
+        );
+        let left = store.unprocessed(10, 5, 0, Timestamp(i64::MAX / 4)).await.unwrap();
+        assert_eq!(left.len(), 1, "the episode waits for a retry");
+        let last = atlas.cycles(1).await.unwrap().remove(0);
+        assert_eq!(last["failed"], 1);
+    }
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!((report.failed, report.facts_added), (0, 1));
+    assert_eq!(llm.requests().len(), 3);
+    assert!(store.unprocessed(10, 5, 0, Timestamp(i64::MAX / 4)).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn at_most_one_model_call_per_cycle_the_rest_deferred() {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = r#"{"facts": []}"#.to_string();
+    let llm = Arc::new(ScriptedLlm::new(vec![Ok(answer.clone()), Ok(answer)]));
+    let (atlas, _) = space(dir.path(), Some(llm.clone())).await;
+    for i in 0..30 {
+        atlas.remember(said(&format!("note number {i} about the garden shed"), "Ann", 1)).await.unwrap();
+    }
+    let first = atlas.consolidate().await.unwrap();
+    assert_eq!((first.llm_calls, first.deferred), (1, 6));
+    let second = atlas.consolidate().await.unwrap();
+    assert_eq!((second.episodes_seen, second.llm_calls, second.deferred), (6, 1, 0));
+    assert_eq!(llm.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn entities_link_the_turns_that_name_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (atlas, store) = space(dir.path(), None).await;
+    let a = atlas.remember(said("We decided to move the checkout to Kafka last week.", "Ann", 1)).await.unwrap();
+    let b = atlas
+        .remember(said("During the latency spike the Kafka cluster was on call with Bruno.", "Ann", 2))
+        .await
+        .unwrap();
+    atlas.consolidate().await.unwrap();
+    let kafka = |id| {
+        let store = store.clone();
+        async move {
+            let mut out = Vec::new();
+            for e in store.edges_of(id).await.unwrap().into_iter().filter(|e| e.kind == EdgeKind::Entity) {
+                if let Body::Entity { name, .. } = store.get(e.dst).await.unwrap().unwrap().body {
+                    out.push(name);
+                }
+            }
+            out
+        }
+    };
+    assert_eq!(kafka(a).await, vec!["Kafka"]);
+    let mut names = kafka(b).await;
+    names.sort();
+    assert_eq!(names, vec!["Bruno", "Kafka"]);
+}
