@@ -18,6 +18,11 @@ use std::time::Instant;
 /// The most memories one recall returns.
 pub const MAX_K: usize = 10_000;
 
+/// An entity named by more memories than this is a hub (a speaker, the user's own name):
+/// graph expansion reaches it but does not walk on through it, as a word in every document
+/// tells a search nothing.
+pub const HUB_MENTIONS: usize = 12;
+
 /// The furthest graph expansion walks from a hit, in typed edges.
 pub const MAX_GRAPH_DEPTH: u32 = 3;
 
@@ -124,6 +129,10 @@ async fn walk_around(
                 if let std::collections::hash_map::Entry::Vacant(slot) = edges.entry(id) {
                     slot.insert(store.edges_of(id).await?);
                 }
+                let mentions = edges[&id].iter().filter(|e| e.kind == EdgeKind::Entity && e.dst == id).count();
+                if !temporal && id != start && mentions > HUB_MENTIONS {
+                    continue;
+                }
                 for e in &edges[&id] {
                     // A typed link counts only while valid (as of the recall); turns stay adjacent.
                     let wanted = (e.kind == EdgeKind::Temporal) == temporal;
@@ -184,7 +193,13 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     }
     let filter = RecallFilter {
         scope: request.scope,
-        kinds: request.kinds,
+        // Entities are the graph's nodes, a name each: they link memories and are searched only
+        // when asked for by kind (a bare name would top every full-text list and skew fusion).
+        kinds: if request.kinds.is_empty() {
+            MemoryKind::ALL.into_iter().filter(|k| *k != MemoryKind::Entity).collect()
+        } else {
+            request.kinds
+        },
         since: request.since,
         until: request.until,
         valid_at: Some(request.as_of.unwrap_or(now)),
