@@ -206,7 +206,20 @@ fn demo() -> Result<()> {
     run_atlas(&atlas, &["--db", db, "import", conversation.to_str().unwrap()])?;
     run_atlas(&atlas, &["--db", db, "stats"])?;
     run_atlas(&atlas, &["--db", db, "recall", "--batch", queries.to_str().unwrap(), "--k", "3"])?;
-    println!("demo finished: a fresh memory space, imported and queried through the atlas CLI");
+    // Changes of mind: the sleep cycle (rules only: retain tags and names) keeps one current
+    // truth per entity and the history behind it.
+    let changes = fixtures.join("changes.jsonl");
+    let facts = dir.path().join("facts.db");
+    let facts = facts.to_str().context("temp path is UTF-8")?;
+    run_atlas(&atlas, &["--db", facts, "import", changes.to_str().unwrap()])?;
+    run_atlas(&atlas, &["--db", facts, "consolidate"])?;
+    let question = "what does the checkout service run on";
+    run_atlas(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "2"])?;
+    run_atlas(
+        &atlas,
+        &["--db", facts, "recall", question, "--kind", "fact", "--k", "2", "--as-of", "2024-04-20T00:00:00Z"],
+    )?;
+    println!("demo finished: fresh memory spaces, imported, consolidated and queried through the atlas CLI");
     Ok(())
 }
 

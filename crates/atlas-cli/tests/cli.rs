@@ -329,3 +329,47 @@ fn reembed_after_import_is_a_no_op_and_says_so() {
     let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
     assert_eq!((stats["vectors"].as_u64(), stats["pending_vectors"].as_u64()), (Some(3), Some(0)));
 }
+
+#[test]
+fn consolidate_then_recall_facts_now_and_as_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("facts.db");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo/changes.jsonl");
+    ok(atlas_text_only(&db, &["import", fixture.to_str().unwrap()]));
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["consolidate", "--json"]))).unwrap();
+    assert_eq!((report["episodes_seen"].as_u64(), report["skipped_phatic"].as_u64()), (Some(10), Some(2)));
+    assert_eq!(report["facts_superseded"], 2);
+    assert_eq!((report["llm_calls"].as_u64(), report["input_tokens"].as_u64()), (Some(0), Some(0)));
+    let now: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &["recall", "what does checkout run on", "--kind", "fact", "--k", "3", "--json"],
+    )))
+    .unwrap();
+    let hit = &now["hits"][0];
+    assert_eq!(hit["text"], "checkout-service is now: rolled back to Python after the latency spike");
+    assert_eq!(
+        (hit["valid_from"].as_str(), hit["valid_until"].clone()),
+        (Some("2024-05-07T16:26:00Z"), serde_json::Value::Null)
+    );
+    assert!(hit["confidence"].as_f64().is_some(), "{hit}");
+    assert_eq!(hit["sources"][0]["session"], "ops/s3", "the episode it came from, with its meta: {hit}");
+    let queries = write(dir.path(), "q.jsonl", "{\"id\": \"april\", \"query\": \"what does checkout run on\"}\n");
+    let then: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &[
+            "recall",
+            "--batch",
+            queries.to_str().unwrap(),
+            "--kind",
+            "fact",
+            "--as-of",
+            "2024-04-20T00:00:00Z",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(then["id"], "april");
+    assert_eq!(then["hits"][0]["text"], "checkout-service is now: migrated to Rust");
+    assert_eq!(then["hits"][0]["valid_until"], "2024-05-07T16:26:00Z", "history says when it stopped holding");
+}
