@@ -125,6 +125,10 @@ pub fn fetch_models() -> Result<()> {
             println!("ok {} (sha256 verified)", path.display());
         }
     }
+    for model in &manifest.llm_models {
+        let path = assets::llm_model(model)?;
+        println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
+    }
     Ok(())
 }
 

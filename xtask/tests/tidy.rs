@@ -61,7 +61,9 @@ fn only_the_runtime_knows_the_adapters() {
     for krate in ["atlas-domain", "atlas-testing", "atlas-cli"] {
         let manifest = std::fs::read_to_string(root().join("crates").join(krate).join("Cargo.toml")).unwrap();
         let deps = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
-        assert!(!deps.contains("atlas-store-"), "{krate} depends on a store adapter directly");
+        for adapter in ["atlas-store-", "atlas-embed-", "atlas-llm"] {
+            assert!(!deps.contains(adapter), "{krate} depends on an adapter ({adapter}) directly");
+        }
     }
 }
 

@@ -196,6 +196,8 @@ pub struct Completion {
     pub text: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// In US dollars, at the endpoint's configured prices (0 for a local model).
+    pub cost: f64,
 }
 
 /// A language model, used off the hot path (consolidation), never on `remember`.

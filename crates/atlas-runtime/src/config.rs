@@ -27,6 +27,7 @@ pub struct Config {
     pub onnx: OnnxConfig,
     pub recall: RecallConfig,
     pub consolidation: ConsolidationConfig,
+    pub llm: LlmConfig,
     /// How long a write (and opening the file) waits for another process's lock, in ms; long
     /// enough by default for a million-memory import of another process to commit.
     pub busy_timeout_ms: u64,
@@ -160,6 +161,63 @@ impl Default for OnnxConfig {
     }
 }
 
+/// Language models for consolidation: endpoints grouped in tiers; the cycle uses one tier and
+/// falls back only within it, never to a pricier one.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// The tier consolidation uses: `conversation`, `economy` or `local`.
+    pub tier: String,
+    pub endpoints: Vec<LlmEndpointConfig>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig { tier: "local".into(), endpoints: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmEndpointConfig {
+    pub name: String,
+    /// `openai` (any OpenAI-compatible server) or `anthropic`.
+    pub provider: String,
+    pub url: String,
+    pub model: String,
+    pub tier: String,
+    /// The variable holding the API key: a key is never written in the file.
+    pub api_key_env: Option<String>,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub max_tokens: u32,
+    /// US dollars per million tokens, for the ledger.
+    pub input_price: f64,
+    pub output_price: f64,
+    /// Set from `ATLAS_LLM_API_KEY`, never from the file.
+    #[serde(skip)]
+    pub api_key: Option<String>,
+}
+
+impl Default for LlmEndpointConfig {
+    fn default() -> Self {
+        LlmEndpointConfig {
+            name: "llm".into(),
+            provider: "openai".into(),
+            url: String::new(),
+            model: String::new(),
+            tier: "local".into(),
+            api_key_env: None,
+            timeout_ms: 60_000,
+            max_retries: 3,
+            max_tokens: 1024,
+            input_price: 0.0,
+            output_price: 0.0,
+            api_key: None,
+        }
+    }
+}
+
 /// The sleep cycle.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -258,6 +316,7 @@ impl Default for Config {
             onnx: OnnxConfig::default(),
             recall: RecallConfig::default(),
             consolidation: ConsolidationConfig::default(),
+            llm: LlmConfig::default(),
             busy_timeout_ms: 60_000,
             create: true,
         }
@@ -330,6 +389,22 @@ impl Config {
                     )));
                 }
             };
+        }
+        if let Some(url) = env("ATLAS_LLM_URL").filter(|u| !u.trim().is_empty()) {
+            // One endpoint from the environment, first in the configured tier.
+            let endpoint = LlmEndpointConfig {
+                name: "ATLAS_LLM_URL".into(),
+                provider: env("ATLAS_LLM_PROVIDER").unwrap_or_else(|| "openai".into()),
+                url,
+                model: env("ATLAS_LLM_MODEL").unwrap_or_else(|| "default".into()),
+                tier: self.llm.tier.clone(),
+                api_key: env("ATLAS_LLM_API_KEY"),
+                ..LlmEndpointConfig::default()
+            };
+            self.llm.endpoints.insert(0, endpoint);
+        }
+        if let Some(tier) = env("ATLAS_LLM_TIER") {
+            self.llm.tier = tier;
         }
         let millis = |key: &str, v: String| -> Result<u64> {
             v.trim()

@@ -34,6 +34,8 @@ pub struct CycleReport {
     pub llm_calls: usize,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// What the calls cost, at the endpoints' configured prices (US dollars).
+    pub cost_usd: f64,
     /// Episodes whose extraction failed (retried later with backoff).
     pub failed: usize,
     /// Episodes left for a later cycle (the model's call budget was spent).
@@ -46,16 +48,19 @@ Answer with JSON only, of the form {\"facts\": [{\"turn\": 1, \"subject\": \"...
 \"object\": \"...\", \"confidence\": 0.9}]}. `turn` is the number of the turn that states the fact. Use the \
 speaker's name for \"I\" and \"me\". Skip small talk and questions. Predicates: ";
 
-fn schema() -> Value {
+/// Bounded everywhere: a constrained small model otherwise repeats items, or one string,
+/// until it runs out of tokens.
+fn schema(turns: usize) -> Value {
+    let text = |max: usize| json!({"type": "string", "minLength": 1, "maxLength": max});
     json!({
         "type": "object",
         "required": ["facts"],
-        "properties": {"facts": {"type": "array", "items": {
+        "properties": {"facts": {"type": "array", "maxItems": 2 * turns, "items": {
             "type": "object",
             "required": ["turn", "subject", "predicate", "object"],
             "properties": {
-                "turn": {"type": "integer", "minimum": 1},
-                "subject": {"type": "string"}, "predicate": {"type": "string"}, "object": {"type": "string"},
+                "turn": {"type": "integer", "minimum": 1, "maximum": turns},
+                "subject": text(60), "predicate": text(30), "object": text(120),
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1}
             }
         }}}
@@ -402,11 +407,13 @@ async fn extract(
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let request = LlmRequest { system: format!("{SYSTEM}{vocabulary}."), prompt, json_schema: Some(schema()) };
+    let request =
+        LlmRequest { system: format!("{SYSTEM}{vocabulary}."), prompt, json_schema: Some(schema(turns.len())) };
     report.llm_calls += 1;
     let answer = llm.complete(request).await.map_err(|e| e.to_string())?;
     report.input_tokens += answer.input_tokens;
     report.output_tokens += answer.output_tokens;
+    report.cost_usd += answer.cost;
     let proposed = parse_answer(&answer.text, turns.len())?;
     let mut out = Vec::new();
     for p in proposed {

@@ -309,9 +309,74 @@ impl Atlas {
 /// Builds the adapters `config` names, as this build has them.
 async fn open_parts(config: &Config) -> Result<Parts> {
     let embedder = open_embedder(config).await?;
-    match config.storage {
+    let parts = match config.storage {
         config::StorageKind::Sqlite => open_sqlite(config, embedder),
         config::StorageKind::Qdrant => open_qdrant(config, embedder).await,
+    }?;
+    Ok(match open_llm(&config.llm)? {
+        Some(llm) => parts.with_llm(llm),
+        None => parts,
+    })
+}
+
+/// The endpoints of the configured tier, tried in order; `None` when it has none (rules only).
+#[cfg(feature = "llm")]
+pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
+    use atlas_llm::{Endpoint, Fallback, HttpLlm, Provider};
+    const TIERS: [&str; 3] = ["conversation", "economy", "local"];
+    if !TIERS.contains(&config.tier.as_str()) {
+        return Err(AtlasError::Config(format!(
+            "llm.tier: expected one of {}, got {:?}",
+            TIERS.join(", "),
+            config.tier
+        )));
+    }
+    let mut members: Vec<Arc<dyn Llm>> = Vec::new();
+    for (i, c) in config.endpoints.iter().enumerate() {
+        let at = |field: &str| format!("llm.endpoints[{i}].{field}");
+        if !TIERS.contains(&c.tier.as_str()) {
+            return Err(AtlasError::Config(format!(
+                "{}: expected one of {}, got {:?}",
+                at("tier"),
+                TIERS.join(", "),
+                c.tier
+            )));
+        }
+        if c.tier != config.tier {
+            continue;
+        }
+        let provider: Provider =
+            c.provider.parse().map_err(|m| AtlasError::Config(format!("{}: {m}", at("provider"))))?;
+        if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
+            return Err(AtlasError::Config(format!("{}: expected an http(s) URL, got {:?}", at("url"), c.url)));
+        }
+        let mut endpoint = Endpoint::new(&c.name, provider, &c.url, &c.model);
+        endpoint.api_key = match (&c.api_key, &c.api_key_env) {
+            (Some(key), _) => Some(key.clone()),
+            (None, Some(var)) => Some(
+                std::env::var(var)
+                    .map_err(|_| AtlasError::Config(format!("{}: the variable {var} is not set", at("api_key_env"))))?,
+            ),
+            (None, None) => None,
+        };
+        endpoint.timeout = std::time::Duration::from_millis(c.timeout_ms.max(1));
+        endpoint.max_retries = c.max_retries;
+        endpoint.max_tokens = c.max_tokens;
+        (endpoint.input_price, endpoint.output_price) = (c.input_price, c.output_price);
+        members.push(Arc::new(HttpLlm::new(endpoint)?));
+    }
+    if members.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(Fallback::new(members)?)))
+}
+
+#[cfg(not(feature = "llm"))]
+pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
+    if config.endpoints.is_empty() {
+        Ok(None)
+    } else {
+        Err(AtlasError::Config("llm endpoints need atlas built with the llm feature".into()))
     }
 }
 

@@ -208,3 +208,32 @@ async fn entities_link_the_turns_that_name_them() {
     names.sort();
     assert_eq!(names, vec!["Bruno", "Kafka"]);
 }
+
+/// The whole cycle through the HTTP adapter against a real server (a 135M model: the wire, the
+/// schema and the pipeline, not the quality of what it extracts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_model_runs_the_cycle_end_to_end() {
+    let server = match atlas_testing::servers::llm_server() {
+        Ok(server) => server,
+        Err(why) => {
+            return atlas_testing::servers::skipped("atlas-runtime a_real_model_runs_the_cycle_end_to_end", &why);
+        }
+    };
+    let mut endpoint = atlas_llm::Endpoint::new("real", atlas_llm::Provider::OpenAi, &server.url, &server.model);
+    endpoint.max_tokens = 384;
+    let llm: Arc<dyn atlas_domain::ports::Llm> = Arc::new(atlas_llm::HttpLlm::new(endpoint).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("atlas.db");
+    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+    let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store.clone()).with_llm(llm);
+    let atlas = Atlas::from_parts(parts, Config { db, ..Config::default() }).await.unwrap();
+    atlas.remember(said("I used to prefer Python, but I write Rust at work now.", "Ann", 1)).await.unwrap();
+    atlas.remember(said("My sister Maria lives in Lisbon.", "Ann", 2)).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!(report.llm_calls, 1, "{report:?}");
+    assert!(report.input_tokens > 0 && report.output_tokens > 0, "{report:?}");
+    // A schema-constrained answer is always readable: the episodes are done, not failed.
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert!(store.unprocessed(10, 5, 0, Timestamp(i64::MAX / 4)).await.unwrap().is_empty());
+    assert_eq!(atlas.cycles(1).await.unwrap()[0]["llm_calls"], 1);
+}

@@ -6,6 +6,7 @@ pub mod consolidation_conformance;
 pub mod embedder;
 pub mod fake;
 pub mod llm;
+pub mod servers;
 pub mod strategies;
 
 pub use embedder::HashEmbedder;

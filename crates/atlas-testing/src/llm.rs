@@ -39,7 +39,7 @@ impl Llm for ScriptedLlm {
         let input_tokens = words(&request.system) + words(&request.prompt);
         self.requests.lock().unwrap().push(request);
         match self.script.lock().unwrap().pop_front() {
-            Some(Ok(text)) => Ok(Completion { output_tokens: words(&text), text, input_tokens }),
+            Some(Ok(text)) => Ok(Completion { output_tokens: words(&text), text, input_tokens, cost: 0.0 }),
             Some(Err(e)) => Err(AtlasError::Llm(e)),
             None => Err(AtlasError::Llm("the scripted model has no more answers".into())),
         }
