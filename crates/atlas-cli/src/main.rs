@@ -76,6 +76,9 @@ enum Command {
     EmbedPending,
     /// Run one sleep cycle now: episodes become facts (with history) and linked entities.
     Consolidate,
+    /// Where a memory came from and what became of it: sources, versions it replaced, what
+    /// replaced it, the entities it names.
+    Explain { id: MemoryId },
 }
 
 #[derive(Args)]
@@ -191,6 +194,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Stats
             | Command::Export { .. }
             | Command::Consolidate
+            | Command::Explain { .. }
     ) {
         // These never embed: the model is not loaded (its vectors come from a later recall,
         // import, embed-pending or a long-lived process).
@@ -200,6 +204,11 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Embed { .. } | Command::Reembed => unreachable!("handled before opening the store"),
         Command::Import { file, again } => import(&atlas, &file, again, json).await,
+        Command::Explain { id } => {
+            let explanation = atlas.explain(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?;
+            output::print_explanation(&explanation, json);
+            Ok(())
+        }
         Command::Consolidate => {
             output::print_cycle(&atlas.consolidate().await?, json);
             Ok(())

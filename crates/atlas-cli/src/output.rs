@@ -184,6 +184,45 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     }
 }
 
+/// A memory's provenance and history.
+pub fn print_explanation(e: &atlas_runtime::Explanation, json: bool) {
+    let lines = |ms: &[atlas_domain::Memory]| -> Vec<Value> { ms.iter().map(jsonl::to_line).collect() };
+    if json {
+        let mut memory = jsonl::to_line(&e.memory);
+        memory["valid_from"] = Value::from(e.memory.validity.valid_from.to_rfc3339());
+        memory["valid_until"] = e.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
+        println!(
+            "{}",
+            json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
+                   "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities)})
+        );
+        return;
+    }
+    let m = &e.memory;
+    let until = m.validity.valid_until.map_or("now".to_owned(), |t| t.to_string());
+    println!("memory {} ({}): {}", m.id, m.kind(), m.text);
+    println!("  valid:        {} .. {until}", m.validity.valid_from);
+    if let atlas_domain::Body::Fact { confidence, .. } = &m.body {
+        println!("  confidence:   {confidence:.2}");
+    }
+    for s in &e.sources {
+        println!("  from:         memory {} ({}) {}", s.id, s.event_time, s.text.replace('\n', " / "));
+    }
+    if e.sources.len() > 1 {
+        println!("  merged:       stated {} times", e.sources.len());
+    }
+    for r in &e.replaced_by {
+        println!("  replaced by:  memory {} (from {}) {}", r.id, r.validity.valid_from, r.text);
+    }
+    for r in &e.replaced {
+        let until = r.validity.valid_until.map_or("now".to_owned(), |t| t.to_string());
+        println!("  replaced:     memory {} ({} .. {until}) {}", r.id, r.validity.valid_from, r.text);
+    }
+    for x in &e.entities {
+        println!("  entity:       memory {} {}", x.id, x.text);
+    }
+}
+
 /// What one sleep cycle did.
 pub fn print_cycle(report: &atlas_runtime::CycleReport, json: bool) {
     let r = report;

@@ -354,6 +354,18 @@ fn consolidate_then_recall_facts_now_and_as_of() {
     );
     assert!(hit["confidence"].as_f64().is_some(), "{hit}");
     assert_eq!(hit["sources"][0]["session"], "ops/s3", "the episode it came from, with its meta: {hit}");
+    let id = hit["id"].as_i64().unwrap().to_string();
+    let history: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["explain", &id, "--json"]))).unwrap();
+    let replaced: Vec<&str> =
+        history["replaced"].as_array().unwrap().iter().map(|m| m["text"].as_str().unwrap()).collect();
+    assert_eq!(
+        replaced,
+        ["checkout-service is now: migrated to Rust", "checkout-service is now: running on Python 3.11"],
+        "the versions it replaced, newest first"
+    );
+    assert_eq!(history["sources"].as_array().unwrap().len(), 1);
+    assert_eq!(history["entities"][0]["text"], "checkout-service");
     let queries = write(dir.path(), "q.jsonl", "{\"id\": \"april\", \"query\": \"what does checkout run on\"}\n");
     let then: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
         &db,

@@ -98,6 +98,20 @@ pub struct MemoryDetail {
     pub edges: Vec<Edge>,
 }
 
+/// Where a memory came from and what became of it (`atlas explain`).
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    pub memory: Memory,
+    /// The episodes it was consolidated from (more than one: the same fact stated again).
+    pub sources: Vec<Memory>,
+    /// The older versions it replaced, newest first, each with its validity.
+    pub replaced: Vec<Memory>,
+    /// What replaced it, if it no longer holds.
+    pub replaced_by: Vec<Memory>,
+    /// The entities it names, or, for an entity, the memories that name it.
+    pub entities: Vec<Memory>,
+}
+
 /// What `stats` reports.
 #[derive(Debug, Clone)]
 pub struct Stats {
@@ -275,6 +289,41 @@ impl Atlas {
         };
         let edges = self.parts.store.edges_of(id).await?;
         Ok(Some(MemoryDetail { memory, edges }))
+    }
+
+    /// A memory's provenance and history: its sources, the versions it replaced (following
+    /// `supersedes` edges back to the first), what replaced it, and the entities it names.
+    pub async fn explain(&self, id: MemoryId) -> Result<Option<Explanation>> {
+        let Some(memory) = self.parts.store.get(id).await? else {
+            return Ok(None);
+        };
+        let edges = self.parts.store.edges_of(id).await?;
+        let ends = |pick: &dyn Fn(&Edge) -> Option<MemoryId>| edges.iter().filter_map(pick).collect::<Vec<_>>();
+        let sources = ends(&|e| (e.kind == EdgeKind::DerivedFrom && e.src == id).then_some(e.dst));
+        let replaced_by = ends(&|e| (e.kind == EdgeKind::Supersedes && e.dst == id).then_some(e.src));
+        let entities = ends(&|e| (e.kind == EdgeKind::Entity).then(|| if e.src == id { e.dst } else { e.src }));
+        // The chain of older versions, each reached from the one that replaced it.
+        let mut replaced = Vec::new();
+        let mut at = id;
+        let mut seen = std::collections::HashSet::from([id]);
+        while let Some(older) = self
+            .parts
+            .store
+            .edges_of(at)
+            .await?
+            .into_iter()
+            .find(|e| e.kind == EdgeKind::Supersedes && e.src == at && seen.insert(e.dst))
+        {
+            at = older.dst;
+            replaced.extend(self.parts.store.get(at).await?);
+        }
+        Ok(Some(Explanation {
+            memory,
+            sources: self.parts.store.get_many(sources).await?,
+            replaced,
+            replaced_by: self.parts.store.get_many(replaced_by).await?,
+            entities: self.parts.store.get_many(entities).await?,
+        }))
     }
 
     /// Deletes a memory, its edges and vector, at the user's explicit request.
