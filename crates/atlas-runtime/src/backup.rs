@@ -151,6 +151,7 @@ impl Atlas {
         let memories = batch.into_iter().map(|(_, m)| m).collect();
         let ids = self.parts.store.insert(memories, progress).await?;
         self.background.wake();
+        self.sleeper.written(ids.len(), self.config.consolidation.every);
         Ok(ids)
     }
 
@@ -196,6 +197,9 @@ impl Atlas {
             }
         };
         self.background.wake();
+        if !receipt.replayed {
+            self.sleeper.written(receipt.ids.len(), self.config.consolidation.every);
+        }
         Ok(Imported {
             ids: receipt.ids,
             replayed: receipt.replayed,

@@ -232,11 +232,23 @@ pub struct ConsolidationConfig {
     pub llm_calls: usize,
     /// Link turns to the people, places and things they name (entities by rule).
     pub entities: bool,
+    /// In a long-lived process: a cycle after this many new episodes (0: never by count)...
+    pub every: usize,
+    /// ... or after this many seconds without a new one, when some wait.
+    pub idle_secs: u64,
 }
 
 impl Default for ConsolidationConfig {
     fn default() -> Self {
-        ConsolidationConfig { batch: 200, max_attempts: 5, retry_after_ms: 60_000, llm_calls: 1, entities: true }
+        ConsolidationConfig {
+            batch: 200,
+            max_attempts: 5,
+            retry_after_ms: 60_000,
+            llm_calls: 1,
+            entities: true,
+            every: 20,
+            idle_secs: 300,
+        }
     }
 }
 

@@ -15,6 +15,9 @@ use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Resu
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::Notify;
 
 /// What one cycle did; also its row in the store's ledger of cycles.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -440,6 +443,80 @@ async fn extract(
         ));
     }
     Ok(out)
+}
+
+/// The sleep cycle in the background of a long-lived process (a server, an agent's host): it
+/// runs after every `every` new episodes, after `idle_secs` without one when some wait, and at
+/// the end of a session. A CLI process is too short-lived and runs `atlas consolidate` instead.
+pub(crate) struct Sleeper {
+    shared: Arc<SleepShared>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct SleepShared {
+    new_episodes: AtomicUsize,
+    wake: Notify,
+}
+
+impl Sleeper {
+    pub fn new() -> Self {
+        Sleeper { shared: Arc::new(SleepShared::default()), task: std::sync::Mutex::new(None) }
+    }
+
+    /// Counts `n` new episodes; wakes the cycle once `every` have come in.
+    pub fn written(&self, n: usize, every: usize) {
+        let total = self.shared.new_episodes.fetch_add(n, Ordering::SeqCst) + n;
+        if every > 0 && total >= every {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    pub fn session_ended(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    /// Starts the task once; later calls do nothing.
+    pub fn start(&self, parts: Arc<Parts>, config: ConsolidationConfig) {
+        let mut task = self.task.lock().expect("sleeper lock");
+        if task.is_some() {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        *task = Some(tokio::spawn(async move {
+            let idle = std::time::Duration::from_secs(config.idle_secs.max(1));
+            loop {
+                let woken = tokio::select! {
+                    () = shared.wake.notified() => true,
+                    () = tokio::time::sleep(idle) => false,
+                };
+                if !woken && shared.new_episodes.load(Ordering::SeqCst) == 0 {
+                    continue;
+                }
+                shared.new_episodes.store(0, Ordering::SeqCst);
+                // Full batches follow each other; a cycle that deferred or failed anything
+                // waits for the next occasion, so a model's budget is never run through.
+                loop {
+                    match run_cycle(&parts, &config, crate::now()).await {
+                        Ok(r) if r.episodes_seen >= config.batch && r.deferred == 0 && r.failed == 0 => continue,
+                        Ok(_) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "background consolidation failed; it runs again at the next occasion");
+                            break;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().expect("sleeper lock").take() {
+            task.abort();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,7 @@ pub struct Atlas {
     parts: Arc<Parts>,
     config: Config,
     background: Background,
+    sleeper: consolidation::Sleeper,
 }
 
 /// Keeps ONNX Runtime from writing a device id under `~/.cache/Microsoft` and from sending
@@ -189,7 +190,7 @@ impl Atlas {
     fn compose(parts: Parts, config: Config, background_task: bool) -> Atlas {
         let parts = Arc::new(parts);
         let background = Background::start(Arc::clone(&parts), config.embed_batch.max(1), background_task);
-        Atlas { parts, config, background }
+        Atlas { parts, config, background, sleeper: consolidation::Sleeper::new() }
     }
 
     pub fn config(&self) -> &Config {
@@ -225,6 +226,7 @@ impl Atlas {
             None => self.parts.store.insert(vec![memory], None).await?.remove(0),
         };
         self.background.wake();
+        self.sleeper.written(1, self.config.consolidation.every);
         Ok(id)
     }
 
@@ -253,6 +255,20 @@ impl Atlas {
             }
         }
         Ok(answer)
+    }
+
+    /// Runs the sleep cycle in the background from now on: after every `consolidation.every`
+    /// new episodes, after `consolidation.idle_secs` without one, and at [`Atlas::end_session`].
+    /// For long-lived processes; a no-op when the store cannot consolidate.
+    pub fn start_sleep_cycle(&self) {
+        if self.parts.consolidator.is_some() {
+            self.sleeper.start(Arc::clone(&self.parts), self.config.consolidation.clone());
+        }
+    }
+
+    /// Says a session is over: the background sleep cycle runs now.
+    pub fn end_session(&self) {
+        self.sleeper.session_ended();
     }
 
     /// Runs one sleep cycle now (see [`consolidation`]): rules, and the model where one is

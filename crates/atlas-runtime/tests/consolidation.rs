@@ -237,3 +237,34 @@ async fn a_real_model_runs_the_cycle_end_to_end() {
     assert!(store.unprocessed(10, 5, 0, Timestamp(i64::MAX / 4)).await.unwrap().is_empty());
     assert_eq!(atlas.cycles(1).await.unwrap()[0]["llm_calls"], 1);
 }
+
+async fn until_a_cycle(atlas: &Atlas) -> serde_json::Value {
+    for _ in 0..100 {
+        if let Some(report) = atlas.cycles(1).await.unwrap().pop() {
+            return report;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no background cycle ran within 5 s");
+}
+
+#[tokio::test]
+async fn a_long_lived_process_consolidates_by_count_idleness_and_session_end() {
+    for (every, idle_secs, end_session) in [(3, 3_600, false), (1_000, 1, false), (1_000, 3_600, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("atlas.db");
+        let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+        let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store.clone());
+        let consolidation = ConsolidationConfig { every, idle_secs, ..ConsolidationConfig::default() };
+        let atlas = Atlas::from_parts(parts, Config { db, consolidation, ..Config::default() }).await.unwrap();
+        atlas.start_sleep_cycle();
+        for day in 1..=3 {
+            atlas.remember(said(&format!("- S:billing: on call is person {day}"), "Agent", day)).await.unwrap();
+        }
+        if end_session {
+            atlas.end_session();
+        }
+        let report = until_a_cycle(&atlas).await;
+        assert!(report["episodes_seen"].as_u64().unwrap() >= 1, "every {every}, idle {idle_secs}: {report}");
+    }
+}

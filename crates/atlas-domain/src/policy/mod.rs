@@ -1,8 +1,10 @@
 //! Pure policies: query normalisation, rank fusion, recency, near-duplicate collapse, id
 //! references and their renumbering on restore, input limits, what is indexed and embedded,
-//! and the rules of consolidation (retain tags, phatic turns, names, fact decisions).
+//! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
+//! forgetting (decay, reinforcement, SM-2).
 
 pub mod consolidation;
+pub mod decay;
 pub mod embedding;
 pub mod fusion;
 pub mod limits;
