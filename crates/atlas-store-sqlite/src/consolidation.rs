@@ -3,7 +3,7 @@
 //! row.
 
 use crate::error::storage;
-use crate::sql::{MEMORY_COLUMNS, query_memories};
+use crate::sql::{MEMORY_COLUMNS, put_edge, query_memories};
 use crate::{SqliteStore, insert_all};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
@@ -93,23 +93,16 @@ impl Consolidator for SqliteStore {
                         AtlasError::Storage(format!("an edge refers to new memory #{i}; the batch has {}", ids.len()))
                     }),
                 };
-                let mut edge = conn
-                    .prepare_cached(
-                        "INSERT OR REPLACE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    )
-                    .map_err(storage)?;
                 for e in &batch.edges {
-                    edge.execute(params![
-                        resolve(e.src)?.0,
-                        resolve(e.dst)?.0,
-                        e.kind.as_str(),
-                        f64::from(e.weight),
-                        e.validity.valid_from.millis(),
-                        e.validity.valid_until.map(Timestamp::millis),
-                        e.recorded_at.millis(),
-                    ])
-                    .map_err(storage)?;
+                    let edge = atlas_domain::Edge {
+                        src: resolve(e.src)?,
+                        dst: resolve(e.dst)?,
+                        kind: e.kind,
+                        weight: e.weight,
+                        validity: e.validity,
+                        recorded_at: e.recorded_at,
+                    };
+                    put_edge(conn, &edge)?;
                 }
                 for r in &batch.revisions {
                     let changed = conn

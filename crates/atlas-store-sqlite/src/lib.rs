@@ -18,7 +18,8 @@ mod writer;
 use crate::error::storage;
 use crate::readers::Readers;
 use crate::sql::{
-    EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, filter_clause, json_columns, query_edges, query_memories, vector_blob,
+    EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, filter_clause, json_columns, put_edge, query_edges, query_memories,
+    vector_blob,
 };
 use crate::text_cache::{Fields, TextCache, Tokenizer};
 use crate::writer::Writer;
@@ -1002,12 +1003,6 @@ impl SqliteStore {
                          context = excluded.context",
                     )
                     .map_err(storage)?;
-                let mut edge = conn
-                    .prepare_cached(
-                        "INSERT OR REPLACE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    )
-                    .map_err(storage)?;
                 let mut enqueue =
                     conn.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(storage)?;
                 let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
@@ -1035,16 +1030,7 @@ impl SqliteStore {
                         ])
                         .map_err(storage)?;
                     for e in &item.edges {
-                        edge.execute(params![
-                            e.src.0,
-                            e.dst.0,
-                            e.kind.as_str(),
-                            f64::from(e.weight),
-                            e.validity.valid_from.millis(),
-                            e.validity.valid_until.map(Timestamp::millis),
-                            e.recorded_at.millis(),
-                        ])
-                        .map_err(storage)?;
+                        put_edge(conn, e)?;
                     }
                     if has_vectors {
                         conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [m.id.0])

@@ -123,3 +123,24 @@ pub fn query_memories(conn: &rusqlite::Connection, sql: &str, params: &[Value]) 
     let rows = stmt.query_map(rusqlite::params_from_iter(params.iter()), memory_from_row).map_err(storage)?;
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
 }
+
+/// Stores an edge, replacing one of the same (src, dst, kind): restores and the sleep cycle
+/// write edges between memories that already exist.
+pub fn put_edge(conn: &rusqlite::Connection, e: &atlas_domain::Edge) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .map_err(storage)?
+    .execute(rusqlite::params![
+        e.src.0,
+        e.dst.0,
+        e.kind.as_str(),
+        f64::from(e.weight),
+        e.validity.valid_from.millis(),
+        e.validity.valid_until.map(atlas_domain::Timestamp::millis),
+        e.recorded_at.millis(),
+    ])
+    .map_err(storage)?;
+    Ok(())
+}
