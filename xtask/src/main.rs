@@ -7,6 +7,7 @@ mod bench_embed;
 mod bench_recall;
 mod fixtures;
 mod qdrant_migration;
+mod qdrant_server;
 mod rng;
 
 use anyhow::{Context, Result, bail};
@@ -27,6 +28,8 @@ enum Task {
     Ci,
     /// The test suite alone (nextest when installed, else cargo test).
     Test,
+    /// The Qdrant conformance suite against `QDRANT_URL` or a Qdrant started for it.
+    QdrantSuite,
     /// Imports the demo conversation into a fresh database and answers the demo questions.
     Demo,
     /// Schema migrations of a database file.
@@ -76,6 +79,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Ci => ci(),
         Task::Test => test(),
+        Task::QdrantSuite => qdrant_tests(),
         Task::Demo => demo(),
         Task::Migrate { action } => migrate(action),
         Task::MigrateToQdrant(args) => qdrant_migration::to_qdrant(args),
@@ -145,28 +149,32 @@ fn ci() -> Result<()> {
     qdrant_tests()
 }
 
-/// The Qdrant conformance suite needs a real server; none can be installed here, so without
-/// `QDRANT_URL` it is reported as skipped, loudly, never passed silently.
+/// The Qdrant conformance suite runs against a real server: `QDRANT_URL`, else the Qdrant
+/// binary beside the repository, started for the run. Without either it is reported as
+/// skipped, loudly, never passed silently.
 fn qdrant_tests() -> Result<()> {
-    match std::env::var("QDRANT_URL") {
-        Ok(url) if !url.trim().is_empty() => {
-            println!("Qdrant conformance suite against {url}:");
-            cargo(&[
-                "nextest",
-                "run",
-                "--release",
-                "-p",
-                "atlas-store-qdrant",
-                "--run-ignored",
-                "only",
-                "--no-fail-fast",
-            ])
+    match qdrant_server::qdrant()? {
+        Ok(server) => {
+            println!("Qdrant conformance suite against {}:", server.url);
+            let args =
+                ["nextest", "run", "--release", "-p", "atlas-store-qdrant", "--run-ignored", "only", "--no-fail-fast"];
+            println!("$ QDRANT_URL={} cargo {}", server.url, args.join(" "));
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(args)
+                .env("QDRANT_URL", &server.url)
+                .current_dir(root())
+                .status()
+                .context("run cargo")?;
+            if !status.success() {
+                bail!("the Qdrant conformance suite failed ({status})");
+            }
+            Ok(())
         }
-        _ => {
+        Err(why) => {
             let bar = "!".repeat(78);
             println!("{bar}");
             println!("!! SKIPPED: the Qdrant conformance suite (atlas-store-qdrant, every case) did NOT run:");
-            println!("!! QDRANT_URL is not set. Point it at a Qdrant server (gRPC, e.g. http://localhost:6334)");
+            println!("!! {why}. Point QDRANT_URL at a Qdrant server (gRPC, e.g. http://localhost:6334)");
             println!("!! and run `cargo xtask ci` again to run them.");
             println!("{bar}");
             Ok(())
