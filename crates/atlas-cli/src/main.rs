@@ -52,8 +52,38 @@ enum Command {
     Recall(RecallArgs),
     /// Show one memory and its edges.
     Get { id: MemoryId },
-    /// Delete one memory with its edges and vector.
-    Forget { id: MemoryId },
+    /// Forget one memory: soft by default (recall stops returning it; `recover` brings it
+    /// back); with --hard, remove it from every table, index, vector, edge and archive file.
+    Forget {
+        id: MemoryId,
+        #[arg(long)]
+        hard: bool,
+    },
+    /// Bring back a memory that was forgotten softly, decayed, or archived.
+    Recover { id: MemoryId },
+    /// Tell ATLAS whether a recalled memory was useful: it resets its decay clock (and for a
+    /// fact is an SM-2 review); irrelevant shortens a fact's review interval.
+    Feedback {
+        id: MemoryId,
+        #[arg(long, conflicts_with = "irrelevant", required_unless_present = "irrelevant")]
+        useful: bool,
+        #[arg(long)]
+        irrelevant: bool,
+    },
+    /// Run the decay pass now: memories whose strength fell below 0.30 are soft-deleted.
+    Decay,
+    /// Move old soft-deleted memories (and, if asked, old episodes) to archive/*.jsonl.gz
+    /// beside the database; `archive restore [ID…]` brings them back.
+    Archive {
+        #[command(subcommand)]
+        action: Option<ArchiveAction>,
+        /// Archive memories soft-deleted at least this many days ago (default from config: 30).
+        #[arg(long, value_name = "DAYS")]
+        deleted_older_than: Option<f64>,
+        /// Also archive episodes learned at least this many days ago.
+        #[arg(long, value_name = "DAYS")]
+        episodes_older_than: Option<f64>,
+    },
     /// Counts and sizes of the memory space.
     Stats,
     /// Print the vectors of the texts in a JSON Lines file of {"id", "text"}.
@@ -79,6 +109,12 @@ enum Command {
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
+}
+
+#[derive(Subcommand)]
+enum ArchiveAction {
+    /// Restore archived memories (all, or the given ids) under their own ids.
+    Restore { ids: Vec<MemoryId> },
 }
 
 #[derive(Args)]
@@ -191,6 +227,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Remember(_)
             | Command::Get { .. }
             | Command::Forget { .. }
+            | Command::Recover { .. }
+            | Command::Feedback { .. }
+            | Command::Decay
+            | Command::Archive { .. }
             | Command::Stats
             | Command::Export { .. }
             | Command::Consolidate
@@ -232,11 +272,82 @@ async fn run(cli: Cli) -> Result<()> {
             output::print_detail(&detail, json);
             Ok(())
         }
-        Command::Forget { id } => {
+        Command::Forget { id, hard: false } => {
             if !atlas.forget(id).await? {
                 return Err(atlas_domain::AtlasError::NotFound(id).into());
             }
-            output::print_line(json, serde_json::json!({"forgotten": id.0}), || format!("forgot memory {id}"));
+            output::print_line(json, serde_json::json!({"forgotten": id.0, "hard": false}), || {
+                format!("forgot memory {id} (soft: `atlas recover {id}` brings it back; --hard removes it for good)")
+            });
+            Ok(())
+        }
+        Command::Forget { id, hard: true } => {
+            let done = atlas.forget_hard(id).await?;
+            if !done.from_store && done.archive_files == 0 {
+                return Err(atlas_domain::AtlasError::NotFound(id).into());
+            }
+            output::print_line(
+                json,
+                serde_json::json!({"forgotten": id.0, "hard": true, "archive_files": done.archive_files}),
+                || format!("removed memory {id} for good (and from {} archive files)", done.archive_files),
+            );
+            Ok(())
+        }
+        Command::Recover { id } => {
+            let how = atlas.recover(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?;
+            output::print_line(json, serde_json::json!({"recovered": id.0, "how": how}), || match how {
+                atlas_runtime::forgetting::Recovered::Undeleted => format!("recovered memory {id}"),
+                atlas_runtime::forgetting::Recovered::FromArchive => format!("restored memory {id} from the archive"),
+                atlas_runtime::forgetting::Recovered::AlreadyLive => format!("memory {id} was not forgotten"),
+            });
+            Ok(())
+        }
+        Command::Feedback { id, useful, .. } => {
+            let m = atlas.feedback(id, useful).await?;
+            let value = serde_json::json!({"id": id.0, "useful": useful, "lifecycle": m.lifecycle});
+            output::print_line(json, value, || {
+                let verdict = if useful { "useful" } else { "irrelevant" };
+                format!("memory {id} marked {verdict} ({} uses)", m.lifecycle.uses)
+            });
+            Ok(())
+        }
+        Command::Decay => {
+            let r = atlas.decay().await?;
+            output::print_line(json, serde_json::to_value(&r).expect("a report serialises"), || {
+                format!(
+                    "decay: {} memories examined, {} decaying, {} soft-deleted",
+                    r.examined,
+                    r.decaying,
+                    r.ids.len()
+                )
+            });
+            Ok(())
+        }
+        Command::Archive { action: Some(ArchiveAction::Restore { ids }), .. } => {
+            let only: std::collections::HashSet<MemoryId> = ids.into_iter().collect();
+            let r = atlas.restore_archive((!only.is_empty()).then_some(&only)).await?;
+            output::print_line(json, serde_json::to_value(&r).expect("a report serialises"), || {
+                format!("restored {} memories from the archive", r.restored.len())
+            });
+            Ok(())
+        }
+        Command::Archive { action: None, deleted_older_than, episodes_older_than } => {
+            let defaults = &atlas.config().forgetting;
+            let policy = atlas_runtime::forgetting::ArchivePolicy {
+                deleted_days: deleted_older_than.unwrap_or(defaults.archive_deleted_after_days),
+                episode_days: episodes_older_than.or(defaults.archive_episodes_after_days),
+            };
+            let r = atlas.archive(policy).await?;
+            output::print_line(json, serde_json::to_value(&r).expect("a report serialises"), || match &r.file {
+                Some(file) => format!(
+                    "archived {} memories ({} soft-deleted, {} episodes) to {}",
+                    r.archived,
+                    r.soft_deleted,
+                    r.episodes,
+                    file.display()
+                ),
+                None => "nothing to archive".into(),
+            });
             Ok(())
         }
         Command::Stats => {

@@ -131,6 +131,9 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
     if json {
         let mut line = jsonl::to_line(&detail.memory);
         line["edges"] = Value::Array(edges);
+        if !detail.memory.lifecycle.is_fresh() {
+            line["lifecycle"] = serde_json::to_value(detail.memory.lifecycle).expect("a lifecycle serialises");
+        }
         println!("{line}");
         return;
     }
@@ -143,6 +146,9 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
     println!("  scope:       {}", m.scope);
     println!("  event time:  {}", m.event_time);
     println!("  recorded at: {}", m.recorded_at);
+    if let Some(at) = m.lifecycle.deleted_at {
+        println!("  forgotten:   {at} (soft: `atlas recover {}` brings it back)", m.id);
+    }
     let until = m.validity.valid_until.map_or("now".to_owned(), |t| t.to_rfc3339());
     println!("  valid:       {} .. {until}", m.validity.valid_from);
     if !m.meta.is_empty() {
@@ -162,7 +168,7 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
         println!(
             "{}",
             json!({"db": db.display().to_string(), "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
-                   "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
+                   "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
                    "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder})
         );
         return;
@@ -171,6 +177,9 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     println!("memories:        {}", s.memories());
     for (kind, n) in &s.memories_by_kind {
         println!("  {kind:<14} {n}");
+    }
+    if s.soft_deleted > 0 {
+        println!("  (soft-deleted) {}", s.soft_deleted);
     }
     println!("edges:           {}", s.edges);
     println!("vectors:         {} ({} pending)", s.vectors, s.pending_vectors);
@@ -194,7 +203,8 @@ pub fn print_explanation(e: &atlas_runtime::Explanation, json: bool) {
         println!(
             "{}",
             json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
-                   "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities)})
+                   "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities),
+                   "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle}})
         );
         return;
     }
@@ -204,6 +214,13 @@ pub fn print_explanation(e: &atlas_runtime::Explanation, json: bool) {
     println!("  valid:        {} .. {until}", m.validity.valid_from);
     if let atlas_domain::Body::Fact { confidence, .. } = &m.body {
         println!("  confidence:   {confidence:.2}");
+    }
+    if e.decays {
+        let used = m.lifecycle.last_used.map_or("never used".to_owned(), |t| format!("last used {t}"));
+        println!("  strength:     {:.2} (soft-deleted below 0.30; {used}, {} uses)", e.strength, m.lifecycle.uses);
+    }
+    if let Some(at) = m.lifecycle.deleted_at {
+        println!("  forgotten:    {at} (soft: `atlas recover {}` brings it back)", m.id);
     }
     for s in &e.sources {
         println!("  from:         memory {} ({}) {}", s.id, s.event_time, s.text.replace('\n', " / "));

@@ -103,8 +103,31 @@ fn remember_get_forget_stats_export() {
     let explain = &scoped["hits"][0]["explain"]["vector"];
     assert_eq!(explain["rank"], 1);
     assert!(explain["score"].as_f64().is_some() && explain["contribution"].as_f64().unwrap() > 0.0, "{explain}");
-    ok(atlas(&db, &["forget", &id]));
-    let err = failed(atlas(&db, &["forget", &id]));
+    // Soft by default: recall stops returning it, recover brings it back.
+    let soft: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "forget", &id]))).unwrap();
+    assert_eq!((soft["forgotten"].as_i64(), soft["hard"].as_bool()), (id.parse().ok(), Some(false)));
+    let gone = ok(atlas(&db, &["recall", "--json", "--scope", "user:ann", "kenobi"]));
+    assert!(!gone.contains("hello there"), "{gone}");
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "stats"]))).unwrap();
+    assert_eq!(stats["soft_deleted"], 1);
+    let back: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "recover", &id]))).unwrap();
+    assert_eq!(back["how"], "undeleted");
+    assert!(ok(atlas(&db, &["recall", "--json", "--scope", "user:ann", "kenobi"])).contains("hello there"));
+    let useful: serde_json::Value =
+        serde_json::from_str(&ok(atlas(&db, &["--json", "feedback", &id, "--useful"]))).unwrap();
+    assert_eq!(useful["lifecycle"]["uses"], 1);
+    let decay: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "decay"]))).unwrap();
+    assert_eq!(decay["ids"], serde_json::json!([]), "nothing fades on its first day: {decay}");
+    let archive: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "archive"]))).unwrap();
+    assert_eq!(archive["archived"], 0);
+    let restore: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "archive", "restore"]))).unwrap();
+    assert_eq!(restore["restored"], serde_json::json!([]));
+    // Hard: gone for good.
+    let hard: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "forget", &id, "--hard"]))).unwrap();
+    assert_eq!(hard["hard"], true);
+    let err = failed(atlas(&db, &["forget", &id, "--hard"]));
+    assert!(err.contains(&format!("no memory with id {id}")), "{err}");
+    let err = failed(atlas(&db, &["recover", &id]));
     assert!(err.contains(&format!("no memory with id {id}")), "{err}");
     let export = ok(atlas(&db, &["export"]));
     assert_eq!(export.lines().count(), 4, "header, the two memories left, trailer");

@@ -1,4 +1,5 @@
-//! The filter every recall signal applies: scope, kind, event time and validity.
+//! The filter every recall signal applies: scope, kind, event time and validity; soft-deleted
+//! memories never pass.
 
 use crate::{Memory, MemoryKind, Scope, Timestamp};
 
@@ -19,7 +20,8 @@ pub struct RecallFilter {
 
 impl RecallFilter {
     pub fn admits(&self, m: &Memory) -> bool {
-        self.scope.admits(&m.scope)
+        !m.lifecycle.is_deleted()
+            && self.scope.admits(&m.scope)
             && (self.kinds.is_empty() || self.kinds.contains(&m.kind()))
             && self.since.is_none_or(|s| m.event_time >= s)
             && self.until.is_none_or(|u| m.event_time < u)

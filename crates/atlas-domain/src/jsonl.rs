@@ -13,7 +13,8 @@
 //! with `id` required, plus
 //! `"context"?` (the turn it answers), `"edges"?` (the typed edges it carries: those whose
 //! other end has a smaller id, `{"src", "dst", "kind", "weight", "valid_from", "valid_until"?,
-//! "recorded_at"}`) and `"vector"?` (with `export --vectors`). Importing it restores the space
+//! "recorded_at"}`), `"lifecycle"?` (`{"deleted_at"?, "last_used"?, "uses"?, "review"?}`, what
+//! happened to it since: soft deletion, use) and `"vector"?` (with `export --vectors`). Importing it restores the space
 //! exactly, renumbering every reference when the space already holds memories.
 
 use crate::ports::{EmbeddingModel, StoredMemory};
@@ -59,7 +60,7 @@ impl fmt::Display for LineError {
 }
 
 /// The fields only a full export's lines carry.
-const STORED_FIELDS: [&str; 3] = ["context", "edges", "vector"];
+const STORED_FIELDS: [&str; 4] = ["context", "edges", "lifecycle", "vector"];
 
 /// The key of a full export's header line.
 pub const HEADER_KEY: &str = "atlas_export";
@@ -180,6 +181,10 @@ pub fn parse_stored_line(line: &str, now: Timestamp) -> Result<StoredMemory, Lin
     .ok_or_else(|| LineError::at("id", "expected a positive integer"))?;
     let mut memory = parse_memory(&obj, now)?.with_id(id);
     memory.context = opt_string(&obj, "context")?;
+    if let Some(lifecycle) = obj.get("lifecycle").filter(|v| !v.is_null()) {
+        memory.lifecycle =
+            serde_json::from_value(lifecycle.clone()).map_err(|e| LineError::at("lifecycle", e.to_string()))?;
+    }
     let edges = match obj.get("edges") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => {
@@ -266,6 +271,9 @@ pub fn stored_to_line(item: &StoredMemory, with_vector: bool) -> Value {
     let Value::Object(obj) = &mut line else { unreachable!("to_line writes an object") };
     if let Some(context) = &item.memory.context {
         obj.insert("context".into(), Value::from(context.clone()));
+    }
+    if !item.memory.lifecycle.is_fresh() {
+        obj.insert("lifecycle".into(), serde_json::to_value(item.memory.lifecycle).expect("a lifecycle serialises"));
     }
     if !item.edges.is_empty() {
         obj.insert("edges".into(), Value::Array(item.edges.iter().map(edge_value).collect()));
@@ -520,6 +528,9 @@ mod tests {
             dia in proptest::option::of("D[0-9]{1,2}:[0-9]{1,3}"),
             body in arb_body(),
             id in 1i64..1_000_000,
+            deleted in proptest::option::of(0i64..4_000_000_000_000),
+            used in proptest::option::of((0i64..4_000_000_000_000, 1u32..1000)),
+            review in proptest::option::of((1.0f64..400.0, 1.3f64..3.0, 0u32..20)),
         ) -> Memory {
             let mut meta = Map::new();
             if let Some(d) = dia { meta.insert("dia_id".into(), Value::from(d)); }
@@ -533,6 +544,12 @@ mod tests {
                 meta,
                 body,
                 context: None,
+                lifecycle: crate::Lifecycle {
+                    deleted_at: deleted.map(Timestamp),
+                    last_used: used.map(|(t, _)| Timestamp(t)),
+                    uses: used.map_or(0, |(_, n)| n),
+                    review: review.map(|(interval_days, easiness, repetitions)| crate::policy::decay::Review { interval_days, easiness, repetitions }),
+                },
             }
         }
     }

@@ -214,7 +214,43 @@ impl NewMemory {
             meta: self.meta,
             body: self.body,
             context: None,
+            lifecycle: Lifecycle::default(),
         }
+    }
+}
+
+/// What happened to a memory after it was written: its use and its soft deletion. Kept beside
+/// the record and changed without rewriting it ([`crate::ports::MemoryStore::update`]); the
+/// forgetting policies ([`crate::policy::decay`]) read it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Lifecycle {
+    /// Soft-deleted at this time: recall no longer returns it, `get`, `explain` and exports
+    /// still do, and it can be recovered. Only a hard forget removes a memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<Timestamp>,
+    /// Last time an agent used it (reported feedback, a strategy's or concept's use): resets
+    /// the decay clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub uses: u32,
+    /// A fact's SM-2 review schedule, once it has been reviewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<crate::policy::decay::Review>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Lifecycle {
+    pub fn is_deleted(&self) -> bool {
+        self.deleted_at.is_some()
+    }
+
+    /// Nothing has happened to the memory since it was written.
+    pub fn is_fresh(&self) -> bool {
+        *self == Lifecycle::default()
     }
 }
 
@@ -234,6 +270,7 @@ pub struct Memory {
     /// embedded with the memory, so that "yes, twice last year" is found by the question it
     /// answers ([`crate::policy::embedding`]).
     pub context: Option<String>,
+    pub lifecycle: Lifecycle,
 }
 
 impl Memory {

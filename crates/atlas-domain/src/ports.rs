@@ -24,6 +24,8 @@ pub struct ScoredId {
 pub struct StoreStats {
     pub memories_by_kind: BTreeMap<MemoryKind, u64>,
     pub edges: u64,
+    /// Memories soft-deleted (counted in `memories_by_kind` too), recoverable until archived.
+    pub soft_deleted: u64,
     pub vectors: u64,
     /// Memories still waiting for a vector.
     pub pending_vectors: u64,
@@ -81,7 +83,14 @@ pub trait MemoryStore: Send + Sync {
     async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>>;
 
     /// Deletes a memory with its edges, text index entry and vector. Returns whether it existed.
+    /// This is the hard delete; forgetting on purpose soft-deletes through [`MemoryStore::update`].
     async fn forget(&self, id: MemoryId) -> Result<bool>;
+
+    /// Replaces memories' [`crate::Lifecycle`] (use, review schedule, soft deletion) and, where
+    /// given, their body, atomically, leaving text, id, times, vector and edges as they are.
+    /// A new body must be of the memory's kind and never an episode's (its speaker is indexed).
+    /// Returns how many of the ids exist; unknown ids are skipped.
+    async fn update(&self, updates: Vec<Update>) -> Result<u64>;
 
     /// Up to `limit` memories with ids greater than `after`, in id order (for export and migration).
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>>;
@@ -90,6 +99,32 @@ pub trait MemoryStore: Send + Sync {
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>>;
 
     async fn stats(&self) -> Result<StoreStats>;
+}
+
+/// A change of a stored memory's lifecycle and, optionally, of its body (a strategy's success
+/// statistics, a concept's usage).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub id: MemoryId,
+    pub lifecycle: crate::Lifecycle,
+    pub body: Option<crate::Body>,
+}
+
+impl Update {
+    /// Checks that `body` may replace `current`'s (the rule every store applies).
+    pub fn check_body(&self, current: &crate::Body) -> Result<()> {
+        match &self.body {
+            Some(new) if new.kind() != current.kind() => Err(crate::AtlasError::invalid(
+                format!("memory {}", self.id),
+                format!("field \"body\": a {} cannot take a {} body", current.kind(), new.kind()),
+            )),
+            Some(crate::Body::Episode { .. }) => Err(crate::AtlasError::invalid(
+                format!("memory {}", self.id),
+                "field \"body\": an episode's body is what was said and is never rewritten",
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Full-text search.

@@ -27,6 +27,7 @@ pub struct Config {
     pub onnx: OnnxConfig,
     pub recall: RecallConfig,
     pub consolidation: ConsolidationConfig,
+    pub forgetting: ForgettingConfig,
     pub llm: LlmConfig,
     /// How long a write (and opening the file) waits for another process's lock, in ms; long
     /// enough by default for a million-memory import of another process to commit.
@@ -252,6 +253,30 @@ impl Default for ConsolidationConfig {
     }
 }
 
+/// Decay and the archive (`atlas decay`, `atlas archive`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ForgettingConfig {
+    /// In a long-lived process, the decay pass runs after a sleep cycle when the last one is
+    /// at least this many hours old (0: never in the background).
+    pub decay_every_hours: f64,
+    /// The archive pass moves memories soft-deleted at least this many days ago...
+    pub archive_deleted_after_days: f64,
+    /// ... and, when set, episodes learned at least this many days ago. Unset by default:
+    /// raw turns are recall's strongest evidence, so they leave the store only when asked.
+    pub archive_episodes_after_days: Option<f64>,
+}
+
+impl Default for ForgettingConfig {
+    fn default() -> Self {
+        ForgettingConfig {
+            decay_every_hours: 24.0,
+            archive_deleted_after_days: 30.0,
+            archive_episodes_after_days: None,
+        }
+    }
+}
+
 /// Weights and sizes of hybrid recall.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -328,6 +353,7 @@ impl Default for Config {
             onnx: OnnxConfig::default(),
             recall: RecallConfig::default(),
             consolidation: ConsolidationConfig::default(),
+            forgetting: ForgettingConfig::default(),
             llm: LlmConfig::default(),
             busy_timeout_ms: 60_000,
             create: true,

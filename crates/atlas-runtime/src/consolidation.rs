@@ -477,7 +477,7 @@ impl Sleeper {
     }
 
     /// Starts the task once; later calls do nothing.
-    pub fn start(&self, parts: Arc<Parts>, config: ConsolidationConfig) {
+    pub fn start(&self, parts: Arc<Parts>, config: ConsolidationConfig, decay_every_hours: f64) {
         let mut task = self.task.lock().expect("sleeper lock");
         if task.is_some() {
             return;
@@ -485,6 +485,7 @@ impl Sleeper {
         let shared = Arc::clone(&self.shared);
         *task = Some(tokio::spawn(async move {
             let idle = std::time::Duration::from_secs(config.idle_secs.max(1));
+            let mut last_decay: Option<std::time::Instant> = None;
             loop {
                 let woken = tokio::select! {
                     () = shared.wake.notified() => true,
@@ -504,6 +505,15 @@ impl Sleeper {
                             tracing::warn!(error = %e, "background consolidation failed; it runs again at the next occasion");
                             break;
                         }
+                    }
+                }
+                let due = decay_every_hours > 0.0
+                    && last_decay.is_none_or(|t| t.elapsed().as_secs_f64() >= decay_every_hours * 3600.0);
+                if due {
+                    last_decay = Some(std::time::Instant::now());
+                    match crate::forgetting::decay_pass(parts.store.as_ref(), crate::now()).await {
+                        Ok(r) => tracing::info!(soft_deleted = r.ids.len(), "decay pass"),
+                        Err(e) => tracing::warn!(error = %e, "background decay pass failed; it runs again later"),
                     }
                 }
             }

@@ -6,6 +6,7 @@ mod background;
 mod backup;
 pub mod config;
 pub mod consolidation;
+pub mod forgetting;
 pub mod migrate;
 mod recall;
 
@@ -110,6 +111,10 @@ pub struct Explanation {
     pub replaced_by: Vec<Memory>,
     /// The entities it names, or, for an entity, the memories that name it.
     pub entities: Vec<Memory>,
+    /// Its strength now ([`atlas_domain::policy::decay::strength_at`]); 1 for what never decays.
+    pub strength: f64,
+    /// Whether it decays at all.
+    pub decays: bool,
 }
 
 /// What `stats` reports.
@@ -262,7 +267,11 @@ impl Atlas {
     /// For long-lived processes; a no-op when the store cannot consolidate.
     pub fn start_sleep_cycle(&self) {
         if self.parts.consolidator.is_some() {
-            self.sleeper.start(Arc::clone(&self.parts), self.config.consolidation.clone());
+            self.sleeper.start(
+                Arc::clone(&self.parts),
+                self.config.consolidation.clone(),
+                self.config.forgetting.decay_every_hours,
+            );
         }
     }
 
@@ -334,17 +343,14 @@ impl Atlas {
             replaced.extend(self.parts.store.get(at).await?);
         }
         Ok(Some(Explanation {
-            memory,
             sources: self.parts.store.get_many(sources).await?,
             replaced,
             replaced_by: self.parts.store.get_many(replaced_by).await?,
             entities: self.parts.store.get_many(entities).await?,
+            strength: atlas_domain::policy::decay::strength_at(&memory, now()),
+            decays: atlas_domain::policy::decay::aging_of(&memory) != atlas_domain::policy::decay::Aging::Never,
+            memory,
         }))
-    }
-
-    /// Deletes a memory, its edges and vector, at the user's explicit request.
-    pub async fn forget(&self, id: MemoryId) -> Result<bool> {
-        self.parts.store.forget(id).await
     }
 
     pub async fn stats(&self) -> Result<Stats> {

@@ -55,7 +55,7 @@ async fn filled_sqlite(dir: &std::path::Path, embedder: Arc<dyn Embedder>) -> Pa
         .collect();
     atlas.import(batch, None).await.unwrap();
     // The turn after a forgotten one loses the vector embedded with its text; re-embed it.
-    atlas.forget(MemoryId(10)).await.unwrap();
+    atlas.forget_hard(MemoryId(10)).await.unwrap();
     atlas.flush_vectors(None).await.unwrap();
     drop(atlas);
     Parts::from_store(store, Some(embedder))

@@ -25,7 +25,7 @@ use tonic::Code;
 pub const TEXT_VECTOR: &str = "text";
 
 /// Payload indexes: every field a filter touches.
-const INDEXED_FIELDS: [(&str, FieldType); 8] = [
+const INDEXED_FIELDS: [(&str, FieldType); 9] = [
     (field::KIND, FieldType::Keyword),
     (field::USER, FieldType::Keyword),
     (field::AGENT, FieldType::Keyword),
@@ -34,6 +34,7 @@ const INDEXED_FIELDS: [(&str, FieldType); 8] = [
     (field::VALID_FROM, FieldType::Integer),
     (field::VALID_UNTIL, FieldType::Integer),
     (field::ID, FieldType::Integer),
+    (field::DELETED_AT, FieldType::Integer),
 ];
 
 /// The dense vector of a model: named after it, so vectors of two models never mix.

@@ -1,7 +1,7 @@
 //! [`RecallFilter`] as a Qdrant filter, so that every condition is pushed down to the server.
 
 use crate::payload::field;
-use atlas_domain::RecallFilter;
+use atlas_domain::{MemoryKind, RecallFilter};
 use qdrant_client::qdrant::r#match::MatchValue;
 use qdrant_client::qdrant::{Condition, Filter, Range, RepeatedStrings};
 
@@ -11,8 +11,19 @@ fn keyword(key: &str, value: &str) -> Condition {
     Condition::matches(key, MatchValue::Keyword(value.to_string()))
 }
 
-/// The conditions of `filter`, all of which must hold; `None` when it admits everything.
-pub fn to_qdrant(filter: &RecallFilter) -> Option<Filter> {
+/// Holds for a soft-deleted memory: only those carry `deleted_at` (an indexed integer, so that
+/// excluding them costs an index lookup, not a payload scan).
+pub fn soft_deleted() -> Condition {
+    Condition::range(field::DELETED_AT, Range { gte: Some(i64::MIN as f64), ..Range::default() })
+}
+
+/// Memories of one kind, deleted or not (for counting).
+pub fn of_kind(kind: MemoryKind) -> Filter {
+    Filter::must([keyword(field::KIND, kind.as_str())])
+}
+
+/// The conditions of `filter`, all of which must hold, and never a soft-deleted memory.
+pub fn to_qdrant(filter: &RecallFilter) -> Filter {
     let mut must: Vec<Condition> = Vec::new();
     for (key, value) in [
         (field::USER, &filter.scope.user),
@@ -41,13 +52,13 @@ pub fn to_qdrant(filter: &RecallFilter) -> Option<Filter> {
         // Open validity is stored as `payload::OPEN_END`, so one range covers it.
         must.push(Condition::range(field::VALID_UNTIL, Range { gt: Some(at), ..Range::default() }));
     }
-    (!must.is_empty()).then(|| Filter::must(must))
+    Filter { must, must_not: vec![soft_deleted()], ..Filter::default() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use atlas_domain::{MemoryKind, Scope, Timestamp};
+    use atlas_domain::{Scope, Timestamp};
     use qdrant_client::qdrant::condition::ConditionOneOf;
 
     fn conditions(f: &Filter) -> Vec<(String, String)> {
@@ -68,8 +79,12 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_filter_sends_nothing() {
-        assert_eq!(to_qdrant(&RecallFilter::default()), None);
+    fn an_empty_filter_only_excludes_soft_deleted_memories() {
+        let f = to_qdrant(&RecallFilter::default());
+        assert!(f.must.is_empty() && f.should.is_empty());
+        assert_eq!(f.must_not, vec![soft_deleted()]);
+        let Some(ConditionOneOf::Field(fc)) = &f.must_not[0].condition_one_of else { panic!("{f:?}") };
+        assert_eq!(fc.key, "deleted_at");
     }
 
     #[test]
@@ -81,7 +96,7 @@ mod tests {
             until: Some(Timestamp(20)),
             valid_at: Some(Timestamp(15)),
         };
-        let got = conditions(&to_qdrant(&filter).unwrap());
+        let got = conditions(&to_qdrant(&filter));
         assert_eq!(
             got,
             vec![
@@ -97,8 +112,7 @@ mod tests {
 
     #[test]
     fn only_one_bound_of_time_is_sent_when_only_one_is_given() {
-        let got =
-            conditions(&to_qdrant(&RecallFilter { until: Some(Timestamp(5)), ..RecallFilter::default() }).unwrap());
+        let got = conditions(&to_qdrant(&RecallFilter { until: Some(Timestamp(5)), ..RecallFilter::default() }));
         assert_eq!(got, vec![("event_time".into(), "gte=None gt=None lt=Some(5.0) lte=None".into())]);
     }
 }

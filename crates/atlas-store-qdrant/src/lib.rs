@@ -21,7 +21,7 @@ use crate::sparse::Bm25;
 use async_trait::async_trait;
 use atlas_domain::policy::embedding::line;
 use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex,
+    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update,
     VECTOR_CLAIM_MS, VectorIndex,
 };
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
@@ -326,9 +326,7 @@ impl QdrantStore {
 
     /// Runs a nearest-neighbour query under `filter`, pushed down to the server.
     async fn search(&self, mut request: QueryPointsBuilder, filter: &RecallFilter) -> Result<Vec<ScoredId>> {
-        if let Some(f) = filter::to_qdrant(filter) {
-            request = request.filter(f);
-        }
+        request = request.filter(filter::to_qdrant(filter));
         let hits = self.collection.call("query", self.collection.client().query(request.build())).await?;
         hits.into_iter().map(|p| Ok(ScoredId { id: memory_id(p.id.as_ref())?, score: f64::from(p.score) })).collect()
     }
@@ -406,6 +404,34 @@ impl MemoryStore for QdrantStore {
         Ok(true)
     }
 
+    async fn update(&self, updates: Vec<Update>) -> Result<u64> {
+        // Qdrant replaces whole points: each is read with its vector, changed, and written back
+        // in one upsert, after every change has been checked (all or nothing).
+        let ids: Vec<MemoryId> = updates.iter().map(|u| u.id).collect();
+        let mut found: HashMap<MemoryId, (Memory, Option<Vec<f32>>)> =
+            self.fetch(&ids, true).await?.into_iter().map(|(m, v)| (m.id, (m, v))).collect();
+        for u in &updates {
+            if let Some((m, _)) = found.get(&u.id) {
+                u.check_body(&m.body)?;
+            }
+        }
+        let dense = self.bound_model().map(|m| dense_vector_name(&m));
+        let mut points = Vec::new();
+        for u in updates {
+            let Some((mut m, vector)) = found.remove(&u.id) else { continue };
+            m.lifecycle = u.lifecycle;
+            if let Some(body) = u.body {
+                m.body = body;
+            }
+            points.push(self.point(&m, dense.as_deref().zip(vector))?);
+        }
+        let n = points.len() as u64;
+        for chunk in points.chunks(self.batch) {
+            self.collection.upsert(chunk.to_vec()).await?;
+        }
+        Ok(n)
+    }
+
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
         Ok(self.export_batch(after, limit).await?.into_iter().map(|s| s.memory).collect())
     }
@@ -432,17 +458,13 @@ impl MemoryStore for QdrantStore {
             .await?;
         if self.collection.exists().await? {
             for kind in MemoryKind::ALL {
-                let n = self
-                    .collection
-                    .count(
-                        Some(filter::to_qdrant(&RecallFilter { kinds: vec![kind], ..RecallFilter::default() }))
-                            .flatten(),
-                    )
-                    .await?;
+                let n = self.collection.count(Some(filter::of_kind(kind))).await?;
                 if n > 0 {
                     stats.memories_by_kind.insert(kind, n);
                 }
             }
+            stats.soft_deleted =
+                self.collection.count(Some(qdrant_client::qdrant::Filter::must([filter::soft_deleted()]))).await?;
             if let Some(model) = &stats.embedding_model {
                 stats.vectors = self.collection.count_with_vector(&dense_vector_name(model)).await?;
             }

@@ -1,6 +1,6 @@
 //! A memory as a Qdrant point payload and back: flat, indexable fields plus the typed body.
 
-use atlas_domain::{AtlasError, Body, Memory, MemoryId, Result, Scope, Timestamp, Validity};
+use atlas_domain::{AtlasError, Body, Lifecycle, Memory, MemoryId, Result, Scope, Timestamp, Validity};
 use serde_json::{Map, Value};
 
 /// Payload fields; the ones filters use carry payload indexes (see `collection::INDEXED_FIELDS`).
@@ -19,6 +19,10 @@ pub mod field {
     pub const META: &str = "meta";
     pub const BODY: &str = "body";
     pub const CONTEXT: &str = "context";
+    /// Only on soft-deleted memories: searches exclude every point that has it.
+    pub const DELETED_AT: &str = "deleted_at";
+    /// Use and review schedule, only once something happened ([`atlas_domain::Lifecycle`]).
+    pub const LIFECYCLE: &str = "lifecycle";
 }
 
 /// `valid_until` of a memory still valid: a number, so that one range condition filters validity.
@@ -53,6 +57,13 @@ pub fn to_payload(m: &Memory) -> Map<String, Value> {
     if let Some(context) = &m.context {
         p.insert(field::CONTEXT.into(), Value::from(context.clone()));
     }
+    if let Some(at) = m.lifecycle.deleted_at {
+        p.insert(field::DELETED_AT.into(), Value::from(at.millis()));
+    }
+    let rest = Lifecycle { deleted_at: None, ..m.lifecycle };
+    if !rest.is_fresh() {
+        p.insert(field::LIFECYCLE.into(), serde_json::to_value(rest).expect("a lifecycle serialises"));
+    }
     p
 }
 
@@ -82,6 +93,14 @@ pub fn from_payload(point: u64, mut p: Map<String, Value>) -> Result<Memory> {
     };
     let body: Body = serde_json::from_value(p.remove(field::BODY).ok_or_else(|| bad(field::BODY, "is missing"))?)
         .map_err(|e| bad(field::BODY, &format!("is not a memory body: {e}")))?;
+    let mut lifecycle: Lifecycle = match p.remove(field::LIFECYCLE) {
+        None | Some(Value::Null) => Lifecycle::default(),
+        Some(v) => serde_json::from_value(v).map_err(|e| bad(field::LIFECYCLE, &format!("is not a lifecycle: {e}")))?,
+    };
+    lifecycle.deleted_at = match p.get(field::DELETED_AT) {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(Timestamp(int(&p, field::DELETED_AT)?)),
+    };
     Ok(Memory {
         id,
         scope,
@@ -95,6 +114,7 @@ pub fn from_payload(point: u64, mut p: Map<String, Value>) -> Result<Memory> {
         meta,
         body,
         context: text(&mut p, field::CONTEXT)?,
+        lifecycle,
     })
 }
 

@@ -25,7 +25,7 @@ impl Consolidator for SqliteStore {
             .read(move |conn| {
                 let sql = format!(
                     "SELECT {MEMORY_COLUMNS} FROM memories m LEFT JOIN consolidation c ON c.id = m.id \
-                     WHERE m.kind = 'episode' AND (c.id IS NULL OR (c.processed_at IS NULL AND c.attempts < ? \
+                     WHERE m.kind = 'episode' AND m.deleted_at IS NULL AND (c.id IS NULL OR (c.processed_at IS NULL AND c.attempts < ? \
                      AND coalesce(c.last_attempt, 0) + ? * c.attempts <= ?)) ORDER BY m.id LIMIT ?"
                 );
                 query_memories(
@@ -51,7 +51,7 @@ impl Consolidator for SqliteStore {
         self.readers
             .read(move |conn| {
                 let mut found = Vec::new();
-                let in_scope = "m.scope_user IS ? AND m.scope_agent IS ?";
+                let in_scope = "m.deleted_at IS NULL AND m.scope_user IS ? AND m.scope_agent IS ?";
                 let scope_params = [
                     scope.user.clone().map_or(Value::Null, Value::Text),
                     scope.agent.clone().map_or(Value::Null, Value::Text),

@@ -18,15 +18,15 @@ mod writer;
 use crate::error::storage;
 use crate::readers::Readers;
 use crate::sql::{
-    EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, filter_clause, json_columns, put_edge, query_edges, query_memories,
-    vector_blob,
+    EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, filter_clause, json_columns, lifecycle_columns, put_edge, query_edges,
+    query_memories, vector_blob,
 };
 use crate::text_cache::{Fields, TextCache, Tokenizer};
 use crate::writer::Writer;
 use async_trait::async_trait;
 use atlas_domain::policy::embedding::speaker_line;
 use atlas_domain::ports::{
-    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex,
+    EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update,
     VECTOR_CLAIM_MS, VectorIndex,
 };
 use atlas_domain::{
@@ -179,7 +179,7 @@ impl SqliteStore {
         retry_busy(&shown, started, options.busy_timeout, || {
             conn.execute_batch(&format!(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
-                 PRAGMA cache_size = -32000; PRAGMA temp_store = MEMORY;"
+                 PRAGMA cache_size = -32000; PRAGMA temp_store = MEMORY; PRAGMA secure_delete = ON;"
             ))
             .map_err(error::storage_at(&shown))
         })?;
@@ -552,6 +552,9 @@ impl MemoryStore for SqliteStore {
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
         let (forgotten, dropped, old, replies) = self.writer.write(move |conn| forget_sync(conn, id)).await?;
+        if forgotten {
+            self.truncate_wal().await?;
+        }
         if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
             for v in dropped {
                 index.remove(v);
@@ -559,6 +562,36 @@ impl MemoryStore for SqliteStore {
         }
         self.update_text_cache(old, replies).await;
         Ok(forgotten)
+    }
+
+    async fn update(&self, updates: Vec<Update>) -> Result<u64> {
+        self.writer
+            .write(move |conn| {
+                let mut found = 0;
+                for u in &updates {
+                    let current: Option<String> = conn
+                        .prepare_cached("SELECT body FROM memories WHERE id = ?")
+                        .map_err(storage)?
+                        .query_row([u.id.0], |r| r.get(0))
+                        .optional()
+                        .map_err(storage)?;
+                    let Some(current) = current else { continue };
+                    found += 1;
+                    let current: atlas_domain::Body = serde_json::from_str(&current)
+                        .map_err(|e| AtlasError::Storage(format!("memory {}: column body: {e}", u.id)))?;
+                    u.check_body(&current)?;
+                    let body = u.body.as_ref().map(|b| serde_json::to_string(b).expect("a body serialises"));
+                    let (deleted_at, lifecycle) = lifecycle_columns(&u.lifecycle);
+                    conn.prepare_cached(
+                        "UPDATE memories SET deleted_at = ?2, lifecycle = ?3, body = coalesce(?4, body) WHERE id = ?1",
+                    )
+                    .map_err(storage)?
+                    .execute(params![u.id.0, deleted_at, lifecycle, body])
+                    .map_err(storage)?;
+                }
+                Ok(found)
+            })
+            .await
     }
 
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
@@ -598,6 +631,7 @@ impl MemoryStore for SqliteStore {
                 }
                 let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map_err(storage);
                 stats.edges = count("SELECT count(*) FROM edges")? as u64;
+                stats.soft_deleted = count("SELECT count(*) FROM memories WHERE deleted_at IS NOT NULL")? as u64;
                 stats.pending_vectors = count("SELECT count(*) FROM vector_queue")? as u64;
                 if vector_table_exists(conn)? {
                     stats.vectors = count(&format!("SELECT count(*) FROM {VECTOR_TABLE}"))? as u64;
@@ -951,6 +985,30 @@ impl Replica for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Copies the WAL into the database and empties it, so that the page images of a row just
+    /// deleted (which the WAL keeps until a checkpoint) leave the disk with it; the deletion
+    /// itself zeroed the row's content (`secure_delete`) and its full-text terms (FTS5
+    /// `secure-delete`). Waits for readers like any write; a reader that outlasts the wait only
+    /// delays the emptying to the next checkpoint (logged).
+    async fn truncate_wal(&self) -> Result<()> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = Connection::open(&path).map_err(storage)?;
+            conn.busy_timeout(Duration::from_secs(60)).map_err(storage)?;
+            let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0)).map_err(storage)?;
+            if busy != 0 {
+                tracing::warn!(
+                    db = %path.display(),
+                    "the forgotten memory is deleted, but a reader kept the write-ahead log from being emptied; \
+                     its old pages leave the disk at the next checkpoint"
+                );
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| AtlasError::Storage(format!("checkpoint task: {e}")))?
+    }
+
     async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
         let model = self.bound_model();
         let fields: Vec<Fields> = batch
@@ -993,14 +1051,15 @@ impl SqliteStore {
                 let mut upsert = conn
                     .prepare_cached(
                         "INSERT INTO memories (id, kind, text, speaker, scope_user, scope_agent, scope_session, \
-                         event_time, recorded_at, valid_from, valid_until, meta, body, context) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
+                         event_time, recorded_at, valid_from, valid_until, meta, body, context, deleted_at, \
+                         lifecycle) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
                          kind = excluded.kind, text = excluded.text, speaker = excluded.speaker, \
                          scope_user = excluded.scope_user, scope_agent = excluded.scope_agent, \
                          scope_session = excluded.scope_session, event_time = excluded.event_time, \
                          recorded_at = excluded.recorded_at, valid_from = excluded.valid_from, \
                          valid_until = excluded.valid_until, meta = excluded.meta, body = excluded.body, \
-                         context = excluded.context",
+                         context = excluded.context, deleted_at = excluded.deleted_at, \
+                         lifecycle = excluded.lifecycle",
                     )
                     .map_err(storage)?;
                 let mut enqueue =
@@ -1011,6 +1070,7 @@ impl SqliteStore {
                     let m = &item.memory;
                     replaced.extend(stored_fields(conn, m.id.0)?);
                     let (meta, body) = json_columns(&m.to_new())?;
+                    let (deleted_at, lifecycle) = lifecycle_columns(&m.lifecycle);
                     upsert
                         .execute(params![
                             m.id.0,
@@ -1027,6 +1087,8 @@ impl SqliteStore {
                             meta,
                             body,
                             m.context,
+                            deleted_at,
+                            lifecycle,
                         ])
                         .map_err(storage)?;
                     for e in &item.edges {

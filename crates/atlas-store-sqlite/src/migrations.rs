@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_consolidation",
         sql: include_str!("../../../migrations/0005_consolidation.sql"),
     },
+    Migration { version: 6, name: "0006_lifecycle", sql: include_str!("../../../migrations/0006_lifecycle.sql") },
 ];
 
 /// The newest schema this build understands.

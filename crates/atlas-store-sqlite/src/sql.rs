@@ -2,18 +2,19 @@
 
 use crate::error::storage;
 use atlas_domain::{
-    AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp, Validity,
+    AtlasError, Body, Edge, EdgeKind, Lifecycle, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp,
+    Validity,
 };
 use rusqlite::Row;
 use rusqlite::types::Value;
 
 /// The columns [`memory_from_row`] reads, qualified by the alias `m`.
 pub const MEMORY_COLUMNS: &str = "m.id, m.text, m.scope_user, m.scope_agent, m.scope_session, m.event_time, \
-     m.recorded_at, m.valid_from, m.valid_until, m.meta, m.body, m.context";
+     m.recorded_at, m.valid_from, m.valid_until, m.meta, m.body, m.context, m.deleted_at, m.lifecycle";
 
 /// `filter` as a boolean SQL expression over alias `m`, with its positional parameters.
 pub fn filter_clause(filter: &RecallFilter) -> (String, Vec<Value>) {
-    let mut parts: Vec<String> = vec!["1".into()];
+    let mut parts: Vec<String> = vec!["m.deleted_at IS NULL".into()];
     let mut params: Vec<Value> = Vec::new();
     for (column, value) in [
         ("m.scope_user", &filter.scope.user),
@@ -59,6 +60,11 @@ pub fn memory_from_row(row: &Row<'_>) -> rusqlite::Result<Memory> {
     };
     let meta = serde_json::from_str(&meta_text).map_err(|e| corrupt("meta", e))?;
     let body: Body = serde_json::from_str(&body_text).map_err(|e| corrupt("body", e))?;
+    let mut lifecycle: Lifecycle = match row.get::<_, Option<String>>(13)? {
+        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt("lifecycle", e))?,
+        None => Lifecycle::default(),
+    };
+    lifecycle.deleted_at = row.get::<_, Option<i64>>(12)?.map(Timestamp);
     Ok(Memory {
         id: MemoryId(id),
         text: row.get(1)?,
@@ -72,7 +78,15 @@ pub fn memory_from_row(row: &Row<'_>) -> rusqlite::Result<Memory> {
         meta,
         body,
         context: row.get(11)?,
+        lifecycle,
     })
+}
+
+/// The `deleted_at` and `lifecycle` columns of `lifecycle` ([`memory_from_row`] reads them back).
+pub fn lifecycle_columns(lifecycle: &Lifecycle) -> (Option<i64>, Option<String>) {
+    let rest = Lifecycle { deleted_at: None, ..*lifecycle };
+    let json = (!rest.is_fresh()).then(|| serde_json::to_string(&rest).expect("a lifecycle serialises"));
+    (lifecycle.deleted_at.map(Timestamp::millis), json)
 }
 
 /// The columns [`edge_from_row`] reads.

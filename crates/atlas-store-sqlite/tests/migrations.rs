@@ -52,6 +52,36 @@ async fn a_schema_1_database_migrates_with_its_data() {
     assert!(store.pending_vectors(10).await.unwrap().len() == 4);
 }
 
+/// The sleep cycle's state survives the upgrade: what was processed stays processed, what failed
+/// keeps its attempts, the ledger keeps its cycles, and the new lifecycle starts empty.
+#[tokio::test]
+async fn a_schema_5_database_migrates_with_its_consolidation_state() {
+    use atlas_domain::ports::Consolidator;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.db");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/schema-v5.db");
+    std::fs::copy(&fixture, &path).expect("fixtures/schema-v5.db (regenerate with `cargo xtask fixtures`)");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    assert_eq!(migrations::current_version(&conn).unwrap(), 5);
+    drop(conn);
+
+    let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.schema_version, Some(latest_version()));
+    assert_eq!((stats.memories(), stats.edges, stats.soft_deleted), (3, 2, 0));
+    let fact = store.get(MemoryId(3)).await.unwrap().unwrap();
+    assert!(fact.lifecycle.is_fresh());
+    assert_eq!(fact.meta["origin"], "tag:S");
+    let now = atlas_domain::Timestamp(1_700_000_100_000 + 3_600_000);
+    let waiting = store.unprocessed(10, 5, 60_000, now).await.unwrap();
+    assert_eq!(waiting.iter().map(|m| m.id).collect::<Vec<_>>(), vec![MemoryId(2)], "only the failed turn is retried");
+    let known = store.known(vec!["checkout".into()], vec![], fact.scope.clone()).await.unwrap();
+    assert_eq!(known.iter().map(|m| m.id).collect::<Vec<_>>(), vec![MemoryId(3)]);
+    assert_eq!(store.cycles(5).await.unwrap()[0]["facts_added"], 1);
+    let hits = store.search_text(vec!["payments".into()], RecallFilter::default(), 10).await.unwrap();
+    assert!(hits.iter().any(|h| h.id == MemoryId(3)));
+}
+
 #[test]
 fn a_newer_schema_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();

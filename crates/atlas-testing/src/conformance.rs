@@ -4,9 +4,10 @@
 
 use crate::strategies::arb_new_memory;
 use crate::{HashEmbedder, Subject, runtime};
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, Replica, StoredMemory, TextIndex, VectorIndex};
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, Replica, StoredMemory, TextIndex, Update, VectorIndex};
 use atlas_domain::{
-    AtlasError, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp, Validity,
+    AtlasError, Body, EdgeKind, Lifecycle, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp,
+    Validity,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -40,7 +41,8 @@ macro_rules! store_conformance {
                 stats_count_what_is_stored, concurrent_inserts_all_land, empty_and_zero_limits,
                 rebinding_requeues_everything_for_the_new_model, replica_copies_ids_vectors_and_edges_idempotently,
                 restore_refuses_vectors_of_another_dimension, keyed_writes_happen_once, reserved_ids_are_never_taken,
-                own_claims_on_queued_vectors_are_renewed);
+                own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
+                updates_change_lifecycle_and_body_only);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -669,5 +671,97 @@ pub fn own_claims_on_queued_vectors_are_renewed<S: Store>(make: Make<S>) {
         assert!(store.pending_vectors(10).await.unwrap().is_empty());
         assert_eq!(store.stats().await.unwrap().pending_vectors, 0);
         assert_eq!(store.queued_vectors().await.unwrap(), 0);
+    });
+}
+
+pub fn soft_deletion_hides_from_search_and_recovers<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        bind_test_model(store).await;
+        let ids = store
+            .insert(vec![episode("lisbon trip planned", None, 1), episode("lisbon flights booked", None, 2)], None)
+            .await
+            .unwrap();
+        embed_pending(store).await;
+        let query = HashEmbedder::new(DIM).embed_one("lisbon trip planned");
+        async fn text<S: Store>(store: &S) -> Vec<MemoryId> {
+            ids_of(&store.search_text(vec!["lisbon".into()], RecallFilter::default(), 10).await.unwrap())
+        }
+        async fn vector<S: Store>(store: &S, query: &[f32]) -> Vec<MemoryId> {
+            ids_of(&store.search_vector(query.to_vec(), RecallFilter::default(), 10).await.unwrap())
+        }
+        assert_eq!(text(store).await.len(), 2);
+
+        let deleted = Lifecycle { deleted_at: Some(Timestamp(50)), ..Lifecycle::default() };
+        let n = store
+            .update(vec![
+                Update { id: ids[0], lifecycle: deleted, body: None },
+                Update { id: MemoryId(i64::MAX), lifecycle: deleted, body: None },
+            ])
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "unknown ids are skipped, not errors");
+        assert_eq!(text(store).await, vec![ids[1]], "full text skips a soft-deleted memory");
+        assert_eq!(vector(store, &query).await, vec![ids[1]], "vector search skips a soft-deleted memory");
+        let kept = store.get(ids[0]).await.unwrap().expect("a soft-deleted memory is still stored");
+        assert_eq!(kept.lifecycle.deleted_at, Some(Timestamp(50)));
+        assert_eq!(kept.text, "lisbon trip planned");
+        let stats = store.stats().await.unwrap();
+        assert_eq!((stats.memories(), stats.soft_deleted), (2, 1));
+        // A copy carries the deletion.
+        let exported = export_all(store, 10).await;
+        assert_eq!(exported[0].memory.lifecycle.deleted_at, Some(Timestamp(50)));
+
+        store.update(vec![Update { id: ids[0], lifecycle: Lifecycle::default(), body: None }]).await.unwrap();
+        assert_eq!(text(store).await.len(), 2, "recovered, it is found again");
+        assert_eq!(vector(store, &query).await.len(), 2);
+        assert_eq!(store.stats().await.unwrap().soft_deleted, 0);
+    });
+}
+
+pub fn updates_change_lifecycle_and_body_only<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let strategy = NewMemory {
+            body: Body::Strategy {
+                situation: "symmetric grid".into(),
+                suggestion: "reflect then duplicate".into(),
+                successes: 0,
+                failures: 0,
+            },
+            ..episode("symmetric grid: reflect then duplicate", None, 3)
+        };
+        let ids = store.insert(vec![episode("said once", None, 1), strategy], None).await.unwrap();
+        let before = store.get(ids[1]).await.unwrap().unwrap();
+        let used = Lifecycle {
+            last_used: Some(Timestamp(99)),
+            uses: 3,
+            review: Some(atlas_domain::policy::decay::Review { interval_days: 6.0, easiness: 2.36, repetitions: 2 }),
+            deleted_at: None,
+        };
+        let stats = Body::Strategy {
+            situation: "symmetric grid".into(),
+            suggestion: "reflect then duplicate".into(),
+            successes: 2,
+            failures: 1,
+        };
+        store.update(vec![Update { id: ids[1], lifecycle: used, body: Some(stats.clone()) }]).await.unwrap();
+        let after = store.get(ids[1]).await.unwrap().unwrap();
+        assert_eq!(after, Memory { lifecycle: used, body: stats, ..before }, "only lifecycle and body change");
+
+        // A body of another kind, or an episode's, is refused and nothing of the batch applies.
+        let refused = store
+            .update(vec![
+                Update { id: ids[1], lifecycle: Lifecycle::default(), body: None },
+                Update { id: ids[0], lifecycle: Lifecycle::default(), body: Some(Body::episode(Some("Eve".into()))) },
+            ])
+            .await;
+        assert!(matches!(refused, Err(AtlasError::InvalidInput { .. })), "{refused:?}");
+        assert_eq!(store.get(ids[1]).await.unwrap().unwrap().lifecycle, used, "a refused batch changes nothing");
+        let wrong_kind =
+            store.update(vec![Update { id: ids[1], lifecycle: used, body: Some(Body::episode(None)) }]).await;
+        assert!(wrong_kind.is_err());
     });
 }

@@ -7,7 +7,7 @@ use atlas_domain::policy::embedding::line;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
     Consolidation, Consolidator, EmbeddingModel, MemoryRef, MemoryStore, ProgressFn, Receipt, Replica, ScoredId,
-    StoreStats, StoredMemory, TextIndex, VectorIndex,
+    StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Scope, Timestamp,
@@ -142,6 +142,27 @@ impl MemoryStore for FakeStore {
         Ok(s.memories.remove(&id).is_some())
     }
 
+    async fn update(&self, updates: Vec<Update>) -> Result<u64> {
+        let mut s = self.state.lock().unwrap();
+        // All or nothing: check every update before applying any.
+        for u in &updates {
+            if let Some(m) = s.memories.get(&u.id) {
+                u.check_body(&m.body)?;
+            }
+        }
+        let mut found = 0;
+        for u in updates {
+            if let Some(m) = s.memories.get_mut(&u.id) {
+                found += 1;
+                m.lifecycle = u.lifecycle;
+                if let Some(body) = u.body {
+                    m.body = body;
+                }
+            }
+        }
+        Ok(found)
+    }
+
     async fn scan(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<Memory>> {
         let s = self.state.lock().unwrap();
         let start = after.map_or(MemoryId(0), |a| a);
@@ -162,6 +183,7 @@ impl MemoryStore for FakeStore {
         Ok(StoreStats {
             memories_by_kind: by_kind,
             edges: s.edges.len() as u64,
+            soft_deleted: s.memories.values().filter(|m| m.lifecycle.is_deleted()).count() as u64,
             vectors: s.vectors.len() as u64,
             pending_vectors: s.queue.len() as u64,
             bytes: None,
@@ -378,7 +400,7 @@ impl Consolidator for FakeStore {
         let s = self.state.lock().unwrap();
         Ok(s.memories
             .values()
-            .filter(|m| m.kind() == MemoryKind::Episode)
+            .filter(|m| m.kind() == MemoryKind::Episode && !m.lifecycle.is_deleted())
             .filter(|m| match s.consolidation.get(&m.id) {
                 None => true,
                 Some((processed, attempts, last)) => {
@@ -396,7 +418,7 @@ impl Consolidator for FakeStore {
         let s = self.state.lock().unwrap();
         Ok(s.memories
             .values()
-            .filter(|m| m.scope.user == scope.user && m.scope.agent == scope.agent)
+            .filter(|m| m.scope.user == scope.user && m.scope.agent == scope.agent && !m.lifecycle.is_deleted())
             .filter(|m| match &m.body {
                 Body::Fact { subject, .. } => subjects.contains(subject),
                 Body::Entity { name, .. } => names.contains(&normalize(name)),

@@ -10,11 +10,24 @@
 //! Decay never deletes: below [`SOFT_DELETE_BELOW`] a memory is soft-deleted (restorable), and
 //! only an explicit hard forget removes anything.
 
+use crate::{Body, Memory, MemoryKind, Timestamp};
+
 /// Below this strength a decaying memory is soft-deleted.
 pub const SOFT_DELETE_BELOW: f64 = 0.30;
 
 /// An opinion loses this much confidence a day.
 pub const OPINION_DECAY_PER_DAY: f64 = 0.02;
+
+/// Ebbinghaus rate of a fact reviewed once a day: unused for about 180 days, a fact stated
+/// with full confidence falls below [`SOFT_DELETE_BELOW`]. Each SM-2 review stretches its
+/// interval and divides the rate by it, so a fact that keeps being used keeps its strength.
+pub const FACT_RATE: f64 = 0.019;
+
+/// A superseded fact (history) decays this many times faster than a current one (seed 000 §4.3).
+pub const SUPERSEDED_FACTOR: f64 = 2.0;
+
+/// Procedural memories (experiences, concepts, strategies): unused for about 400 days they fade.
+pub const PROCEDURAL_RATE: f64 = 0.010;
 
 /// How a memory ages.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,6 +52,41 @@ pub fn strength(initial: f64, aging: Aging, days: f64) -> f64 {
     }
 }
 
+/// How `m` ages: episodes, entities, core memory and world facts (`tag:W`) never; opinions
+/// (`tag:O`) linearly; other facts on the Ebbinghaus curve, slowed by their SM-2 interval and
+/// hastened once superseded; procedural memories on a slower curve.
+pub fn aging_of(m: &Memory) -> Aging {
+    let origin = m.meta.get("origin").and_then(serde_json::Value::as_str);
+    match m.kind() {
+        MemoryKind::Episode | MemoryKind::Entity | MemoryKind::Core => Aging::Never,
+        MemoryKind::Fact => match origin {
+            Some("tag:W") => Aging::Never,
+            Some("tag:O") => Aging::Linear { per_day: OPINION_DECAY_PER_DAY },
+            _ => {
+                let interval = m.lifecycle.review.map_or(1.0, |r| r.interval_days.max(1.0));
+                let history = if m.validity.valid_until.is_some() { SUPERSEDED_FACTOR } else { 1.0 };
+                Aging::Curve { rate: FACT_RATE * history / interval }
+            }
+        },
+        MemoryKind::Experience | MemoryKind::Concept | MemoryKind::Strategy => Aging::Curve { rate: PROCEDURAL_RATE },
+    }
+}
+
+/// The strength `m` starts from: a fact's confidence, 1 for everything else.
+pub fn initial_strength(m: &Memory) -> f64 {
+    match &m.body {
+        Body::Fact { confidence, .. } => f64::from(*confidence),
+        _ => 1.0,
+    }
+}
+
+/// `m`'s strength at `now`: its clock starts at its last use, or when it was learned.
+pub fn strength_at(m: &Memory, now: Timestamp) -> f64 {
+    let since = m.lifecycle.last_used.unwrap_or(m.recorded_at).max(m.recorded_at);
+    let days = (now.millis() - since.millis()).max(0) as f64 / 86_400_000.0;
+    strength(initial_strength(m), aging_of(m), days)
+}
+
 /// Whether a memory of this strength is soft-deleted by the decay pass.
 pub fn fades(strength: f64, aging: Aging) -> bool {
     aging != Aging::Never && strength < SOFT_DELETE_BELOW
@@ -52,7 +100,7 @@ pub fn reinforce(strength: f64, boost: f64) -> f64 {
 }
 
 /// SM-2 review state of a fact.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Review {
     /// Days until the fact is due again.
     pub interval_days: f64,
@@ -94,6 +142,40 @@ mod tests {
             (0.0f64..2.0).prop_map(|rate| Aging::Curve { rate }),
             (0.0f64..0.5).prop_map(|per_day| Aging::Linear { per_day }),
         ]
+    }
+
+    fn fact(origin: &str, confidence: f32) -> Memory {
+        let mut m = crate::NewMemory::episode("x", crate::Scope::default(), None, Timestamp(0), Timestamp(0))
+            .with_id(crate::MemoryId(1));
+        m.body = Body::Fact { subject: "s".into(), predicate: "p".into(), object: "o".into(), confidence };
+        m.meta.insert("origin".into(), origin.into());
+        m
+    }
+
+    const DAY: i64 = 86_400_000;
+
+    #[test]
+    fn facts_fade_by_kind_and_use() {
+        let world = fact("tag:W", 1.0);
+        assert!(!fades(strength_at(&world, Timestamp(10_000 * DAY)), aging_of(&world)));
+        let plain = fact("rule", 1.0);
+        assert!(!fades(strength_at(&plain, Timestamp(150 * DAY)), aging_of(&plain)));
+        assert!(fades(strength_at(&plain, Timestamp(200 * DAY)), aging_of(&plain)));
+        // Used at day 100: the clock starts again.
+        let mut used = plain.clone();
+        used.lifecycle.last_used = Some(Timestamp(100 * DAY));
+        assert!(!fades(strength_at(&used, Timestamp(200 * DAY)), aging_of(&used)));
+        // Reviewed well: a longer interval, a slower curve.
+        let mut reviewed = plain.clone();
+        reviewed.lifecycle.review = Some(Review { interval_days: 6.0, easiness: 2.5, repetitions: 2 });
+        assert!(!fades(strength_at(&reviewed, Timestamp(400 * DAY)), aging_of(&reviewed)));
+        // History fades faster than the truth.
+        let mut old = fact("rule", 0.5);
+        old.validity.valid_until = Some(Timestamp(DAY));
+        assert!(fades(strength_at(&old, Timestamp(40 * DAY)), aging_of(&old)));
+        let episode = crate::NewMemory::episode("x", crate::Scope::default(), None, Timestamp(0), Timestamp(0))
+            .with_id(crate::MemoryId(2));
+        assert_eq!(aging_of(&episode), Aging::Never, "episodes never decay");
     }
 
     #[test]

@@ -1,0 +1,406 @@
+//! Forgetting on purpose: soft deletion and recovery, use feedback (reinforcement and SM-2
+//! reviews), the decay pass, the archive of old memories beside the database, and the hard
+//! forget that removes a memory from the store and every archive file.
+//!
+//! Nothing here loses data silently: decay only soft-deletes, the archive writes (and syncs)
+//! its file before it removes anything from the store, and only [`Atlas::forget_hard`] deletes.
+
+use crate::{Atlas, now};
+use atlas_domain::jsonl::{self, ExportHeader};
+use atlas_domain::policy::decay::{aging_of, fades, review, strength_at};
+use atlas_domain::ports::{MemoryStore, StoredMemory, Update};
+use atlas_domain::{AtlasError, Body, Lifecycle, Memory, MemoryId, MemoryKind, Result, Timestamp};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Memories read per page by the passes that walk the whole space.
+const PAGE: usize = 1000;
+
+/// What a decay pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DecayReport {
+    /// Memories looked at (soft-deleted ones are skipped).
+    pub examined: u64,
+    /// Of those, the ones that age at all (not episodes, entities, core memory, world facts).
+    pub decaying: u64,
+    /// Soft-deleted now because their strength fell below the threshold, by kind.
+    pub soft_deleted: BTreeMap<MemoryKind, u64>,
+    /// Their ids (recoverable with `atlas recover`).
+    pub ids: Vec<MemoryId>,
+}
+
+/// Which memories an archive pass moves out of the store.
+#[derive(Debug, Clone, Copy)]
+pub struct ArchivePolicy {
+    /// Soft-deleted for at least this many days.
+    pub deleted_days: f64,
+    /// Episodes learned at least this many days ago; `None` keeps every episode in the store.
+    pub episode_days: Option<f64>,
+}
+
+/// What an archive pass wrote.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ArchiveReport {
+    /// The file written, when anything was archived.
+    pub file: Option<PathBuf>,
+    pub archived: u64,
+    pub soft_deleted: u64,
+    pub episodes: u64,
+}
+
+/// What a restore from the archive brought back.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RestoreReport {
+    pub restored: Vec<MemoryId>,
+    /// Archive files emptied and removed.
+    pub files_removed: u64,
+}
+
+/// How a memory came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovered {
+    /// It was soft-deleted and is live again.
+    Undeleted,
+    /// It was in the archive and is back in the store.
+    FromArchive,
+    /// It was never deleted.
+    AlreadyLive,
+}
+
+/// What a hard forget removed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HardForget {
+    pub from_store: bool,
+    /// Archive files rewritten (or removed) without it.
+    pub archive_files: u64,
+}
+
+impl Atlas {
+    /// Soft-deletes a memory: recall stops returning it; `get`, `explain`, exports and
+    /// [`Atlas::recover`] still see it. Returns whether it exists.
+    pub async fn forget(&self, id: MemoryId) -> Result<bool> {
+        let Some(m) = self.parts.store.get(id).await? else { return Ok(false) };
+        if !m.lifecycle.is_deleted() {
+            let lifecycle = Lifecycle { deleted_at: Some(now()), ..m.lifecycle };
+            self.parts.store.update(vec![Update { id, lifecycle, body: None }]).await?;
+        }
+        Ok(true)
+    }
+
+    /// Removes a memory for good: from every table, index, vector table and edge of the store,
+    /// and from every archive file. The only physical delete.
+    pub async fn forget_hard(&self, id: MemoryId) -> Result<HardForget> {
+        let from_store = self.parts.store.forget(id).await?;
+        let archive_files = self
+            .archive_files()?
+            .into_iter()
+            .try_fold(0, |n, file| Ok::<_, AtlasError>(n + u64::from(rewrite_without(&file, &HashSet::from([id]))?)))?;
+        Ok(HardForget { from_store, archive_files })
+    }
+
+    /// Brings a soft-deleted or archived memory back; `None` when it is nowhere.
+    pub async fn recover(&self, id: MemoryId) -> Result<Option<Recovered>> {
+        if let Some(m) = self.parts.store.get(id).await? {
+            if !m.lifecycle.is_deleted() {
+                return Ok(Some(Recovered::AlreadyLive));
+            }
+            let lifecycle = Lifecycle { deleted_at: None, ..m.lifecycle };
+            self.parts.store.update(vec![Update { id, lifecycle, body: None }]).await?;
+            return Ok(Some(Recovered::Undeleted));
+        }
+        let report = self.restore_archive(Some(&HashSet::from([id]))).await?;
+        Ok((!report.restored.is_empty()).then_some(Recovered::FromArchive))
+    }
+
+    /// Records an agent's judgement of a recalled memory: `useful` resets its decay clock and
+    /// counts a use; for a fact it is also an SM-2 review (quality 5 when useful, 1 when judged
+    /// irrelevant, which restarts its schedule and so speeds its decay).
+    pub async fn feedback(&self, id: MemoryId, useful: bool) -> Result<Memory> {
+        self.feedback_at(id, useful, now()).await
+    }
+
+    /// [`Atlas::feedback`] given at `at`.
+    pub async fn feedback_at(&self, id: MemoryId, useful: bool, at: Timestamp) -> Result<Memory> {
+        let mut m = self.parts.store.get(id).await?.ok_or(AtlasError::NotFound(id))?;
+        if useful {
+            m.lifecycle.last_used = Some(at);
+            m.lifecycle.uses = m.lifecycle.uses.saturating_add(1);
+        }
+        if matches!(m.body, Body::Fact { .. }) {
+            m.lifecycle.review = Some(review(m.lifecycle.review.unwrap_or_default(), if useful { 5 } else { 1 }));
+        }
+        self.parts.store.update(vec![Update { id, lifecycle: m.lifecycle, body: None }]).await?;
+        Ok(m)
+    }
+
+    /// The decay pass at the current time.
+    pub async fn decay(&self) -> Result<DecayReport> {
+        self.decay_at(now()).await
+    }
+
+    /// [`decay_pass`] at `at`.
+    pub async fn decay_at(&self, at: Timestamp) -> Result<DecayReport> {
+        decay_pass(self.parts.store.as_ref(), at).await
+    }
+
+    /// The archive pass at the current time, by the configured policy.
+    pub async fn archive(&self, policy: ArchivePolicy) -> Result<ArchiveReport> {
+        self.archive_at(now(), policy).await
+    }
+
+    /// Moves old soft-deleted memories (and, if the policy says so, old episodes) into a new
+    /// gzipped JSON Lines file under `archive/` beside the database, with every edge that
+    /// touches them. The file is complete and synced before anything leaves the store; a crash
+    /// between the two leaves a memory in both, which a restore or a later pass tolerates.
+    pub async fn archive_at(&self, at: Timestamp, policy: ArchivePolicy) -> Result<ArchiveReport> {
+        let days = |d: f64| (d * DAY_MS as f64) as i64;
+        let mut report = ArchiveReport::default();
+        let mut chosen: Vec<StoredMemory> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.parts.store.scan(after, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            for m in page {
+                let deleted_long_ago =
+                    m.lifecycle.deleted_at.is_some_and(|d| at.millis() - d.millis() >= days(policy.deleted_days));
+                let old_episode = m.kind() == MemoryKind::Episode
+                    && policy.episode_days.is_some_and(|e| at.millis() - m.recorded_at.millis() >= days(e));
+                if !(deleted_long_ago || old_episode) {
+                    continue;
+                }
+                if deleted_long_ago {
+                    report.soft_deleted += 1;
+                } else {
+                    report.episodes += 1;
+                }
+                let edges = self.parts.store.edges_of(m.id).await?;
+                chosen.push(StoredMemory { memory: m, vector: None, edges });
+            }
+        }
+        if chosen.is_empty() {
+            return Ok(report);
+        }
+        let dir = self.archive_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        // Named by the pass's time in ms (sortable); a second pass in the same ms takes the next.
+        let mut stamp = at.millis();
+        let file = loop {
+            let file = dir.join(format!("{}-{stamp:015}.jsonl.gz", self.archive_stem()));
+            if !file.exists() {
+                break file;
+            }
+            stamp += 1;
+        };
+        write_archive(&file, &chosen)?;
+        for item in &chosen {
+            self.parts.store.forget(item.memory.id).await?;
+        }
+        report.archived = chosen.len() as u64;
+        report.file = Some(file);
+        Ok(report)
+    }
+
+    /// Restores archived memories (all of them, or those in `only`) under their own ids, live
+    /// again, with the edges whose other end exists; removes them from their files.
+    pub async fn restore_archive(&self, only: Option<&HashSet<MemoryId>>) -> Result<RestoreReport> {
+        let mut report = RestoreReport::default();
+        for file in self.archive_files()? {
+            let items: Vec<StoredMemory> =
+                read_archive(&file)?.into_iter().filter(|s| only.is_none_or(|o| o.contains(&s.memory.id))).collect();
+            if items.is_empty() {
+                continue;
+            }
+            let restoring: HashSet<MemoryId> = items.iter().map(|s| s.memory.id).collect();
+            let mut ends: HashSet<MemoryId> =
+                items.iter().flat_map(|s| s.edges.iter().flat_map(|e| [e.src, e.dst])).collect();
+            ends.retain(|id| !restoring.contains(id));
+            let present: HashSet<MemoryId> =
+                self.parts.store.get_many(ends.into_iter().collect()).await?.into_iter().map(|m| m.id).collect();
+            // Each edge once, carried by its later end among the restored (a restore in id order
+            // then always finds both ends), and only when its other end exists.
+            let mut edges: Vec<atlas_domain::Edge> = items.iter().flat_map(|s| s.edges.iter().cloned()).collect();
+            edges.sort_by_key(|e| (e.src, e.dst, e.kind));
+            edges.dedup_by_key(|e| (e.src, e.dst, e.kind));
+            edges.retain(|e| [e.src, e.dst].iter().all(|end| restoring.contains(end) || present.contains(end)));
+            let mut batch: Vec<StoredMemory> = items
+                .into_iter()
+                .map(|mut item| {
+                    item.memory.lifecycle.deleted_at = None;
+                    item.edges.clear();
+                    item
+                })
+                .collect();
+            batch.sort_by_key(|s| s.memory.id);
+            for e in edges {
+                let carrier = if restoring.contains(&e.src.max(e.dst)) { e.src.max(e.dst) } else { e.src.min(e.dst) };
+                if let Ok(i) = batch.binary_search_by_key(&carrier, |s| s.memory.id) {
+                    batch[i].edges.push(e);
+                }
+            }
+            report.restored.extend(batch.iter().map(|s| s.memory.id));
+            self.parts.replica.restore(batch).await?;
+            if rewrite_without(&file, &restoring)? && !file.exists() {
+                report.files_removed += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// The archive files of this memory space, oldest first.
+    pub fn archive_files(&self) -> Result<Vec<PathBuf>> {
+        let dir = self.archive_dir();
+        let prefix = format!("{}-", self.archive_stem());
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error(&dir, e)),
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let stamp = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix(&prefix));
+                stamp
+                    .and_then(|rest| rest.strip_suffix(".jsonl.gz"))
+                    .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    fn archive_dir(&self) -> PathBuf {
+        self.config.db.parent().map_or_else(|| PathBuf::from("archive"), |p| p.join("archive"))
+    }
+
+    fn archive_stem(&self) -> String {
+        self.config.db.file_stem().map_or_else(|| "atlas".into(), |s| s.to_string_lossy().into_owned())
+    }
+}
+
+/// Soft-deletes every memory whose strength at `at` has fallen below the threshold
+/// ([`atlas_domain::policy::decay`]). Nothing is removed.
+pub async fn decay_pass(store: &dyn MemoryStore, at: Timestamp) -> Result<DecayReport> {
+    let mut report = DecayReport::default();
+    let mut after = None;
+    loop {
+        let page = store.scan(after, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id);
+        let mut updates = Vec::new();
+        for m in page.iter().filter(|m| !m.lifecycle.is_deleted()) {
+            report.examined += 1;
+            let aging = aging_of(m);
+            if aging == atlas_domain::policy::decay::Aging::Never {
+                continue;
+            }
+            report.decaying += 1;
+            if fades(strength_at(m, at), aging) {
+                *report.soft_deleted.entry(m.kind()).or_default() += 1;
+                report.ids.push(m.id);
+                let lifecycle = Lifecycle { deleted_at: Some(at), ..m.lifecycle };
+                updates.push(Update { id: m.id, lifecycle, body: None });
+            }
+        }
+        if !updates.is_empty() {
+            store.update(updates).await?;
+        }
+    }
+    Ok(report)
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> AtlasError {
+    AtlasError::Storage(format!("{}: {e}", path.display()))
+}
+
+/// Writes `items` as a full export (header, lines, trailer), gzipped, to a temporary file that
+/// is synced and then renamed into place, so that a file under its final name is complete.
+fn write_archive(path: &Path, items: &[StoredMemory]) -> Result<()> {
+    let tmp = path.with_extension("gz.tmp");
+    let result = (|| -> std::io::Result<()> {
+        let file = std::fs::File::create(&tmp)?;
+        let mut gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default());
+        let header = ExportHeader { embedding_model: None };
+        writeln!(gz, "{}", jsonl::header_line(&header))?;
+        for item in items {
+            writeln!(gz, "{}", jsonl::stored_to_line(item, false))?;
+        }
+        writeln!(gz, "{}", jsonl::trailer_line(items.len() as u64))?;
+        let file = gz.finish()?.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_error(path, e)
+    })
+}
+
+/// Reads an archive file back; a line that does not parse is an error naming file and line.
+fn read_archive(path: &Path) -> Result<Vec<StoredMemory>> {
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
+    let mut items = Vec::new();
+    let mut trailer = None;
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| io_error(path, e))?;
+        let location = format!("{}:{}", path.display(), i + 1);
+        let bad = |e: jsonl::LineError| AtlasError::invalid(&location, e.to_string());
+        if line.trim().is_empty() || i == 0 && jsonl::parse_header(&line).map_err(bad)?.is_some() {
+            continue;
+        }
+        if let Some(count) = jsonl::parse_trailer(&line).map_err(bad)? {
+            trailer = Some(count);
+            continue;
+        }
+        items.push(jsonl::parse_stored_line(&line, now()).map_err(bad)?);
+    }
+    match trailer {
+        Some(n) if n == items.len() as u64 => {}
+        Some(n) => {
+            return Err(AtlasError::invalid(
+                path.display().to_string(),
+                format!("archive file holds {} memories, its trailer says {n}", items.len()),
+            ));
+        }
+        None => {
+            return Err(AtlasError::invalid(path.display().to_string(), "archive file is cut short (no trailer line)"));
+        }
+    }
+    Ok(items)
+}
+
+/// Rewrites an archive file without the memories `ids` and without edges to them (removing
+/// the file when nothing is left). Returns whether the file changed.
+fn rewrite_without(path: &Path, ids: &HashSet<MemoryId>) -> Result<bool> {
+    let items = read_archive(path)?;
+    let mentions = |s: &StoredMemory| {
+        ids.contains(&s.memory.id) || s.edges.iter().any(|e| ids.contains(&e.src) || ids.contains(&e.dst))
+    };
+    if !items.iter().any(mentions) {
+        return Ok(false);
+    }
+    let kept: Vec<StoredMemory> = items
+        .into_iter()
+        .filter(|s| !ids.contains(&s.memory.id))
+        .map(|mut s| {
+            s.edges.retain(|e| !ids.contains(&e.src) && !ids.contains(&e.dst));
+            s
+        })
+        .collect();
+    if kept.is_empty() {
+        std::fs::remove_file(path).map_err(|e| io_error(path, e))?;
+    } else {
+        write_archive(path, &kept)?;
+    }
+    Ok(true)
+}
