@@ -260,6 +260,12 @@ pub fn print_cycle(report: &atlas_runtime::CycleReport, json: bool) {
         if r.failed > 0 || r.deferred > 0 {
             line.push_str(&format!("; {} failed (retried later), {} deferred", r.failed, r.deferred));
         }
+        if r.user_observations + r.user_hypotheses + r.user_verified > 0 {
+            line.push_str(&format!(
+                "; about the user: {} observations, {} hypotheses, {} verified ({} into core memory)",
+                r.user_observations, r.user_hypotheses, r.user_verified, r.core_added
+            ));
+        }
         line
     });
 }

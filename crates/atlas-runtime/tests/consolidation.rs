@@ -268,3 +268,37 @@ async fn a_long_lived_process_consolidates_by_count_idleness_and_session_end() {
         assert!(report["episodes_seen"].as_u64().unwrap() >= 1, "every {every}, idle {idle_secs}: {report}");
     }
 }
+
+/// The dialectic (seed 003): an observation about the user enters core memory only when three
+/// episodes bear it out, once, with its provenance.
+#[tokio::test]
+async fn observations_about_the_user_enter_core_memory_once_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let (atlas, _) = space(dir.path(), None).await;
+    let stages = [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0, 0, 1)];
+    for (day, (observations, hypotheses, verified)) in stages.into_iter().enumerate() {
+        atlas
+            .remember(said("- U-Preference: wants short answers with code first", "Ann", day as i64 + 1))
+            .await
+            .unwrap();
+        let r = atlas.consolidate().await.unwrap();
+        assert_eq!((r.user_observations, r.user_hypotheses, r.user_verified), (observations, hypotheses, verified));
+        assert_eq!(r.core_added, usize::from(day == 2), "day {day}: {r:?}");
+    }
+    let core = atlas
+        .recall(RecallRequest {
+            query: "short answers code first".into(),
+            k: 5,
+            kinds: vec![MemoryKind::Core],
+            ..RecallRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(core.hits.len(), 1, "one core entry, however often it is borne out");
+    let entry = &core.hits[0].memory;
+    assert!(matches!(&entry.body, Body::Core { category } if category == "user_profile"));
+    let explained = atlas.explain(entry.id).await.unwrap().unwrap();
+    let observation = &explained.sources[0];
+    assert!(matches!(observation.body, Body::Fact { confidence, .. } if confidence >= 0.9), "{observation:?}");
+    assert_eq!(atlas.explain(observation.id).await.unwrap().unwrap().sources.len(), 4, "four supporting turns");
+}

@@ -1,10 +1,12 @@
 //! Pure policies: query normalisation, rank fusion, recency, near-duplicate collapse, id
 //! references and their renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
-//! forgetting (decay, reinforcement, SM-2).
+//! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
+//! the user into core memory.
 
 pub mod consolidation;
 pub mod decay;
+pub mod dialectic;
 pub mod embedding;
 pub mod fusion;
 pub mod limits;
