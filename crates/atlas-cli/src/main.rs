@@ -105,7 +105,11 @@ enum Command {
     /// Embed every memory still waiting for a vector, with a progress bar.
     EmbedPending,
     /// Run one sleep cycle now: episodes become facts (with history) and linked entities.
-    Consolidate,
+    Consolidate {
+        /// Close every session now: each gets its summary, however recently it was spoken in.
+        #[arg(long)]
+        end_sessions: bool,
+    },
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
@@ -233,7 +237,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Archive { .. }
             | Command::Stats
             | Command::Export { .. }
-            | Command::Consolidate
+            | Command::Consolidate { .. }
             | Command::Explain { .. }
     ) {
         // These never embed: the model is not loaded (its vectors come from a later recall,
@@ -249,8 +253,10 @@ async fn run(cli: Cli) -> Result<()> {
             output::print_explanation(&explanation, json);
             Ok(())
         }
-        Command::Consolidate => {
-            output::print_cycle(&atlas.consolidate().await?, json);
+        Command::Consolidate { end_sessions } => {
+            let report =
+                if end_sessions { atlas.consolidate_ending_sessions().await? } else { atlas.consolidate().await? };
+            output::print_cycle(&report, json);
             Ok(())
         }
         Command::EmbedPending => {

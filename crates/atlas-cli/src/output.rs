@@ -260,6 +260,12 @@ pub fn print_cycle(report: &atlas_runtime::CycleReport, json: bool) {
         if r.failed > 0 || r.deferred > 0 {
             line.push_str(&format!("; {} failed (retried later), {} deferred", r.failed, r.deferred));
         }
+        if r.summaries_added + r.summaries_deferred > 0 {
+            line.push_str(&format!(
+                "; {} session summaries ({} waiting for the model)",
+                r.summaries_added, r.summaries_deferred
+            ));
+        }
         if r.user_observations + r.user_hypotheses + r.user_verified > 0 {
             line.push_str(&format!(
                 "; about the user: {} observations, {} hypotheses, {} verified ({} into core memory)",

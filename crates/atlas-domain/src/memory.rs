@@ -23,10 +23,12 @@ pub enum MemoryKind {
     Concept,
     /// A situation → suggestion pattern with success statistics (Strategy bank).
     Strategy,
+    /// What a closed session was about, written by the sleep cycle for context assembly.
+    Summary,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 7] = [
+    pub const ALL: [MemoryKind; 8] = [
         MemoryKind::Episode,
         MemoryKind::Fact,
         MemoryKind::Entity,
@@ -34,6 +36,7 @@ impl MemoryKind {
         MemoryKind::Experience,
         MemoryKind::Concept,
         MemoryKind::Strategy,
+        MemoryKind::Summary,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -45,6 +48,7 @@ impl MemoryKind {
             MemoryKind::Experience => "experience",
             MemoryKind::Concept => "concept",
             MemoryKind::Strategy => "strategy",
+            MemoryKind::Summary => "summary",
         }
     }
 }
@@ -108,6 +112,13 @@ pub enum Body {
         successes: u32,
         failures: u32,
     },
+    Summary {
+        /// The session it summarises (its user and agent are the memory's scope).
+        session: String,
+        /// How many of the session's turns it covers: a session that goes on gets a new
+        /// summary, which supersedes this one.
+        turns: u32,
+    },
 }
 
 /// How a remembered task ended.
@@ -129,6 +140,7 @@ impl Body {
             Body::Experience { .. } => MemoryKind::Experience,
             Body::Concept { .. } => MemoryKind::Concept,
             Body::Strategy { .. } => MemoryKind::Strategy,
+            Body::Summary { .. } => MemoryKind::Summary,
         }
     }
 

@@ -288,6 +288,18 @@ pub struct Consolidation {
     pub at: Timestamp,
 }
 
+/// A session the sleep cycle should summarise: its last turn was said before the cycle's
+/// cut-off, and it has no current summary covering all its turns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedSession {
+    /// The session's user, agent and session.
+    pub scope: crate::Scope,
+    /// Its live turns, in (event time, id) order.
+    pub turns: Vec<Memory>,
+    /// Its current summary, which a new one supersedes (the session went on after it).
+    pub previous: Option<MemoryId>,
+}
+
 /// What the sleep cycle reads and writes.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
@@ -312,4 +324,9 @@ pub trait Consolidator: Send + Sync {
 
     /// The reports of the last `limit` cycles, newest first.
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>>;
+
+    /// Up to `limit` sessions whose last live turn was said before `said_before` and whose
+    /// current summary (a live `summary` memory of the same user, agent and session, still
+    /// valid) covers fewer turns than they have, or that have none; the longest closed first.
+    async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>>;
 }

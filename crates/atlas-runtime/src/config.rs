@@ -237,6 +237,13 @@ pub struct ConsolidationConfig {
     pub every: usize,
     /// ... or after this many seconds without a new one, when some wait.
     pub idle_secs: u64,
+    /// Write a summary of each session once it is closed (by LLM where one is configured,
+    /// extractively otherwise).
+    pub summaries: bool,
+    /// A session is closed when its last turn was said this long ago, or at `end_session`.
+    pub session_idle_secs: u64,
+    /// Most sessions one cycle summarises.
+    pub summaries_per_cycle: usize,
 }
 
 impl Default for ConsolidationConfig {
@@ -249,6 +256,9 @@ impl Default for ConsolidationConfig {
             entities: true,
             every: 20,
             idle_secs: 300,
+            summaries: true,
+            session_idle_secs: 1800,
+            summaries_per_cycle: 20,
         }
     }
 }

@@ -49,6 +49,10 @@ pub struct CycleReport {
     pub user_verified: usize,
     /// Verified observations copied into core memory.
     pub core_added: usize,
+    /// Summaries of closed sessions written (replacing older ones of sessions that went on).
+    pub summaries_added: usize,
+    /// Closed sessions left for a later cycle (the model's call budget was spent).
+    pub summaries_deferred: usize,
     pub took_ms: f64,
 }
 
@@ -388,9 +392,16 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         }
     }
     dialectic(parts, &mut plan, &mut report).await?;
+    if config.summaries {
+        let said_before = Timestamp(now.millis() - config.session_idle_secs as i64 * 1000);
+        let closed = store.closed_sessions(said_before, config.summaries_per_cycle).await?;
+        for session in closed {
+            summarise(parts, session, &mut plan, &mut report, &mut calls_left).await;
+        }
+    }
     report.took_ms = started.elapsed().as_secs_f64() * 1e3;
     plan.batch.report = serde_json::to_value(&report).expect("a report serialises");
-    if report.episodes_seen > 0 {
+    if report.episodes_seen > 0 || !plan.batch.memories.is_empty() {
         store.apply(plan.batch).await?;
     }
     Ok(report)
@@ -479,6 +490,109 @@ async fn dialectic(parts: &Parts, plan: &mut Plan, report: &mut CycleReport) -> 
     Ok(())
 }
 
+const SUMMARY_SYSTEM: &str = "You summarise one conversation session for an agent's long-term memory, in at \
+most three sentences: who took part, what was decided, learned or planned, and what was left open. Answer with \
+JSON only: {\"summary\": \"...\"}.";
+
+/// Most characters of a session the model reads (its last turns when longer).
+const SUMMARY_INPUT_CHARS: usize = 12_000;
+
+/// Characters an extractive summary may quote.
+const EXTRACTIVE_CHARS: usize = 600;
+
+/// Adds the summary of a closed session to the plan: the model's, when one is configured and
+/// the cycle's budget allows (a session waits otherwise; a failed call falls back to the
+/// extractive summary), or an extractive one. It is `derived_from` every turn and supersedes
+/// the session's older summary.
+async fn summarise(
+    parts: &Parts,
+    session: atlas_domain::ports::ClosedSession,
+    plan: &mut Plan,
+    report: &mut CycleReport,
+    calls_left: &mut usize,
+) {
+    use atlas_domain::policy::summary::{Turn, extractive};
+    let Some(last) = session.turns.last() else { return };
+    let said_at = last.event_time;
+    let mut written: Option<(String, &str)> = None;
+    if let Some(llm) = &parts.llm {
+        if *calls_left == 0 {
+            report.summaries_deferred += 1;
+            return;
+        }
+        *calls_left -= 1;
+        report.llm_calls += 1;
+        let mut lines: Vec<String> = Vec::new();
+        let mut size = 0;
+        for turn in session.turns.iter().rev() {
+            let line = format!("[{}] {}", turn.event_time.to_rfc3339(), atlas_domain::policy::embedding::line(turn));
+            size += line.len() + 1;
+            if size > SUMMARY_INPUT_CHARS && !lines.is_empty() {
+                break;
+            }
+            lines.push(line);
+        }
+        lines.reverse();
+        let request = LlmRequest {
+            system: SUMMARY_SYSTEM.into(),
+            prompt: lines.join("\n"),
+            json_schema: Some(json!({
+                "type": "object", "required": ["summary"],
+                "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 600}}
+            })),
+        };
+        match llm.complete(request).await {
+            Ok(answer) => {
+                report.input_tokens += answer.input_tokens;
+                report.output_tokens += answer.output_tokens;
+                report.cost_usd += answer.cost;
+                let text = serde_json::from_str::<Value>(answer.text.trim())
+                    .ok()
+                    .and_then(|v| v.get("summary").and_then(Value::as_str).map(str::trim).map(str::to_owned))
+                    .filter(|s| !s.is_empty());
+                match text {
+                    Some(text) => written = Some((text, "llm")),
+                    None => {
+                        tracing::warn!("the model's summary is not {{\"summary\": text}}; an extractive one is kept")
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "summary call failed; an extractive summary is kept"),
+        }
+    }
+    let (text, origin) = match written {
+        Some(w) => w,
+        None => {
+            let turns: Vec<Turn<'_>> =
+                session.turns.iter().map(|t| Turn { speaker: t.body.speaker(), text: &t.text }).collect();
+            (extractive(&turns, EXTRACTIVE_CHARS), "extractive")
+        }
+    };
+    if text.is_empty() {
+        return;
+    }
+    let name = session.scope.session.clone().unwrap_or_default();
+    let mut meta = serde_json::Map::new();
+    meta.insert("origin".into(), Value::from(origin));
+    let summary = plan.add(NewMemory {
+        scope: session.scope.clone(),
+        text,
+        event_time: said_at,
+        recorded_at: plan.now,
+        validity: Validity::from(said_at),
+        meta,
+        body: Body::Summary { session: name, turns: session.turns.len() as u32 },
+    });
+    report.summaries_added += 1;
+    for turn in &session.turns {
+        plan.link(summary, turn.id, EdgeKind::DerivedFrom, said_at);
+    }
+    if let Some(previous) = session.previous {
+        plan.batch.revisions.push(Revision { id: previous, valid_until: Some(said_at), confidence: None });
+        plan.link(summary, previous, EdgeKind::Supersedes, said_at);
+    }
+}
+
 /// One model call over `turns`; the facts it proposed as candidates, or why it failed.
 async fn extract(
     parts: &Parts,
@@ -547,6 +661,8 @@ pub(crate) struct Sleeper {
 struct SleepShared {
     new_episodes: AtomicUsize,
     wake: Notify,
+    /// A session ended: the next cycle closes (summarises) every session.
+    ending: std::sync::atomic::AtomicBool,
 }
 
 impl Sleeper {
@@ -563,6 +679,7 @@ impl Sleeper {
     }
 
     pub fn session_ended(&self) {
+        self.shared.ending.store(true, Ordering::SeqCst);
         self.shared.wake.notify_one();
     }
 
@@ -585,6 +702,11 @@ impl Sleeper {
                     continue;
                 }
                 shared.new_episodes.store(0, Ordering::SeqCst);
+                let ending = shared.ending.swap(false, Ordering::SeqCst);
+                let config = ConsolidationConfig {
+                    session_idle_secs: if ending { 0 } else { config.session_idle_secs },
+                    ..config.clone()
+                };
                 // Full batches follow each other; a cycle that deferred or failed anything
                 // waits for the next occasion, so a model's budget is never run through.
                 loop {

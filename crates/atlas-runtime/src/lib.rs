@@ -286,6 +286,13 @@ impl Atlas {
         consolidation::run_cycle(&self.parts, &self.config.consolidation, now()).await
     }
 
+    /// [`Atlas::consolidate`] with every session closed now: each gets its summary, however
+    /// recently it was spoken in (what `end_session` does in the background).
+    pub async fn consolidate_ending_sessions(&self) -> Result<CycleReport> {
+        let config = config::ConsolidationConfig { session_idle_secs: 0, ..self.config.consolidation.clone() };
+        consolidation::run_cycle(&self.parts, &config, now()).await
+    }
+
     /// The reports of the last `limit` cycles, newest first.
     pub async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
         match &self.parts.consolidator {

@@ -302,3 +302,81 @@ async fn observations_about_the_user_enter_core_memory_once_verified() {
     assert!(matches!(observation.body, Body::Fact { confidence, .. } if confidence >= 0.9), "{observation:?}");
     assert_eq!(atlas.explain(observation.id).await.unwrap().unwrap().sources.len(), 4, "four supporting turns");
 }
+
+/// Closed sessions get a summary for context assembly: extractive without a model, the model's
+/// when the budget allows; a session that goes on gets a new one that supersedes the old.
+#[tokio::test]
+async fn closed_sessions_are_summarised_and_resummarised_when_they_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (atlas, store) = space(dir.path(), None).await;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo/changes.jsonl");
+    atlas.import_file(&fixture, ImportOptions::default(), None).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!(report.summaries_added, 3, "one per closed session: {report:?}");
+    let summaries = |query: &str| {
+        atlas.recall(RecallRequest {
+            query: query.into(),
+            k: 5,
+            kinds: vec![MemoryKind::Summary],
+            ..RecallRequest::default()
+        })
+    };
+    let hits = summaries("checkout service Python").await.unwrap().hits;
+    let s1 = hits.iter().find(|h| h.memory.scope.session.as_deref() == Some("ops/s1")).expect("s1's summary");
+    assert!(s1.memory.text.contains("checkout service runs on Python"), "{}", s1.memory.text);
+    assert!(!s1.memory.text.contains("Hi there"), "small talk stays out: {}", s1.memory.text);
+    assert_eq!(s1.memory.meta["origin"], "extractive");
+    let turns = store.edges_of(s1.memory.id).await.unwrap();
+    assert!(turns.iter().filter(|e| e.kind == EdgeKind::DerivedFrom).count() >= 3, "derived from its turns");
+    // Plain recall never returns summaries: they restate turns.
+    let plain =
+        atlas.recall(RecallRequest { query: "checkout service Python".into(), k: 10, ..RecallRequest::default() });
+    assert!(plain.await.unwrap().hits.iter().all(|h| h.memory.kind() != MemoryKind::Summary));
+    assert_eq!(atlas.consolidate().await.unwrap().summaries_added, 0, "summarised once");
+
+    // The session goes on: its new summary replaces the old one, kept as history.
+    let later = Remember {
+        text: "The checkout service moved to the platform team in June.".into(),
+        speaker: Some("Ann".into()),
+        scope: Scope { user: Some("ann".into()), agent: None, session: Some("ops/s1".into()) },
+        time: Some(Timestamp::parse("2024-06-01T09:00:00Z").unwrap()),
+        ..Remember::default()
+    };
+    atlas.remember(later).await.unwrap();
+    assert_eq!(atlas.consolidate().await.unwrap().summaries_added, 1);
+    let hits = summaries("checkout service Python platform team").await.unwrap().hits;
+    let current: Vec<_> = hits.iter().filter(|h| h.memory.scope.session.as_deref() == Some("ops/s1")).collect();
+    assert_eq!(current.len(), 1, "only the current summary is valid now");
+    assert!(matches!(current[0].memory.body, Body::Summary { turns, .. } if turns > 3));
+    let replaced = store.edges_of(current[0].memory.id).await.unwrap();
+    assert!(replaced.iter().any(|e| e.kind == EdgeKind::Supersedes && e.dst == s1.memory.id));
+}
+
+#[tokio::test]
+async fn the_model_writes_summaries_within_the_cycles_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = Arc::new(ScriptedLlm::new(vec![
+        Ok(r#"{"summary": "Ann planned the garden shed."}"#.into()),
+        Ok("no JSON here".into()),
+    ]));
+    let (atlas, _) = space(dir.path(), Some(llm.clone())).await;
+    atlas.remember(said("- B: built the garden shed frame", "Ann", 1)).await.unwrap();
+    atlas.remember(said("- B: painted the garden shed", "Ann", 2)).await.unwrap();
+    let first = atlas.consolidate().await.unwrap();
+    assert_eq!((first.summaries_added, first.summaries_deferred, first.llm_calls), (1, 1, 1), "{first:?}");
+    let second = atlas.consolidate().await.unwrap();
+    assert_eq!((second.summaries_added, second.llm_calls), (1, 1), "a bad answer falls back to extractive");
+    let all = atlas
+        .recall(RecallRequest {
+            query: "garden shed".into(),
+            k: 5,
+            kinds: vec![MemoryKind::Summary],
+            ..RecallRequest::default()
+        })
+        .await
+        .unwrap();
+    let origins: Vec<String> = all.hits.iter().map(|h| h.memory.meta["origin"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(origins.len(), 2);
+    assert!(origins.contains(&"llm".to_owned()) && origins.contains(&"extractive".to_owned()), "{origins:?}");
+    assert!(llm.requests()[0].json_schema.is_some());
+}

@@ -7,7 +7,7 @@ use crate::sql::{MEMORY_COLUMNS, put_edge, query_memories};
 use crate::{SqliteStore, insert_all};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
-use atlas_domain::ports::{Consolidation, Consolidator, MemoryRef};
+use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator, MemoryRef};
 use atlas_domain::{AtlasError, MemoryId, Result, Scope, Timestamp};
 use rusqlite::params;
 use rusqlite::types::Value;
@@ -144,6 +144,62 @@ impl Consolidator for SqliteStore {
         let ids = written.iter().map(|f| MemoryId(f.id)).collect();
         self.update_text_cache(Vec::new(), written).await;
         Ok(ids)
+    }
+
+    async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>> {
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT g.u, g.a, g.s FROM (SELECT scope_user AS u, scope_agent AS a, scope_session AS s, \
+                         count(*) AS n, max(event_time) AS last FROM memories WHERE kind = 'episode' \
+                         AND scope_session IS NOT NULL AND deleted_at IS NULL GROUP BY 1, 2, 3) g \
+                         WHERE g.last < ?1 AND NOT EXISTS (SELECT 1 FROM memories x \
+                           WHERE x.kind = 'summary' AND x.deleted_at IS NULL AND x.valid_until IS NULL \
+                           AND x.scope_session = g.s AND x.scope_user IS g.u AND x.scope_agent IS g.a \
+                           AND json_extract(x.body, '$.turns') >= g.n) \
+                         ORDER BY g.last, g.s LIMIT ?2",
+                    )
+                    .map_err(storage)?;
+                let scopes = stmt
+                    .query_map(params![said_before.millis(), limit as i64], |r| {
+                        Ok(Scope { user: r.get(0)?, agent: r.get(1)?, session: r.get(2)? })
+                    })
+                    .map_err(storage)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(storage)?;
+                let same = "m.scope_session = ? AND m.scope_user IS ? AND m.scope_agent IS ? AND m.deleted_at IS NULL";
+                scopes
+                    .into_iter()
+                    .map(|scope| {
+                        let keys = [
+                            scope.session.clone().map_or(Value::Null, Value::Text),
+                            scope.user.clone().map_or(Value::Null, Value::Text),
+                            scope.agent.clone().map_or(Value::Null, Value::Text),
+                        ];
+                        let turns = query_memories(
+                            conn,
+                            &format!(
+                                "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.kind = 'episode' AND {same} \
+                                 ORDER BY m.event_time, m.id"
+                            ),
+                            &keys,
+                        )?;
+                        let previous = query_memories(
+                            conn,
+                            &format!(
+                                "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.kind = 'summary' AND {same} \
+                                 AND m.valid_until IS NULL ORDER BY m.id DESC LIMIT 1"
+                            ),
+                            &keys,
+                        )?
+                        .first()
+                        .map(|m| m.id);
+                        Ok(ClosedSession { scope, turns, previous })
+                    })
+                    .collect()
+            })
+            .await
     }
 
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {

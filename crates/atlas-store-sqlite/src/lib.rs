@@ -226,7 +226,7 @@ impl SqliteStore {
         let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            owner: format!("{}-{}", std::process::id(), since_epoch.as_nanos()),
+            owner: format!("{}/{}-{}", boot_id(), std::process::id(), since_epoch.as_nanos()),
             writer: Writer::spawn(conn, path.display().to_string()),
             readers: Readers::new(path.to_path_buf(), immutable),
             model: Arc::new(RwLock::new(model)),
@@ -325,6 +325,23 @@ pub(crate) fn open_immutable(path: &Path) -> Result<Connection> {
             | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| AtlasError::Storage(format!("cannot open database {shown} read-only: {e}")))
+}
+
+/// This boot of this machine (Linux: the kernel's boot id), so that a claim names a process
+/// another one can check; empty where unknown, and then claims only expire.
+fn boot_id() -> &'static str {
+    static ID: LazyLock<String> = LazyLock::new(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned()).unwrap_or_default()
+    });
+    &ID
+}
+
+/// Whether a claim's owner (`boot/pid-nanos`) is a process of this boot that no longer runs.
+/// Unknown boots, other machines and live processes are never dead.
+fn owner_is_dead(owner: &str) -> bool {
+    let Some((boot, rest)) = owner.split_once('/') else { return false };
+    let Some(pid) = rest.split_once('-').and_then(|(pid, _)| pid.parse::<u32>().ok()) else { return false };
+    !boot.is_empty() && boot == boot_id() && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Runs `op` until it stops answering "busy", for at most `timeout` since `started`; the error
@@ -792,19 +809,41 @@ impl VectorIndex for SqliteStore {
         // Asked on a read connection first, so that a store with nothing to embed (or all of it
         // claimed by another process) never takes the write lock for it.
         let probe = owner.clone();
-        let any: bool = self
+        let (any, others): (bool, Vec<String>) = self
             .readers
             .read(move |conn| {
                 let sql = format!("SELECT EXISTS (SELECT 1 FROM vector_queue WHERE {CLAIMABLE})");
-                conn.query_row(&sql, params![now, probe], |r| r.get(0)).map_err(storage)
+                let any = conn.query_row(&sql, params![now, probe], |r| r.get(0)).map_err(storage)?;
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT DISTINCT claimed_by FROM vector_queue WHERE claimed_until > ?1 AND claimed_by <> ?2",
+                    )
+                    .map_err(storage)?;
+                let others = stmt
+                    .query_map(params![now, probe], |r| r.get(0))
+                    .map_err(storage)?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+                    .map_err(storage)?;
+                Ok((any, others))
             })
             .await?;
-        if !any {
+        // A process of this machine that died (a kill, a crash) left its claims: they are
+        // released now rather than after they expire.
+        let dead: Vec<String> = others.into_iter().filter(|o| owner_is_dead(o)).collect();
+        if !any && dead.is_empty() {
             return Ok(Vec::new());
         }
         let claimed: Vec<i64> = self
             .writer
             .write(move |conn| {
+                for owner in &dead {
+                    conn.prepare_cached(
+                        "UPDATE vector_queue SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = ?",
+                    )
+                    .map_err(storage)?
+                    .execute([owner])
+                    .map_err(storage)?;
+                }
                 let sql = format!(
                     "UPDATE vector_queue SET claimed_by = ?2, claimed_until = ?1 + ?3 WHERE id IN \
                      (SELECT id FROM vector_queue WHERE {CLAIMABLE} ORDER BY id LIMIT ?4) RETURNING id"

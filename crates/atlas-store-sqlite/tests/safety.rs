@@ -157,3 +157,33 @@ async fn two_stores_never_claim_the_same_queued_memory() {
     rusqlite::Connection::open(&path).unwrap().execute("UPDATE vector_queue SET claimed_until = 0", []).unwrap();
     assert_eq!(b.pending_vectors(10).await.unwrap().len(), 6);
 }
+
+/// A process killed while embedding leaves claims behind; on the same machine they are
+/// released at once (its pid no longer runs), elsewhere they wait for expiry.
+#[tokio::test]
+async fn claims_of_a_dead_process_are_taken_over_at_once() {
+    let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+        eprintln!("SKIPPED: no /proc/sys/kernel/random/boot_id on this system; dead claims only expire here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
+    store.bind_model(atlas_domain::ports::EmbeddingModel { name: "m".into(), dimension: 4 }).await.unwrap();
+    store.insert(turns(3), None).await.unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let claim = |owner: &str| {
+        conn.execute(
+            "UPDATE vector_queue SET claimed_by = ?1, claimed_until = 9000000000000",
+            rusqlite::params![owner],
+        )
+        .unwrap();
+    };
+    claim("00000000-another-machine/1-1");
+    assert!(store.pending_vectors(10).await.unwrap().is_empty(), "a claim from another machine is respected");
+    claim(&format!("{}/{}-1", boot.trim(), std::process::id()));
+    // This process's pid, another instance: alive, so respected too.
+    assert!(store.pending_vectors(10).await.unwrap().is_empty());
+    claim(&format!("{}/3999999-1", boot.trim()));
+    assert_eq!(store.pending_vectors(10).await.unwrap().len(), 3, "a dead process's claims are taken over");
+}

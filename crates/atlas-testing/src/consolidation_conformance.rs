@@ -20,7 +20,8 @@ macro_rules! consolidator_conformance {
             use super::*;
             $crate::consolidator_conformance!(@cases $make;
                 a_batch_applies_all_or_nothing, failed_episodes_back_off_then_give_up,
-                a_revision_ends_validity_and_keeps_the_memory, known_finds_facts_and_entities_within_scope);
+                a_revision_ends_validity_and_keeps_the_memory, known_finds_facts_and_entities_within_scope,
+                closed_sessions_are_those_quiet_and_not_yet_summarised);
         }
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -182,5 +183,87 @@ pub fn known_finds_facts_and_entities_within_scope<S: ConsolidatingStore>(make: 
         let mut found: Vec<MemoryId> = found.into_iter().map(|m| m.id).collect();
         found.sort();
         assert_eq!(found, vec![ids[0], ids[3]]);
+    });
+}
+
+pub fn closed_sessions_are_those_quiet_and_not_yet_summarised<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let in_session = |text: &str, user: &str, session: &str, t: i64| NewMemory {
+            scope: Scope { session: Some(session.into()), ..scope(user) },
+            ..turn(text, user, t)
+        };
+        let ids = store
+            .insert(
+                vec![
+                    in_session("first of a", "ann", "a", 10),
+                    in_session("second of a", "ann", "a", 20),
+                    in_session("only one of b", "ann", "b", 30),
+                    in_session("bo's a", "bo", "a", 5),
+                    in_session("late in c", "ann", "c", 500),
+                    NewMemory { scope: Scope { session: None, ..scope("ann") }, ..turn("no session", "ann", 1) },
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        let sessions = |cut: i64| {
+            let store = store as &S;
+            async move {
+                store
+                    .closed_sessions(Timestamp(cut), 10)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| {
+                        (
+                            c.scope.user.unwrap(),
+                            c.scope.session.unwrap(),
+                            c.turns.iter().map(|t| t.id).collect::<Vec<_>>(),
+                            c.previous,
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+        let closed = sessions(100).await;
+        assert_eq!(
+            closed,
+            vec![
+                ("bo".into(), "a".into(), vec![ids[3]], None),
+                ("ann".into(), "a".into(), vec![ids[0], ids[1]], None),
+                ("ann".into(), "b".into(), vec![ids[2]], None),
+            ],
+            "quiet since the cut-off, per user, agent and session, oldest first; turns in order"
+        );
+        assert_eq!(store.closed_sessions(Timestamp(100), 1).await.unwrap().len(), 1, "at most limit");
+
+        // A summary covering both turns of ann's "a" closes it; one covering fewer does not.
+        let summary = |turns: u32| NewMemory {
+            body: Body::Summary { session: "a".into(), turns },
+            ..in_session("summary of a", "ann", "a", 20)
+        };
+        let batch = Consolidation {
+            memories: vec![summary(1)],
+            edges: Vec::new(),
+            revisions: Vec::new(),
+            processed: Vec::new(),
+            failed: Vec::new(),
+            report: serde_json::json!({}),
+            at: Timestamp(200),
+        };
+        let partial = store.apply(batch.clone()).await.unwrap()[0];
+        let closed = sessions(100).await;
+        assert_eq!(closed[1].3, Some(partial), "a summary of fewer turns is the one a new summary replaces");
+        store.apply(Consolidation { memories: vec![summary(2)], ..batch }).await.unwrap();
+        let closed = sessions(100).await;
+        assert_eq!(
+            closed.iter().map(|c| (c.0.as_str(), c.1.as_str())).collect::<Vec<_>>(),
+            vec![("bo", "a"), ("ann", "b")]
+        );
+        // A summary is not a turn.
+        assert!(sessions(1000).await.iter().all(|c| !c.2.iter().any(|id| *id > ids[5])));
+        let _ = RecallFilter::default();
     });
 }

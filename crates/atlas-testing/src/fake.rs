@@ -6,8 +6,8 @@ use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::policy::embedding::line;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
-    Consolidation, Consolidator, EmbeddingModel, MemoryRef, MemoryStore, ProgressFn, Receipt, Replica, ScoredId,
-    StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
+    ClosedSession, Consolidation, Consolidator, EmbeddingModel, MemoryRef, MemoryStore, ProgressFn, Receipt, Replica,
+    ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Scope, Timestamp,
@@ -481,5 +481,37 @@ impl Consolidator for FakeStore {
 
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
         Ok(self.state.lock().unwrap().cycles.iter().rev().take(limit).cloned().collect())
+    }
+
+    async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>> {
+        let s = self.state.lock().unwrap();
+        let live = |m: &&Memory| !m.lifecycle.is_deleted() && m.scope.session.is_some();
+        let mut sessions: BTreeMap<(Option<String>, Option<String>, Option<String>), Vec<Memory>> = BTreeMap::new();
+        for m in s.memories.values().filter(live).filter(|m| m.kind() == MemoryKind::Episode) {
+            let key = (m.scope.user.clone(), m.scope.agent.clone(), m.scope.session.clone());
+            sessions.entry(key).or_default().push(m.clone());
+        }
+        let mut closed: Vec<(Timestamp, ClosedSession)> = Vec::new();
+        for ((user, agent, session), mut turns) in sessions {
+            turns.sort_by_key(|m| (m.event_time, m.id));
+            let last = turns.last().expect("a session has a turn").event_time;
+            let scope = Scope { user, agent, session };
+            let summaries: Vec<&Memory> = s
+                .memories
+                .values()
+                .filter(live)
+                .filter(|m| m.scope == scope && m.validity.valid_until.is_none())
+                .filter(|m| matches!(m.body, Body::Summary { .. }))
+                .collect();
+            let covered =
+                summaries.iter().any(|m| matches!(m.body, Body::Summary { turns: n, .. } if n as usize >= turns.len()));
+            if last >= said_before || covered {
+                continue;
+            }
+            let previous = summaries.iter().map(|m| m.id).max();
+            closed.push((last, ClosedSession { scope, turns, previous }));
+        }
+        closed.sort_by(|a, b| (a.0, &a.1.scope.session).cmp(&(b.0, &b.1.scope.session)));
+        Ok(closed.into_iter().take(limit).map(|(_, c)| c).collect())
     }
 }

@@ -22,6 +22,7 @@ pub fn arb_body() -> impl Strategy<Value = Body> {
         1 => (word, 0u32..10, 0u32..10).prop_map(|(situation, successes, failures)| Body::Strategy {
             suggestion: format!("try {situation}"), situation, successes, failures
         }),
+        1 => (word, 1u32..500).prop_map(|(session, turns)| Body::Summary { session, turns }),
     ]
 }
 

@@ -15,4 +15,5 @@ pub mod recency;
 pub mod redundancy;
 pub mod references;
 pub mod retain;
+pub mod summary;
 pub mod text_fields;

@@ -19,7 +19,8 @@ pub fn body_references(body: &Body) -> Vec<(&'static str, MemoryId)> {
         | Body::Entity { .. }
         | Body::Core { .. }
         | Body::Experience { .. }
-        | Body::Strategy { .. } => Vec::new(),
+        | Body::Strategy { .. }
+        | Body::Summary { .. } => Vec::new(),
     }
 }
 
@@ -39,7 +40,8 @@ fn map_body(
         | Body::Entity { .. }
         | Body::Core { .. }
         | Body::Experience { .. }
-        | Body::Strategy { .. } => Ok(()),
+        | Body::Strategy { .. }
+        | Body::Summary { .. } => Ok(()),
     }
 }
 
