@@ -291,7 +291,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
     let started = std::time::Instant::now();
     let store = parts.consolidator.as_ref().ok_or_else(|| {
         AtlasError::Config(
-            "consolidation needs a store that supports it (the SQLite store; Qdrant does not yet)".into(),
+            "consolidation needs a store that implements its port (the SQLite and Qdrant stores do)".into(),
         )
     })?;
     let episodes = store.unprocessed(config.batch.max(1), config.max_attempts, config.retry_after_ms, now).await?;

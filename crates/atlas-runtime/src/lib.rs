@@ -513,8 +513,8 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
 
 #[cfg(feature = "store-qdrant")]
 async fn open_qdrant(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Parts> {
-    let store = atlas_store_qdrant::QdrantStore::open(&config.db, qdrant_options(&config.qdrant)?).await?;
-    Ok(Parts::from_store(Arc::new(store), embedder))
+    let store = Arc::new(atlas_store_qdrant::QdrantStore::open(&config.db, qdrant_options(&config.qdrant)?).await?);
+    Ok(Parts::from_store(Arc::clone(&store), embedder).with_consolidator(store))
 }
 
 /// The Qdrant adapter's options from the `[qdrant]` section.

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod collection;
+mod consolidation;
 pub mod filter;
 pub mod payload;
 pub mod sidecar;

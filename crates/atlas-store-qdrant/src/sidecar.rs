@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Schema version of the sidecar file (its own, not the SQLite store's).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// `PRAGMA application_id` of a sidecar file ("ATLQ"; the SQLite store's is "ATLS").
 pub const APPLICATION_ID: i32 = 0x4154_4C51;
@@ -32,6 +32,166 @@ CREATE TABLE receipts (key TEXT PRIMARY KEY, ids TEXT NOT NULL, recorded_at INTE
 ALTER TABLE vector_queue ADD COLUMN claimed_by TEXT;
 ALTER TABLE vector_queue ADD COLUMN claimed_until INTEGER;
 ";
+
+/// Schema 3: what the sleep cycle keeps: which episodes it processed (or failed on), its
+/// ledger of cycles, and which memories are session summaries covering how many turns.
+const SCHEMA_3: &str = "
+CREATE TABLE consolidation (
+    id           INTEGER PRIMARY KEY REFERENCES ledger (id) ON DELETE CASCADE,
+    processed_at INTEGER,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT,
+    last_attempt INTEGER
+);
+CREATE TABLE cycles (id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, report TEXT NOT NULL);
+CREATE TABLE summaries (
+    id      INTEGER PRIMARY KEY REFERENCES ledger (id) ON DELETE CASCADE,
+    turns   INTEGER NOT NULL,
+    current INTEGER NOT NULL DEFAULT 1
+);
+";
+
+/// Up to `limit` stored episodes after `after`, never processed, not given up on and not
+/// backing off (attempts × `retry_after_ms` since the last one), in id order.
+pub fn unprocessed(
+    conn: &Connection,
+    after: i64,
+    limit: usize,
+    max_attempts: u32,
+    retry_after_ms: i64,
+    now: i64,
+) -> Result<Vec<MemoryId>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT l.id FROM ledger l LEFT JOIN consolidation c ON c.id = l.id \
+             WHERE l.id > ?1 AND l.kind = 'episode' AND l.state = 'stored' AND (c.id IS NULL OR \
+             (c.processed_at IS NULL AND c.attempts < ?2 AND coalesce(c.last_attempt, 0) + ?3 * c.attempts <= ?4)) \
+             ORDER BY l.id LIMIT ?5",
+        )
+        .map_err(sql)?;
+    let rows = stmt
+        .query_map(params![after, i64::from(max_attempts), retry_after_ms, now, limit as i64], |r| r.get(0))
+        .map_err(sql)?;
+    rows.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+}
+
+/// Records a cycle's outcome: episodes processed or failed, its report, its summaries (and the
+/// older summaries they replace).
+pub fn record_cycle(
+    tx: &Connection,
+    at: i64,
+    processed: &[MemoryId],
+    failed: &[(MemoryId, String)],
+    summaries: &[(MemoryId, u32)],
+    ended_summaries: &[MemoryId],
+    report: &str,
+) -> Result<()> {
+    let mut done = tx
+        .prepare_cached(
+            "INSERT INTO consolidation (id, processed_at, attempts, last_attempt) VALUES (?1, ?2, 1, ?2) \
+             ON CONFLICT (id) DO UPDATE SET processed_at = ?2, attempts = attempts + 1, last_attempt = ?2, \
+             last_error = NULL",
+        )
+        .map_err(sql)?;
+    for id in processed {
+        done.execute(params![id.0, at]).map_err(sql)?;
+    }
+    let mut failing = tx
+        .prepare_cached(
+            "INSERT INTO consolidation (id, attempts, last_error, last_attempt) VALUES (?1, 1, ?2, ?3) \
+             ON CONFLICT (id) DO UPDATE SET attempts = attempts + 1, last_error = ?2, last_attempt = ?3",
+        )
+        .map_err(sql)?;
+    for (id, error) in failed {
+        failing.execute(params![id.0, error, at]).map_err(sql)?;
+    }
+    for (id, turns) in summaries {
+        tx.execute("INSERT OR REPLACE INTO summaries (id, turns, current) VALUES (?, ?, 1)", params![id.0, turns])
+            .map_err(sql)?;
+    }
+    for_each_id(tx, "UPDATE summaries SET current = 0 WHERE id = ?", ended_summaries)?;
+    tx.execute("INSERT INTO cycles (at, report) VALUES (?, ?)", params![at, report]).map_err(sql)?;
+    Ok(())
+}
+
+/// The reports of the last `limit` cycles, newest first.
+pub fn cycles(conn: &Connection, limit: usize) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached("SELECT report FROM cycles ORDER BY id DESC LIMIT ?").map_err(sql)?;
+    let rows = stmt.query_map([limit as i64], |r| r.get(0)).map_err(sql)?;
+    rows.collect::<rusqlite::Result<_>>().map_err(sql)
+}
+
+/// Stores an edge between acknowledged (or being written) memories, replacing one of the same
+/// (src, dst, kind).
+pub fn put_edge(tx: &Connection, e: &Edge) -> Result<()> {
+    tx.prepare_cached(&format!("INSERT OR REPLACE INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))
+        .map_err(sql)?
+        .execute(params![
+            e.src.0,
+            e.dst.0,
+            e.kind.as_str(),
+            f64::from(e.weight),
+            e.validity.valid_from.millis(),
+            e.validity.valid_until.map(Timestamp::millis),
+            e.recorded_at.millis()
+        ])
+        .map_err(sql)?;
+    Ok(())
+}
+
+/// A session quiet since before the cut-off without a current summary of all its turns: its
+/// scope, its stored turns (event time, id order) and its current summary, if any.
+pub type SessionRows = (Option<String>, Option<String>, String, Vec<MemoryId>, Option<MemoryId>);
+
+/// Up to `limit` such sessions, the longest closed first.
+pub fn closed_sessions(conn: &Connection, said_before: i64, limit: usize) -> Result<Vec<SessionRows>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT g.u, g.a, g.s FROM (SELECT scope_user AS u, scope_agent AS a, scope_session AS s, \
+             count(*) AS n, max(event_time) AS last FROM ledger WHERE kind = 'episode' AND state = 'stored' \
+             AND scope_session IS NOT NULL GROUP BY 1, 2, 3) g WHERE g.last < ?1 AND NOT EXISTS \
+             (SELECT 1 FROM summaries x JOIN ledger l ON l.id = x.id WHERE x.current = 1 AND l.state = 'stored' \
+              AND l.scope_session = g.s AND l.scope_user IS g.u AND l.scope_agent IS g.a AND x.turns >= g.n) \
+             ORDER BY g.last, g.s LIMIT ?2",
+        )
+        .map_err(sql)?;
+    let groups = stmt
+        .query_map(params![said_before, limit as i64], |r| {
+            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, String>(2)?))
+        })
+        .map_err(sql)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(sql)?;
+    let same = "scope_session = ?1 AND scope_user IS ?2 AND scope_agent IS ?3 AND state = 'stored'";
+    groups
+        .into_iter()
+        .map(|(user, agent, session)| {
+            let mut turns = conn
+                .prepare_cached(&format!(
+                    "SELECT id FROM ledger WHERE kind = 'episode' AND {same} ORDER BY event_time, id"
+                ))
+                .map_err(sql)?;
+            let turns = turns
+                .query_map(params![session, user, agent], |r| r.get(0))
+                .map_err(sql)?
+                .map(|r| r.map(MemoryId))
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(sql)?;
+            let previous: Option<i64> = conn
+                .query_row(
+                    &format!(
+                        "SELECT max(l.id) FROM ledger l JOIN summaries x ON x.id = l.id WHERE x.current = 1 AND \
+                         l.kind = 'summary' AND {}",
+                        same.replace("scope_", "l.scope_").replace("state", "l.state")
+                    ),
+                    params![session, user, agent],
+                    |r| r.get(0),
+                )
+                .map_err(sql)?;
+            Ok((user, agent, session, turns, previous.map(MemoryId)))
+        })
+        .collect()
+}
 
 /// How long an insert may stay unconfirmed before another open rolls it back.
 pub const WRITE_LEASE: Duration = Duration::from_secs(300);
@@ -127,12 +287,16 @@ impl Sidecar {
                 }
                 tx.execute_batch(SCHEMA).map_err(&err)?;
                 tx.execute_batch(SCHEMA_2).map_err(&err)?;
+                tx.execute_batch(SCHEMA_3).map_err(&err)?;
                 tx.execute("INSERT INTO settings (key, value) VALUES ('store', 'qdrant')", []).map_err(&err)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(&err)?;
                 tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(&err)?;
             }
-            (1, Some("qdrant")) => {
-                tx.execute_batch(SCHEMA_2).map_err(&err)?;
+            (1 | 2, Some("qdrant")) => {
+                if version == 1 {
+                    tx.execute_batch(SCHEMA_2).map_err(&err)?;
+                }
+                tx.execute_batch(SCHEMA_3).map_err(&err)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(&err)?;
                 tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(&err)?;
             }

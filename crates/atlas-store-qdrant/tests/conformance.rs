@@ -45,3 +45,10 @@ atlas_testing::store_conformance!(
     #[test]
     #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 );
+
+atlas_testing::consolidator_conformance!(
+    qdrant_consolidator,
+    fresh,
+    #[test]
+    #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
+);

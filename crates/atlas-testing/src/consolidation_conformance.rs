@@ -1,6 +1,6 @@
 //! The conformance suite of the sleep cycle's port, [`Consolidator`], run through
 //! [`consolidator_conformance!`](crate::consolidator_conformance) against every store that
-//! implements it (SQLite and the fake).
+//! implements it (SQLite, Qdrant and the fake).
 
 use crate::conformance::Store;
 use crate::{Subject, runtime};
@@ -15,22 +15,29 @@ type Make<'a, S> = &'a dyn Fn() -> Subject<S>;
 #[macro_export]
 macro_rules! consolidator_conformance {
     ($name:ident, $make:expr) => {
+        $crate::consolidator_conformance!($name, $make, #[test]);
+    };
+    // `$attr`: the attributes of every case, e.g. `#[test] #[ignore = "needs a server"]`.
+    ($name:ident, $make:expr, $(#[$attr:meta])+) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            $crate::consolidator_conformance!(@cases $make;
+            $crate::consolidator_conformance!(@cases $make; [$(#[$attr])+];
                 a_batch_applies_all_or_nothing, failed_episodes_back_off_then_give_up,
                 a_revision_ends_validity_and_keeps_the_memory, known_finds_facts_and_entities_within_scope,
                 closed_sessions_are_those_quiet_and_not_yet_summarised);
         }
     };
-    (@cases $make:expr; $($case:ident),* $(,)?) => {
+    (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
         $(
-            #[test]
-            fn $case() {
-                $crate::consolidation_conformance::$case(&$make);
-            }
+            $crate::consolidator_conformance!(@case $make; $attrs; $case);
         )*
+    };
+    (@case $make:expr; [$(#[$attr:meta])+]; $case:ident) => {
+        $(#[$attr])+
+        fn $case() {
+            $crate::consolidation_conformance::$case(&$make);
+        }
     };
 }
 
