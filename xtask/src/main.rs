@@ -206,6 +206,15 @@ fn run_atlas(atlas: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Runs atlas with `--json` and reads its answer, for steps that need an id from it.
+fn atlas_json(atlas: &Path, args: &[&str]) -> Result<serde_json::Value> {
+    let output = Command::new(atlas).args(args).arg("--json").output().context("run atlas")?;
+    if !output.status.success() {
+        bail!("`atlas {} --json` failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).with_context(|| format!("`atlas {}` answered no JSON", args.join(" ")))
+}
+
 fn demo() -> Result<()> {
     fetch_models()?;
     let atlas = atlas_binary()?;
@@ -231,6 +240,16 @@ fn demo() -> Result<()> {
         &atlas,
         &["--db", facts, "recall", question, "--kind", "fact", "--k", "2", "--as-of", "2024-04-20T00:00:00Z"],
     )?;
+    // Where the current truth came from and what it replaced; what each session was about.
+    let current = atlas_json(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "1"])?;
+    let id = current["hits"][0]["id"].as_i64().context("a current fact")?.to_string();
+    run_atlas(&atlas, &["--db", facts, "explain", &id])?;
+    run_atlas(&atlas, &["--db", facts, "recall", "checkout latency spike", "--kind", "summary", "--k", "1"])?;
+    // Forgetting on purpose: soft, recoverable, and only --hard deletes.
+    run_atlas(&atlas, &["--db", facts, "forget", &id])?;
+    run_atlas(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "1"])?;
+    run_atlas(&atlas, &["--db", facts, "recover", &id])?;
+    run_atlas(&atlas, &["--db", facts, "decay"])?;
     println!("demo finished: fresh memory spaces, imported, consolidated and queried through the atlas CLI");
     Ok(())
 }

@@ -237,7 +237,6 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Archive { .. }
             | Command::Stats
             | Command::Export { .. }
-            | Command::Consolidate { .. }
             | Command::Explain { .. }
     ) {
         // These never embed: the model is not loaded (its vectors come from a later recall,

@@ -233,6 +233,9 @@ pub struct ConsolidationConfig {
     pub llm_calls: usize,
     /// Link turns to the people, places and things they name (entities by rule).
     pub entities: bool,
+    /// Two facts of the same subject and predicate are one when their objects' embeddings are
+    /// at least this similar (cosine), besides sharing most words (above 1: words only).
+    pub merge_similarity: f64,
     /// In a long-lived process: a cycle after this many new episodes (0: never by count)...
     pub every: usize,
     /// ... or after this many seconds without a new one, when some wait.
@@ -254,6 +257,7 @@ impl Default for ConsolidationConfig {
             retry_after_ms: 60_000,
             llm_calls: 1,
             entities: true,
+            merge_similarity: atlas_domain::policy::consolidation::SAME_FACT_SIMILARITY,
             every: 20,
             idle_secs: 300,
             summaries: true,

@@ -7,8 +7,9 @@
 use crate::Parts;
 use crate::config::ConsolidationConfig;
 use atlas_domain::policy::consolidation::{
-    Candidate, Decision, NameMention, canonical_predicate, decide, fact_text, is_phatic, name_mentions, normalize,
+    Candidate, Decision, NameMention, canonical_predicate, decide_with, fact_text, is_phatic, name_mentions, normalize,
 };
+use atlas_domain::policy::embedding::cosine;
 use atlas_domain::policy::retain::{RetainTag, harvest};
 use atlas_domain::ports::{Consolidation, LlmRequest, MemoryRef, NewEdge, Revision};
 use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
@@ -141,6 +142,10 @@ struct Plan {
     batch: Consolidation,
     known: Vec<Memory>,
     now: Timestamp,
+    /// Embeddings of the objects of the facts this group meets, where an embedder is
+    /// configured: near-duplicates that share no word ("NYC", "New York City") merge.
+    objects: std::collections::HashMap<String, Vec<f32>>,
+    same_from: f64,
 }
 
 fn reference(id: MemoryId) -> MemoryRef {
@@ -188,7 +193,9 @@ impl Plan {
     /// Files one candidate fact: a new fact, one more source of the same fact, or a change that
     /// supersedes the current one (kept as history).
     fn fact(&mut self, c: Candidate, scope: &Scope, origin: &str, report: &mut CycleReport) {
-        let decision = decide(&c, &self.known);
+        let objects = &self.objects;
+        let similarity = |a: &str, b: &str| Some(cosine(objects.get(a)?, objects.get(b)?));
+        let decision = decide_with(&c, &self.known, &similarity, self.same_from);
         if let Decision::Same(id) = decision {
             report.facts_merged += 1;
             self.link(id, c.source, EdgeKind::DerivedFrom, c.said_at);
@@ -308,6 +315,8 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         },
         known: Vec::new(),
         now,
+        objects: std::collections::HashMap::new(),
+        same_from: config.merge_similarity,
     };
     // Each user and agent has its own facts and entities.
     let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Memory>> = BTreeMap::new();
@@ -386,6 +395,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
                 report.entity_links += 1;
             }
         }
+        plan.objects = embed_objects(parts, &candidates, &plan.known).await;
         candidates.sort_by_key(|(c, _)| (c.said_at, c.source));
         for (candidate, origin) in candidates {
             plan.fact(candidate, &scope, origin, &mut report);
@@ -405,6 +415,36 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         store.apply(plan.batch).await?;
     }
     Ok(report)
+}
+
+/// The embeddings of the candidates' objects and of the objects of the known facts they meet
+/// (same subject and predicate), in one call; empty without an embedder or when it fails (the
+/// rules still decide).
+async fn embed_objects(
+    parts: &Parts,
+    candidates: &[(Candidate, &'static str)],
+    known: &[Memory],
+) -> std::collections::HashMap<String, Vec<f32>> {
+    let Some(embedder) = &parts.embedder else { return std::collections::HashMap::new() };
+    let mut texts: std::collections::BTreeSet<String> = candidates.iter().map(|(c, _)| c.object.clone()).collect();
+    for m in known {
+        if let Body::Fact { subject, predicate, object, .. } = &m.body
+            && candidates.iter().any(|(c, _)| c.subject == *subject && c.predicate == *predicate)
+        {
+            texts.insert(object.clone());
+        }
+    }
+    if texts.len() < 2 {
+        return std::collections::HashMap::new();
+    }
+    let texts: Vec<String> = texts.into_iter().collect();
+    match embedder.embed(texts.clone()).await {
+        Ok(vectors) => texts.into_iter().zip(vectors).collect(),
+        Err(error) => {
+            tracing::warn!(%error, "embedding facts for near-duplicates failed; rules alone decide this cycle");
+            std::collections::HashMap::new()
+        }
+    }
 }
 
 /// A batch reference as the plan's id: stored ids as they are, new memories negative.
@@ -586,6 +626,9 @@ async fn summarise(
     report.summaries_added += 1;
     for turn in &session.turns {
         plan.link(summary, turn.id, EdgeKind::DerivedFrom, said_at);
+        // Provenance, not association: recall's graph walk does not pass through a summary
+        // from one turn of its session to all the others (the temporal walk relates turns).
+        plan.batch.edges.last_mut().expect("just linked").weight = 0.0;
     }
     if let Some(previous) = session.previous {
         plan.batch.revisions.push(Revision { id: previous, valid_until: Some(said_at), confidence: None });

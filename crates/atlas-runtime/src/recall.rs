@@ -18,9 +18,9 @@ use std::time::Instant;
 /// The most memories one recall returns.
 pub const MAX_K: usize = 10_000;
 
-/// An entity named by more memories than this is a hub (a speaker, the user's own name):
-/// graph expansion reaches it but does not walk on through it, as a word in every document
-/// tells a search nothing.
+/// A memory with more typed links than this is a hub (an entity every turn names, a speaker,
+/// the summary of a long session): graph expansion reaches it but does not walk on through it,
+/// as a word in every document tells a search nothing.
 pub const HUB_MENTIONS: usize = 12;
 
 /// The furthest graph expansion walks from a hit, in typed edges.
@@ -129,14 +129,16 @@ async fn walk_around(
                 if let std::collections::hash_map::Entry::Vacant(slot) = edges.entry(id) {
                     slot.insert(store.edges_of(id).await?);
                 }
-                let mentions = edges[&id].iter().filter(|e| e.kind == EdgeKind::Entity && e.dst == id).count();
-                if !temporal && id != start && mentions > HUB_MENTIONS {
+                let links = edges[&id].iter().filter(|e| e.kind != EdgeKind::Temporal).count();
+                if !temporal && id != start && links > HUB_MENTIONS {
                     continue;
                 }
                 for e in &edges[&id] {
                     // A typed link counts only while valid (as of the recall); turns stay adjacent.
+                    // A link of weight 0 records provenance only (a session summary's turns,
+                    // which the temporal walk already relates): it is never walked.
                     let wanted = (e.kind == EdgeKind::Temporal) == temporal;
-                    if !wanted || (!temporal && !e.validity.holds_at(at)) {
+                    if !wanted || (!temporal && (!e.validity.holds_at(at) || e.weight <= 0.0)) {
                         continue;
                     }
                     let other = if e.src == id { e.dst } else { e.src };
@@ -293,8 +295,20 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // Context can bring in memories no search saw: they pass the same filter before they count.
     // Twice k, so that k distinct hits remain after near-duplicates fold.
     let reachable = config.context_from * 2 * (config.context_reach + config.graph_depth.min(MAX_GRAPH_DEPTH)) as usize;
-    let window: Vec<_> = fused.iter().take(request.k * 2 + reachable).map(|f| f.id).collect();
-    let mut memories: HashMap<_, _> = parts.store.get_many(window).await?.into_iter().map(|m| (m.id, m)).collect();
+    // Memories the filter refuses (an entity or a session summary the walk passed through) do
+    // not take a place: the window grows until it holds that many the filter admits.
+    let want = request.k * 2 + reachable;
+    let mut memories: HashMap<_, _> = HashMap::with_capacity(want);
+    let (mut admitted, mut next) = (0, 0);
+    while admitted < want && next < fused.len() {
+        let end = (next + want - admitted).min(fused.len());
+        let window: Vec<_> = fused[next..end].iter().map(|f| f.id).collect();
+        next = end;
+        for m in parts.store.get_many(window).await? {
+            admitted += usize::from(filter.admits(&m));
+            memories.insert(m.id, m);
+        }
+    }
     // A memory forgotten between search and fetch is simply absent.
     let mut hits: Vec<Hit> = fused
         .into_iter()

@@ -380,3 +380,41 @@ async fn the_model_writes_summaries_within_the_cycles_budget() {
     assert!(origins.contains(&"llm".to_owned()) && origins.contains(&"extractive".to_owned()), "{origins:?}");
     assert!(llm.requests()[0].json_schema.is_some());
 }
+
+/// Embeds "NYC" as "New York City" (as a real model nearly does); everything else by its words.
+struct Synonyms(atlas_testing::HashEmbedder);
+
+#[async_trait::async_trait]
+impl atlas_domain::ports::Embedder for Synonyms {
+    fn model(&self) -> atlas_domain::ports::EmbeddingModel {
+        atlas_domain::ports::Embedder::model(&self.0)
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> atlas_domain::Result<Vec<Vec<f32>>> {
+        let texts = texts.into_iter().map(|t| if t == "NYC" { "New York City".to_owned() } else { t }).collect();
+        atlas_domain::ports::Embedder::embed(&self.0, texts).await
+    }
+}
+
+/// Near-duplicates that share no word merge by the similarity of their embeddings; without an
+/// embedder the rule sees a change of state.
+#[tokio::test]
+async fn a_restatement_in_other_words_is_the_same_fact_by_embedding() {
+    for with_embedder in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("atlas.db");
+        let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+        let embedder: Option<Arc<dyn atlas_domain::ports::Embedder>> =
+            with_embedder.then(|| Arc::new(Synonyms(atlas_testing::HashEmbedder::new(64))) as _);
+        let parts = Parts::from_store(Arc::clone(&store), embedder).with_consolidator(store.clone());
+        let atlas = Atlas::from_parts(parts, Config { db, ..Config::default() }).await.unwrap();
+        atlas.remember(said("- S:ann-home: NYC", "Agent", 1)).await.unwrap();
+        atlas.remember(said("- S:ann-home: New York City", "Agent", 2)).await.unwrap();
+        let r = atlas.consolidate().await.unwrap();
+        if with_embedder {
+            assert_eq!((r.facts_added, r.facts_merged, r.facts_superseded), (1, 1, 0), "{r:?}");
+        } else {
+            assert_eq!((r.facts_added, r.facts_merged, r.facts_superseded), (2, 0, 1), "{r:?}");
+        }
+    }
+}

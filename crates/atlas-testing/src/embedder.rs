@@ -49,10 +49,7 @@ impl Embedder for HashEmbedder {
     }
 }
 
-/// Cosine similarity of two unit vectors.
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
-}
+pub use atlas_domain::policy::embedding::cosine;
 
 #[cfg(test)]
 mod tests {

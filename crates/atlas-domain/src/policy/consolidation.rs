@@ -422,9 +422,24 @@ fn overlap(a: &str, b: &str) -> f64 {
     a.intersection(&b).count() as f64 / a.union(&b).count() as f64
 }
 
+/// Similarity (e.g. the cosine of their embeddings) from which two objects are the same fact.
+pub const SAME_FACT_SIMILARITY: f64 = 0.8;
+
 /// Decides by rule how `candidate` meets `known`: the facts (current and past) whose subject
 /// is the candidate's. Only facts valid at the candidate's statement time or after count.
 pub fn decide(candidate: &Candidate, known: &[Memory]) -> Decision {
+    decide_with(candidate, known, &|_, _| None, SAME_FACT_SIMILARITY)
+}
+
+/// [`decide`], where two objects are also the same fact when `similarity` (of the two object
+/// texts; `None` when unknown) reaches `same_from`: "New York City" and "NYC", which share no
+/// word. Objects that are not the same fact still conflict by rule (a functional predicate).
+pub fn decide_with(
+    candidate: &Candidate,
+    known: &[Memory],
+    similarity: &dyn Fn(&str, &str) -> Option<f64>,
+    same_from: f64,
+) -> Decision {
     let facts = known.iter().filter_map(|m| match &m.body {
         Body::Fact { subject, predicate, object, .. }
             if *subject == candidate.subject && *predicate == candidate.predicate =>
@@ -436,7 +451,9 @@ pub fn decide(candidate: &Candidate, known: &[Memory]) -> Decision {
     let mut conflict: Option<&Memory> = None;
     for (memory, object) in facts {
         let current = memory.validity.valid_until.is_none();
-        if overlap(object, &candidate.object) >= SAME_FACT_OVERLAP {
+        let same = overlap(object, &candidate.object) >= SAME_FACT_OVERLAP
+            || similarity(object, &candidate.object).is_some_and(|s| s >= same_from);
+        if same {
             if current || memory.validity.holds_at(candidate.said_at) {
                 return Decision::Same(memory.id);
             }
@@ -512,6 +529,18 @@ mod tests {
                 .with_id(MemoryId(id));
         m.validity = Validity { valid_from: Timestamp(from), valid_until: until.map(Timestamp) };
         m
+    }
+
+    #[test]
+    fn similar_objects_are_the_same_fact_and_dissimilar_ones_still_conflict() {
+        let known = [fact(1, "ann", "lives_in", "NYC", 10, None)];
+        let c = candidate("lives_in", "New York City", 20);
+        let close = |_: &str, _: &str| Some(0.93);
+        let far = |_: &str, _: &str| Some(0.41);
+        assert_eq!(decide_with(&c, &known, &close, SAME_FACT_SIMILARITY), Decision::Same(MemoryId(1)));
+        assert_eq!(decide_with(&c, &known, &far, SAME_FACT_SIMILARITY), Decision::Supersedes(MemoryId(1)));
+        assert_eq!(decide(&c, &known), Decision::Supersedes(MemoryId(1)), "no similarity: the rule alone");
+        assert_eq!(decide_with(&c, &known, &close, 1.01), Decision::Supersedes(MemoryId(1)), "above 1: words only");
     }
 
     fn candidate(predicate: &str, object: &str, at: i64) -> Candidate {

@@ -1,4 +1,5 @@
-//! What a memory is embedded and indexed as: its own line and the turn it answers.
+//! What a memory is embedded and indexed as: its own line and the turn it answers; how two
+//! embeddings compare.
 
 use crate::Memory;
 
@@ -27,6 +28,11 @@ pub fn embedding_text(memory: &Memory) -> String {
         Some(context) => format!("{context}\n{}", line(memory)),
         None => line(memory),
     }
+}
+
+/// Cosine similarity of two unit vectors (what every embedder here returns): their dot product.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
 }
 
 #[cfg(test)]
