@@ -59,7 +59,7 @@ async fn the_fixture_consolidates_by_rule_into_current_states_and_history() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo/changes.jsonl");
     atlas.import_file(&fixture, ImportOptions::default(), None).await.unwrap();
     let report = atlas.consolidate().await.unwrap();
-    assert_eq!((report.episodes_seen, report.skipped_phatic, report.llm_calls), (10, 2, 0));
+    assert_eq!((report.episodes_seen, report.skipped_phatic, report.llm_calls), (10, 3, 0));
     assert_eq!(report.facts_superseded, 2, "{report:?}");
     let now = first_fact(&atlas, "what does the checkout service run on", None).await;
     assert_eq!(now, "checkout-service is now: rolled back to Python after the latency spike");
@@ -417,4 +417,84 @@ async fn a_restatement_in_other_words_is_the_same_fact_by_embedding() {
             assert_eq!((r.facts_added, r.facts_merged, r.facts_superseded), (2, 0, 1), "{r:?}");
         }
     }
+}
+
+/// Seed 001's multi-hop question: two facts from different days answer one question, and
+/// recall brings both, each with the turn it came from.
+#[tokio::test]
+async fn a_multi_hop_question_finds_the_decision_and_who_was_on_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (atlas, _) = space(dir.path(), None).await;
+    let turns = [
+        ("We decided in the design review: checkout moves to Kafka.\n- S:checkout: moving to Kafka", 10),
+        ("Lunch is at noon today.", 10),
+        ("The search index rebuild finished overnight.", 11),
+        ("Heads up: a latency spike at 14:05 on the API.", 12),
+        (
+            "During the latency spike the on call service was billing-service.\n- S:billing-service: on call during the latency spike",
+            12,
+        ),
+        ("The design review notes are in the wiki.", 13),
+    ];
+    for (text, day) in turns {
+        atlas.remember(said(text, "Agent", day)).await.unwrap();
+    }
+    atlas.consolidate().await.unwrap();
+    let question =
+        "what did we decide about checkout last week, and which service was on call when the latency spike happened?";
+    let recall = atlas.recall(facts(question, None)).await.unwrap();
+    let texts: Vec<&str> = recall.hits.iter().take(2).map(|h| h.memory.text.as_str()).collect();
+    assert!(texts.contains(&"checkout is now: moving to Kafka"), "{texts:?}");
+    assert!(texts.contains(&"billing-service is now: on call during the latency spike"), "{texts:?}");
+    assert!(recall.hits.iter().take(2).all(|h| h.sources.len() == 1), "each with the turn it came from");
+    // Over everything (episodes too), both evidence turns are in the top five.
+    let all = atlas.recall(RecallRequest { query: question.into(), k: 5, ..RecallRequest::default() }).await.unwrap();
+    let found: Vec<&str> = all.hits.iter().map(|h| h.memory.text.as_str()).collect();
+    assert!(
+        found.iter().any(|t| t.contains("checkout")) && found.iter().any(|t| t.contains("billing-service")),
+        "{found:?}"
+    );
+}
+
+/// The fixture again, with a (scripted) model reading the turns the rules cannot: its facts
+/// join the rules' in one cycle and one call, an unknown predicate is rejected and counted.
+#[tokio::test]
+async fn the_fixture_consolidates_with_the_fake_model_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = Arc::new(ScriptedLlm::new(vec![Ok(r#"{"facts": [
+        {"turn": 1, "subject": "payments team", "predicate": "owns", "object": "checkout service"},
+        {"turn": 3, "subject": "Bruno", "predicate": "on call", "object": "latency spike on Tuesday"},
+        {"turn": 3, "subject": "Bruno", "predicate": "member of", "object": "payments team"},
+        {"turn": 4, "subject": "Ann", "predicate": "decided", "object": "roll checkout back to Python"},
+        {"turn": 4, "subject": "Ann", "predicate": "teleported", "object": "nowhere"}
+    ]}"#
+    .into())]));
+    let (atlas, _) = space(dir.path(), Some(llm.clone())).await;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo/changes.jsonl");
+    atlas.import_file(&fixture, ImportOptions::default(), None).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!(
+        (report.llm_calls, report.failed, report.deferred, report.predicates_rejected),
+        (1, 0, 0, 1),
+        "{report:?}"
+    );
+    let read: Vec<String> = llm.requests()[0].prompt.lines().map(str::to_owned).collect();
+    assert_eq!(read.len(), 4, "the model reads only the untagged, non-phatic turns: {read:?}");
+    assert_eq!(
+        first_fact(&atlas, "who was on call during the latency spike", None).await,
+        "Bruno on call latency spike on Tuesday"
+    );
+    assert_eq!(
+        first_fact(&atlas, "what did Ann decide about checkout", None).await,
+        "Ann decided roll checkout back to Python"
+    );
+    // The rules' current truth stands beside the model's facts; the history stays history.
+    let now = atlas.recall(facts("what does the checkout service run on", None)).await.unwrap();
+    let texts: Vec<&str> = now.hits.iter().map(|h| h.memory.text.as_str()).collect();
+    assert!(
+        texts[..2].contains(&"checkout-service is now: rolled back to Python after the latency spike"),
+        "{texts:?}"
+    );
+    assert!(!texts.iter().any(|t| t.contains("migrated to Rust") || t.contains("running on Python 3.11")), "{texts:?}");
+    assert_eq!(atlas.cycles(1).await.unwrap()[0]["llm_calls"], 1, "the ledger counts the call");
 }

@@ -21,6 +21,7 @@ const PHATIC: &[&str] = &[
     "hello",
     "hi",
     "hey",
+    "there",
     "bye",
     "goodbye",
     "cheers",
