@@ -361,7 +361,7 @@ fn consolidate_then_recall_facts_now_and_as_of() {
     ok(atlas_text_only(&db, &["import", fixture.to_str().unwrap()]));
     let report: serde_json::Value =
         serde_json::from_str(&ok(atlas_text_only(&db, &["consolidate", "--json"]))).unwrap();
-    assert_eq!((report["episodes_seen"].as_u64(), report["skipped_phatic"].as_u64()), (Some(10), Some(2)));
+    assert_eq!((report["episodes_seen"].as_u64(), report["skipped_phatic"].as_u64()), (Some(10), Some(3)));
     assert_eq!(report["facts_superseded"], 2);
     assert_eq!((report["llm_calls"].as_u64(), report["input_tokens"].as_u64()), (Some(0), Some(0)));
     let now: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
