@@ -1,5 +1,6 @@
 //! The `atlas` command line: a thin shell over `atlas-runtime` with human and `--json` output.
 
+mod agent_memory;
 mod output;
 
 use anyhow::{Context, Result, anyhow};
@@ -110,9 +111,94 @@ enum Command {
         #[arg(long)]
         end_sessions: bool,
     },
+    /// The Experience memory: past tasks with their outcome and feedback.
+    Experience {
+        #[command(subcommand)]
+        action: ExperienceAction,
+    },
+    /// The Strategy bank: situations and what to do in them, with success statistics.
+    Strategy {
+        #[command(subcommand)]
+        action: StrategyAction,
+    },
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ExperienceAction {
+    /// Store the trajectories of a JSON Lines file ({"id", "task", "steps", "output",
+    /// "feedback", "success", "time", "tags"}), each at most once.
+    Store {
+        file: PathBuf,
+        /// user:ID or agent:ID (repeatable).
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// The experiences most worth reading for a task: what worked first.
+    Search {
+        task: String,
+        #[arg(long, default_value_t = 4)]
+        k: usize,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// Fold near-duplicates (provenance kept), count uninformative failures, show clusters.
+    Refine {
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// Forget (softly) the experiences that meet every criterion given.
+    Prune {
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<f64>,
+        /// Only failures.
+        #[arg(long)]
+        failures: bool,
+        /// Only experiences never used.
+        #[arg(long)]
+        unused: bool,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum StrategyAction {
+    /// Add a strategy (success rate 0.5 until used); prints its id.
+    Add {
+        #[arg(long)]
+        situation: String,
+        #[arg(long)]
+        suggestion: String,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// Record one use of a strategy and whether it worked.
+    Update {
+        id: MemoryId,
+        #[arg(long, action = clap::ArgAction::Set, value_name = "true|false")]
+        success: bool,
+    },
+    /// The strategies for a task, ranked by relevance × (0.5 + success rate).
+    Read {
+        task: String,
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        /// Rank by the success rate's upper confidence bound: try rarely used strategies.
+        #[arg(long)]
+        explore: bool,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// Abstract the trajectories of a JSON Lines file into strategies (near-duplicates update
+    /// the existing strategy's statistics).
+    Write {
+        file: PathBuf,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -220,7 +306,13 @@ async fn run(cli: Cli) -> Result<()> {
     }
     let json = cli.json;
     // Only commands that write may create the memory space: a mistyped path is an error.
-    config.create = matches!(cli.command, Command::Import { .. } | Command::Remember(_));
+    config.create = matches!(
+        cli.command,
+        Command::Import { .. }
+            | Command::Remember(_)
+            | Command::Experience { action: ExperienceAction::Store { .. } }
+            | Command::Strategy { action: StrategyAction::Add { .. } | StrategyAction::Write { .. } }
+    );
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
         Command::Reembed => return reembed(config, json).await,
@@ -277,6 +369,8 @@ async fn run(cli: Cli) -> Result<()> {
             output::print_detail(&detail, json);
             Ok(())
         }
+        Command::Experience { action } => agent_memory::experience(&atlas, action, json).await,
+        Command::Strategy { action } => agent_memory::strategy(&atlas, action, json).await,
         Command::Forget { id, hard: false } => {
             if !atlas.forget(id).await? {
                 return Err(atlas_domain::AtlasError::NotFound(id).into());
@@ -617,7 +711,7 @@ fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> R
     Ok(out)
 }
 
-fn parse_scope(pairs: &[String]) -> Result<Scope> {
+pub(crate) fn parse_scope(pairs: &[String]) -> Result<Scope> {
     let mut scope = Scope::default();
     for pair in pairs {
         scope.set_from_pair(pair).map_err(|m| anyhow!("--scope: {m}"))?;

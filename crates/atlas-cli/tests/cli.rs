@@ -408,3 +408,62 @@ fn consolidate_then_recall_facts_now_and_as_of() {
     assert_eq!(then["hits"][0]["text"], "checkout-service is now: migrated to Rust");
     assert_eq!(then["hits"][0]["valid_until"], "2024-05-07T16:26:00Z", "history says when it stopped holding");
 }
+
+/// The agent memories' contract: experience store / search and strategy add / update / read,
+/// with the JSON fields scripts read, and bad trajectory lines named by file, line and field.
+#[test]
+fn experiences_and_strategies_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("agent.db");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/agents/trajectories.jsonl");
+    let stored: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["--json", "experience", "store", fixture.to_str().unwrap()])))
+            .unwrap();
+    assert_eq!(stored["stored"], 8);
+    let search: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &["experience", "search", "fill the enclosed region", "--k", "4", "--json"],
+    )))
+    .unwrap();
+    let first = &search["hits"][0];
+    assert_eq!((first["id"].as_str(), first["success"].as_bool()), (Some("t04"), Some(true)), "{search}");
+    assert!(first["task"].is_string() && first["score"].is_f64() && first.get("feedback").is_some());
+
+    let added: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &[
+            "strategy",
+            "add",
+            "--situation",
+            "symmetric grid puzzles",
+            "--suggestion",
+            "reflect then duplicate",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let id = added["id"].as_i64().expect("the new strategy's id").to_string();
+    ok(atlas_text_only(&db, &["strategy", "update", &id, "--success", "true"]));
+    ok(atlas_text_only(&db, &["strategy", "update", &id, "--success", "false"]));
+    ok(atlas_text_only(&db, &["strategy", "update", &id, "--success", "true"]));
+    let read: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &["strategy", "read", "a symmetric grid puzzle", "--k", "5", "--json"],
+    )))
+    .unwrap();
+    let s = &read["hits"][0];
+    assert_eq!(s["id"].as_i64().map(|i| i.to_string()), Some(id.clone()));
+    assert_eq!((s["usage_count"].as_u64(), s["success_rate"].as_f64()), (Some(3), Some(0.6)));
+    assert_eq!(s["situation"], "symmetric grid puzzles");
+    assert_eq!(s["suggestion"], "reflect then duplicate");
+
+    let bad = write(
+        dir.path(),
+        "bad.jsonl",
+        "{\"id\": \"x\", \"task\": \"t\", \"steps\": [], \"success\": true}\n{\"id\": \"y\", \"task\": \"t\", \"steps\": \"oops\", \"success\": true}\n",
+    );
+    let err = failed(atlas_text_only(&db, &["experience", "store", bad.to_str().unwrap()]));
+    assert!(err.contains("bad.jsonl:2") && err.contains("steps"), "{err}");
+    let not_strategy = failed(atlas_text_only(&db, &["strategy", "update", "1", "--success", "true"]));
+    assert!(not_strategy.contains("not a strategy"), "{not_strategy}");
+}

@@ -16,6 +16,9 @@
 //! "recorded_at"}`), `"lifecycle"?` (`{"deleted_at"?, "last_used"?, "uses"?, "review"?}`, what
 //! happened to it since: soft deletion, use) and `"vector"?` (with `export --vectors`). Importing it restores the space
 //! exactly, renumbering every reference when the space already holds memories.
+//!
+//! Trajectories (what the agent memories learn from) are lines of their own shape:
+//! [`parse_trajectory_line`].
 
 use crate::ports::{EmbeddingModel, StoredMemory};
 use crate::{Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Scope, Timestamp, Validity};
@@ -401,6 +404,70 @@ pub fn to_line(memory: &Memory) -> Value {
     Value::Object(obj)
 }
 
+/// The fields of a trajectory line (`atlas experience store`, `atlas concept compress`).
+const TRAJECTORY_FIELDS: [&str; 8] = ["id", "task", "steps", "output", "feedback", "success", "time", "tags"];
+
+/// Parses one trajectory line: `{"id", "task", "steps": [str, ...], "output"?, "feedback"?,
+/// "success": bool, "time"?, "tags"?: [str, ...]}`. `id` is a string or a number; `time`
+/// (RFC 3339) defaults to `now`. Unknown fields are errors, like everywhere in this format.
+pub fn parse_trajectory_line(line: &str, now: Timestamp) -> Result<crate::Trajectory, LineError> {
+    let obj = object(line)?;
+    if let Some(unknown) = obj.keys().find(|k| !TRAJECTORY_FIELDS.contains(&k.as_str())) {
+        return Err(LineError::at(unknown, format!("unknown field (known fields: {})", TRAJECTORY_FIELDS.join(", "))));
+    }
+    let id = match obj.get("id") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(other) => {
+            return Err(LineError::at(
+                "id",
+                format!("expected a non-empty string or a number, got {}", type_name(other)),
+            ));
+        }
+        None => return Err(LineError::at("id", "missing")),
+    };
+    let task = opt_string(&obj, "task")?
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| LineError::at("task", "missing or blank"))?;
+    let strings = |field: &str, required: bool| -> Result<Vec<String>, LineError> {
+        match obj.get(field) {
+            None | Some(Value::Null) if !required => Ok(Vec::new()),
+            None | Some(Value::Null) => Err(LineError::at(field, "missing")),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    other => Err(LineError::at(
+                        &format!("{field}[{i}]"),
+                        format!("expected a string, got {}", type_name(other)),
+                    )),
+                })
+                .collect(),
+            Some(other) => Err(LineError::at(field, format!("expected an array of strings, got {}", type_name(other)))),
+        }
+    };
+    let steps = strings("steps", true)?;
+    let tags = strings("tags", false)?;
+    let success = match obj.get("success") {
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(LineError::at("success", format!("expected true or false, got {}", type_name(other))));
+        }
+        None => return Err(LineError::at("success", "missing")),
+    };
+    Ok(crate::Trajectory {
+        id,
+        task,
+        steps,
+        output: opt_string(&obj, "output")?.unwrap_or_default(),
+        feedback: opt_string(&obj, "feedback")?,
+        success,
+        time: opt_time(&obj, "time")?.unwrap_or(now),
+        tags,
+    })
+}
+
 fn opt_string(obj: &Map<String, Value>, field: &str) -> Result<Option<String>, LineError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
@@ -554,6 +621,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn trajectory_lines_name_what_is_wrong() {
+        let good = r#"{"id": 7, "task": "mirror the grid", "steps": ["flip(g)", "stack(g, g)"], "success": true, "tags": ["grid"]}"#;
+        let t = parse_trajectory_line(good, NOW).unwrap();
+        assert_eq!((t.id.as_str(), t.steps.len(), t.success, t.time), ("7", 2, true, NOW));
+        for (line, field) in [
+            (r#"{"task": "x", "steps": [], "success": true}"#, "id"),
+            (r#"{"id": "a", "task": " ", "steps": [], "success": true}"#, "task"),
+            (r#"{"id": "a", "task": "x", "steps": ["ok", 3], "success": true}"#, "steps[1]"),
+            (r#"{"id": "a", "task": "x", "steps": [], "success": "yes"}"#, "success"),
+            (r#"{"id": "a", "task": "x", "steps": [], "success": true, "score": 1}"#, "score"),
+            (r#"{"id": "a", "task": "x", "steps": [], "success": true, "time": "noon"}"#, "time"),
+        ] {
+            assert_eq!(parse_trajectory_line(line, NOW).unwrap_err().field.as_deref(), Some(field), "{line}");
+        }
+    }
+
     proptest! {
         #[test]
         fn export_then_import_is_identity(m in arb_memory()) {
@@ -563,6 +647,7 @@ mod tests {
 
         #[test]
         fn parse_never_panics(line in ".{0,200}") {
+            let _ = parse_trajectory_line(&line, NOW);
             let _ = parse_line(&line, NOW);
             let _ = parse_stored_line(&line, NOW);
             let _ = parse_header(&line);

@@ -14,6 +14,7 @@ pub mod policy;
 pub mod ports;
 pub mod scope;
 pub mod time;
+pub mod trajectory;
 
 pub use edge::{Edge, EdgeKind};
 pub use error::{AtlasError, Result};
@@ -22,3 +23,4 @@ pub use id::{MemoryId, decode_id_runs, encode_id_runs};
 pub use memory::{Body, Lifecycle, Memory, MemoryKind, NewMemory, Outcome, Validity};
 pub use scope::Scope;
 pub use time::Timestamp;
+pub use trajectory::Trajectory;

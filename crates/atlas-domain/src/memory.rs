@@ -99,6 +99,19 @@ pub enum Body {
         outcome: Outcome,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         feedback: Option<String>,
+        /// The caller's id of the trajectory it remembers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trajectory: Option<String>,
+        /// What was done: code lines or actions, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        steps: Vec<String>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        output: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tags: Vec<String>,
+        /// Trajectories folded into this one as near-duplicates (their provenance, kept).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        merged: Vec<String>,
     },
     Concept {
         name: String,

@@ -63,6 +63,17 @@ fn lines<'a>(bytes: &'a [u8], origin: &'a str) -> impl Iterator<Item = Result<(S
     })
 }
 
+/// Parses a trajectory file (one trajectory per line); the first bad line fails it, named
+/// `origin:line` with its field, like an import.
+pub fn parse_trajectories(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<atlas_domain::Trajectory>> {
+    lines(bytes, origin)
+        .map(|line| {
+            let (location, line) = line?;
+            jsonl::parse_trajectory_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))
+        })
+        .collect()
+}
+
 /// Parses a whole plain JSON Lines file; the first bad line fails it, named `origin:line`.
 pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(String, NewMemory)>> {
     lines(bytes, origin)

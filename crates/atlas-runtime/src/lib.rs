@@ -2,6 +2,7 @@
 //! [`Config`] and exposes the Rust API: [`Atlas::open`], `remember`, `import`, `recall`, `get`,
 //! `forget`, `stats`, `export`.
 
+pub mod agents;
 mod background;
 mod backup;
 pub mod config;
@@ -10,7 +11,7 @@ pub mod forgetting;
 pub mod migrate;
 mod recall;
 
-pub use backup::{ImportOptions, Imported, import_key, parse_jsonl};
+pub use backup::{ImportOptions, Imported, import_key, parse_jsonl, parse_trajectories};
 pub use config::Config;
 pub use consolidation::CycleReport;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};

@@ -39,7 +39,16 @@ fn body(kind: u8, id: i64, earlier: &[i64]) -> Body {
         },
         2 => Body::Entity { name: format!("entity {id}"), entity_type: Some("place".into()) },
         3 => Body::Core { category: "user_profile".into() },
-        4 => Body::Experience { task: format!("task {id}"), outcome: Outcome::Success, feedback: None },
+        4 => Body::Experience {
+            task: format!("task {id}"),
+            outcome: Outcome::Success,
+            feedback: None,
+            trajectory: Some(format!("t{id}")),
+            steps: vec!["rotate(grid)".into()],
+            output: String::new(),
+            tags: Vec::new(),
+            merged: Vec::new(),
+        },
         5 => Body::Concept {
             name: format!("concept{id}"),
             code: "fn f() {}".into(),

@@ -2,12 +2,14 @@
 //! references and their renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
-//! the user into core memory.
+//! the user into core memory; the agent memories' statistics (experience weights and
+//! clusters, strategy success rates and ranking).
 
 pub mod consolidation;
 pub mod decay;
 pub mod dialectic;
 pub mod embedding;
+pub mod experience;
 pub mod fusion;
 pub mod limits;
 pub mod query;
@@ -15,5 +17,6 @@ pub mod recency;
 pub mod redundancy;
 pub mod references;
 pub mod retain;
+pub mod strategy;
 pub mod summary;
 pub mod text_fields;
