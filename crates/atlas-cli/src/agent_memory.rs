@@ -1,11 +1,12 @@
-//! The `experience` and `strategy` commands: the agent memories, translated into runtime calls
+//! The `experience`, `strategy` and `concept` commands: the agent memories, translated into runtime calls
 //! and printed (human lines, or the JSON shapes scripts read).
 
 use crate::output::print_line;
-use crate::{ExperienceAction, StrategyAction, parse_scope};
+use crate::{ConceptAction, ExperienceAction, StrategyAction, parse_scope};
 use anyhow::Result;
 use atlas_runtime::Atlas;
 use atlas_runtime::agents::{ExperienceHit, PruneCriteria, StrategyHit};
+use atlas_runtime::concepts::ConceptHit;
 use serde_json::{Value, json};
 
 fn experience_value(h: &ExperienceHit) -> Value {
@@ -119,6 +120,57 @@ pub async fn strategy(atlas: &Atlas, action: StrategyAction, json: bool) -> Resu
                 format!("{} strategies added, {updated} updated from {shown}", written.len() - updated)
             });
         }
+    }
+    Ok(())
+}
+
+fn concept_line(c: &ConceptHit) -> String {
+    let mut line = format!("concept {} {}({})", c.id, c.name, c.params.join(", "));
+    if c.occurrences > 0 {
+        line.push_str(&format!(" [learned from {} trajectories]", c.occurrences));
+    }
+    if c.usage_count > 0 {
+        line.push_str(&format!(" [{:.0}% of {} uses]", c.success_rate * 100.0, c.usage_count));
+    }
+    if !c.description.is_empty() {
+        line.push_str(&format!(": {}", c.description));
+    }
+    for code in c.code.lines() {
+        line.push_str(&format!("\n    {code}"));
+    }
+    line
+}
+
+pub async fn concept(atlas: &Atlas, action: ConceptAction, json: bool) -> Result<()> {
+    let many = |hits: &[ConceptHit]| {
+        if json {
+            println!("{}", json!({"concepts": hits}));
+        } else if hits.is_empty() {
+            println!("no concept");
+        } else {
+            hits.iter().for_each(|c| println!("{}", concept_line(c)));
+        }
+    };
+    let one =
+        |c: &ConceptHit| print_line(json, serde_json::to_value(c).expect("a concept serialises"), || concept_line(c));
+    match action {
+        ConceptAction::Compress { file, max, scope } => {
+            let shown = file.display().to_string();
+            let bytes = std::fs::read(&file).map_err(|e| anyhow::anyhow!("{shown}: cannot read: {e}"))?;
+            let trajectories = atlas_runtime::parse_trajectories(&bytes, &shown, atlas_runtime::now())?;
+            many(&atlas.compress_trajectories(&trajectories, max, parse_scope(&scope)?).await?);
+        }
+        ConceptAction::Add { name, code, description, params, scope } => {
+            one(&atlas.add_concept(&name, &code, &description, params, parse_scope(&scope)?).await?);
+        }
+        ConceptAction::Search { query, k, scope } => {
+            many(&atlas.search_concepts(&query, k, parse_scope(&scope)?).await?)
+        }
+        ConceptAction::Get { id } => {
+            one(&atlas.get_concept(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?)
+        }
+        ConceptAction::Compose { ids, scope } => one(&atlas.compose_concepts(&ids, parse_scope(&scope)?).await?),
+        ConceptAction::Update { id, success } => one(&atlas.record_concept_use(id, success).await?),
     }
     Ok(())
 }

@@ -121,6 +121,11 @@ enum Command {
         #[command(subcommand)]
         action: StrategyAction,
     },
+    /// The Concept library: reusable code patterns, learned from trajectories or added.
+    Concept {
+        #[command(subcommand)]
+        action: ConceptAction,
+    },
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
@@ -198,6 +203,56 @@ pub(crate) enum StrategyAction {
         file: PathBuf,
         #[arg(long, value_name = "KEY:VALUE")]
         scope: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ConceptAction {
+    /// Learn concepts from what recurs across the trajectories of a JSON Lines file.
+    Compress {
+        file: PathBuf,
+        /// Most concepts to learn.
+        #[arg(long, default_value_t = 5)]
+        max: usize,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// Add a concept (a primitive).
+    Add {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        code: String,
+        #[arg(long, default_value = "")]
+        description: String,
+        /// A parameter, in order (repeatable).
+        #[arg(long = "param")]
+        params: Vec<String>,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// The concepts for a query, ranked by relevance × (0.5 + success rate).
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// One concept.
+    Get { id: MemoryId },
+    /// A new concept running the given ones in order.
+    Compose {
+        #[arg(required = true, num_args = 2..)]
+        ids: Vec<MemoryId>,
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
+    /// Record one use of a concept and whether it worked.
+    Update {
+        id: MemoryId,
+        #[arg(long, action = clap::ArgAction::Set, value_name = "true|false")]
+        success: bool,
     },
 }
 
@@ -312,6 +367,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Remember(_)
             | Command::Experience { action: ExperienceAction::Store { .. } }
             | Command::Strategy { action: StrategyAction::Add { .. } | StrategyAction::Write { .. } }
+            | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
     );
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
@@ -371,6 +427,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Experience { action } => agent_memory::experience(&atlas, action, json).await,
         Command::Strategy { action } => agent_memory::strategy(&atlas, action, json).await,
+        Command::Concept { action } => agent_memory::concept(&atlas, action, json).await,
         Command::Forget { id, hard: false } => {
             if !atlas.forget(id).await? {
                 return Err(atlas_domain::AtlasError::NotFound(id).into());

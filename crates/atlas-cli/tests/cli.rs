@@ -467,3 +467,46 @@ fn experiences_and_strategies_through_the_cli() {
     let not_strategy = failed(atlas_text_only(&db, &["strategy", "update", "1", "--success", "true"]));
     assert!(not_strategy.contains("not a strategy"), "{not_strategy}");
 }
+
+#[test]
+fn the_concept_library_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("concepts.db");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/agents/trajectories.jsonl");
+    let learned: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["concept", "compress", fixture.to_str().unwrap(), "--json"])))
+            .unwrap();
+    let concepts = learned["concepts"].as_array().expect("the learned concepts");
+    assert!(!concepts.is_empty());
+    for c in concepts {
+        assert!(c["name"].is_string() && c["code"].is_string() && c["params"].is_array(), "{c}");
+        assert!(c["occurrences"].as_u64().unwrap() >= 2, "{c}");
+    }
+    let fill = concepts.iter().find(|c| c["code"] == "out = flood_fill(g, arg1, blue)").expect("{learned}");
+    assert_eq!(fill["params"], serde_json::json!(["arg1"]));
+    let add = |name: &str, code: &str| -> i64 {
+        let out =
+            ok(atlas_text_only(&db, &["concept", "add", "--name", name, "--code", code, "--param", "grid", "--json"]));
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["id"].as_i64().unwrap()
+    };
+    let (a, b) = (
+        add("mirror", "out = hstack(grid, flip_horizontal(grid))"),
+        add("recolor_all", "out = recolor(grid, green, yellow)"),
+    );
+    let composed: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &["concept", "compose", &a.to_string(), &b.to_string(), "--json"],
+    )))
+    .unwrap();
+    assert_eq!(composed["params"], serde_json::json!(["grid", "grid_2"]));
+    let got: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["concept", "get", &composed["id"].to_string(), "--json"])))
+            .unwrap();
+    assert_eq!(got["name"], "mirror_then_recolor_all");
+    let found: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["concept", "search", "recolor", "--k", "2", "--json"])))
+            .unwrap();
+    assert!(found["concepts"].as_array().unwrap().iter().any(|c| c["id"] == b), "{found}");
+    let err = failed(atlas_text_only(&db, &["concept", "compose", &a.to_string()]));
+    assert!(err.contains("ids") || err.contains("2"), "{err}");
+}

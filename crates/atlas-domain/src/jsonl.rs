@@ -580,6 +580,7 @@ mod tests {
                     code: format!("fn {name}() {{}}"),
                     name,
                     composed_of: ids.into_iter().map(MemoryId).collect(),
+                    detail: Default::default(),
                 }
             }),
         ]

@@ -20,7 +20,7 @@ pub use edge::{Edge, EdgeKind};
 pub use error::{AtlasError, Result};
 pub use filter::RecallFilter;
 pub use id::{MemoryId, decode_id_runs, encode_id_runs};
-pub use memory::{Body, Lifecycle, Memory, MemoryKind, NewMemory, Outcome, Validity};
+pub use memory::{Body, ConceptDetail, ConceptSource, Lifecycle, Memory, MemoryKind, NewMemory, Outcome, Validity};
 pub use scope::Scope;
 pub use time::Timestamp;
 pub use trajectory::Trajectory;

@@ -118,6 +118,8 @@ pub enum Body {
         code: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         composed_of: Vec<MemoryId>,
+        #[serde(default, skip_serializing_if = "ConceptDetail::is_empty")]
+        detail: ConceptDetail,
     },
     Strategy {
         situation: String,
@@ -132,6 +134,48 @@ pub enum Body {
         /// summary, which supersedes this one.
         turns: u32,
     },
+}
+
+/// Where a concept comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConceptSource {
+    /// Given by a person or a tool's API.
+    #[default]
+    Primitive,
+    /// Compressed out of trajectories.
+    Learned,
+    /// Chained from other concepts.
+    Composed,
+}
+
+/// What the Concept library knows of a concept beyond its name and code.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConceptDetail {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Its parameters, in order: the signature.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<String>,
+    /// Calls that show it in use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
+    #[serde(default)]
+    pub source: ConceptSource,
+    /// How many trajectories it abstracts (a learned concept).
+    #[serde(default)]
+    pub occurrences: u32,
+    #[serde(default)]
+    pub successes: u32,
+    #[serde(default)]
+    pub failures: u32,
+}
+
+impl ConceptDetail {
+    pub fn is_empty(&self) -> bool {
+        *self == ConceptDetail::default()
+    }
 }
 
 /// How a remembered task ended.

@@ -99,6 +99,11 @@ pub struct WrittenStrategy {
 pub struct Parts {
     pub experiences: bool,
     pub strategies: bool,
+    pub concepts: bool,
+}
+
+impl Parts {
+    pub const ALL: Parts = Parts { experiences: true, strategies: true, concepts: true };
 }
 
 /// The parts' results for one task, labelled; a part that is off answers `None`.
@@ -106,13 +111,16 @@ pub struct Parts {
 pub struct SystemQuery {
     pub experiences: Option<Vec<ExperienceHit>>,
     pub strategies: Option<Vec<StrategyHit>>,
+    pub concepts: Option<Vec<crate::concepts::ConceptHit>>,
 }
 
-/// What storing one trajectory did in each part.
+/// What storing one trajectory did in each part: the experience stored, the strategy written
+/// or updated, the concepts its steps called (their statistics took its outcome).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SystemStore {
     pub experience: Option<StoredExperience>,
     pub strategy: Option<WrittenStrategy>,
+    pub concepts: Option<Vec<crate::concepts::ConceptHit>>,
 }
 
 /// The agent memories combined.
@@ -133,7 +141,19 @@ impl MemorySystem<'_> {
                 true => Some(self.atlas.read_strategies(task, k, self.scope.clone(), false).await?),
                 false => None,
             },
+            concepts: match self.parts.concepts {
+                true => Some(self.atlas.search_concepts(task, k, self.scope.clone()).await?),
+                false => None,
+            },
         })
+    }
+
+    /// Compresses trajectories into the Concept library (when that part is on).
+    pub async fn compress(&self, trajectories: &[Trajectory], max: usize) -> Result<Vec<crate::concepts::ConceptHit>> {
+        match self.parts.concepts {
+            true => self.atlas.compress_trajectories(trajectories, max, self.scope.clone()).await,
+            false => Ok(Vec::new()),
+        }
     }
 
     pub async fn store(&self, trajectory: &Trajectory) -> Result<SystemStore> {
@@ -145,7 +165,11 @@ impl MemorySystem<'_> {
             true => self.atlas.write_strategy(trajectory, self.scope.clone()).await?,
             false => None,
         };
-        Ok(SystemStore { experience, strategy })
+        let concepts = match self.parts.concepts {
+            true => Some(self.atlas.record_concepts_called(trajectory, self.scope.clone()).await?),
+            false => None,
+        };
+        Ok(SystemStore { experience, strategy, concepts })
     }
 }
 
@@ -205,7 +229,13 @@ impl Atlas {
     /// Recall restricted to one kind, `k × CANDIDATES_PER_RESULT` candidates, each with its
     /// relevance ([`atlas_domain::policy::strategy::relevance`]: its best share of the best raw
     /// full-text or vector score).
-    async fn candidates(&self, query: &str, kind: MemoryKind, k: usize, scope: Scope) -> Result<Vec<(Memory, f64)>> {
+    pub(crate) async fn candidates(
+        &self,
+        query: &str,
+        kind: MemoryKind,
+        k: usize,
+        scope: Scope,
+    ) -> Result<Vec<(Memory, f64)>> {
         let request = RecallRequest {
             query: query.into(),
             k: k * CANDIDATES_PER_RESULT,

@@ -5,6 +5,7 @@
 pub mod agents;
 mod background;
 mod backup;
+pub mod concepts;
 pub mod config;
 pub mod consolidation;
 pub mod forgetting;

@@ -135,7 +135,7 @@ async fn the_model_abstracts_strategies_and_the_memory_system_labels_its_parts()
         atlas_runtime::parse_trajectories(&std::fs::read(fixture()).unwrap(), "fixture", atlas_runtime::now()).unwrap();
     let system = MemorySystem {
         atlas: &atlas,
-        parts: AgentParts { experiences: true, strategies: true },
+        parts: AgentParts { experiences: true, strategies: true, concepts: false },
         scope: Scope::default(),
     };
     let stored = system.store(&trajectories[3]).await.unwrap();
@@ -147,7 +147,75 @@ async fn the_model_abstracts_strategies_and_the_memory_system_labels_its_parts()
     let answer = system.query("fill an enclosed region", 3).await.unwrap();
     assert_eq!(answer.experiences.unwrap()[0].id.as_deref(), Some("t04"));
     assert_eq!(answer.strategies.unwrap()[0].id, strategy.id);
-    let only_strategies = MemorySystem { parts: AgentParts { experiences: false, strategies: true }, ..system };
+    let only_strategies =
+        MemorySystem { parts: AgentParts { experiences: false, strategies: true, concepts: false }, ..system };
     let answer = only_strategies.query("fill an enclosed region", 3).await.unwrap();
     assert!(answer.experiences.is_none() && answer.strategies.is_some(), "a part that is off answers nothing");
+}
+
+#[tokio::test]
+async fn the_concept_library_learns_composes_and_counts_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = space(dir.path(), None).await;
+    let trajectories =
+        atlas_runtime::parse_trajectories(&std::fs::read(fixture()).unwrap(), "fixture", atlas_runtime::now()).unwrap();
+    let learned = atlas.compress_trajectories(&trajectories, 3, Scope::default()).await.unwrap();
+    assert!(!learned.is_empty());
+    for c in &learned {
+        assert!(c.occurrences >= 2, "{c:?}");
+        assert_eq!(c.source, atlas_domain::ConceptSource::Learned);
+        assert!(!c.examples.is_empty() && !c.description.is_empty());
+    }
+    assert_eq!(learned[0].code, "g = load(input)", "what every trajectory does saves the most");
+    let mirror = learned.iter().find(|c| c.name == "flip_horizontal_then_hstack").expect("the recurring mirror");
+    assert_eq!(mirror.code, "m = flip_horizontal(g)\nout = hstack(g, m)");
+    let fill = learned.iter().find(|c| c.name == "flood_fill_step").expect("the fill, its seed a parameter");
+    assert_eq!((fill.code.as_str(), fill.params.len()), ("out = flood_fill(g, arg1, blue)", 1));
+    atlas.flush_vectors(None).await.unwrap();
+    let again = atlas.compress_trajectories(&trajectories, 3, Scope::default()).await.unwrap();
+    assert_eq!(
+        again.iter().map(|c| c.id).collect::<Vec<_>>(),
+        learned.iter().map(|c| c.id).collect::<Vec<_>>(),
+        "learned once"
+    );
+
+    let flip = atlas
+        .add_concept(
+            "mirror",
+            "m = flip_horizontal(grid)\nout = hstack(grid, m)",
+            "mirror a grid",
+            vec!["grid".into()],
+            Scope::default(),
+        )
+        .await
+        .unwrap();
+    let fill = atlas
+        .add_concept(
+            "fill_inside",
+            "out = flood_fill(grid, interior_point(grid), color)",
+            "fill a region",
+            vec!["grid".into(), "color".into()],
+            Scope::default(),
+        )
+        .await
+        .unwrap();
+    let both = atlas.compose_concepts(&[flip.id, fill.id], Scope::default()).await.unwrap();
+    assert_eq!(both.params, ["grid", "grid_2", "color"]);
+    assert_eq!(
+        both.code,
+        "m = flip_horizontal(grid)\nout = hstack(grid, m)\nout = flood_fill(grid_2, interior_point(grid_2), color)"
+    );
+    assert_eq!(both.composed_of, vec![flip.id, fill.id]);
+    assert_eq!(both.source, atlas_domain::ConceptSource::Composed);
+    assert_eq!(atlas.get_concept(both.id).await.unwrap().unwrap().name, "mirror_then_fill_inside");
+    atlas.flush_vectors(None).await.unwrap();
+    let found = atlas.search_concepts("mirror a grid", 3, Scope::default()).await.unwrap();
+    assert_eq!(found[0].id, flip.id, "{found:?}");
+
+    // A trajectory that calls a concept counts as a use of it, with its outcome.
+    let mut t = trajectories[0].clone();
+    t.steps = vec!["g = load(input)".into(), "out = mirror(g)".into()];
+    let used = atlas.record_concepts_called(&t, Scope::default()).await.unwrap();
+    assert_eq!(used.iter().map(|c| (c.id, c.usage_count)).collect::<Vec<_>>(), vec![(flip.id, 1)]);
+    assert_eq!(used[0].success_rate, 2.0 / 3.0);
 }

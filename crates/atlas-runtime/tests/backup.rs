@@ -53,6 +53,7 @@ fn body(kind: u8, id: i64, earlier: &[i64]) -> Body {
             name: format!("concept{id}"),
             code: "fn f() {}".into(),
             composed_of: earlier.iter().rev().take(3).map(|i| MemoryId(*i)).collect(),
+            detail: Default::default(),
         },
         _ => Body::Strategy {
             situation: format!("situation {id}"),
@@ -201,7 +202,12 @@ async fn a_reference_to_a_memory_neither_in_the_file_nor_in_the_space_is_refused
     let new = NewMemory::episode("a part", Scope::default(), None, Timestamp(1), Timestamp(1));
     let part = new.with_id(MemoryId(3));
     let concept = NewMemory {
-        body: Body::Concept { name: "c".into(), code: "f()".into(), composed_of: vec![MemoryId(3)] },
+        body: Body::Concept {
+            name: "c".into(),
+            code: "f()".into(),
+            composed_of: vec![MemoryId(3)],
+            detail: Default::default(),
+        },
         ..NewMemory::episode("a concept", Scope::default(), None, Timestamp(2), Timestamp(2))
     }
     .with_id(MemoryId(5));

@@ -3,8 +3,10 @@
 //! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
 //! the user into core memory; the agent memories' statistics (experience weights and
-//! clusters, strategy success rates and ranking).
+//! clusters, strategy success rates and ranking), and the Concept library's program structure
+//! and compression.
 
+pub mod concepts;
 pub mod consolidation;
 pub mod decay;
 pub mod dialectic;
@@ -12,6 +14,7 @@ pub mod embedding;
 pub mod experience;
 pub mod fusion;
 pub mod limits;
+pub mod program;
 pub mod query;
 pub mod recency;
 pub mod redundancy;

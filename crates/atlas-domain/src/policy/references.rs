@@ -139,6 +139,7 @@ mod tests {
             name: format!("c{id}"),
             code: "fn f() {}".into(),
             composed_of: parts.iter().copied().map(MemoryId).collect(),
+            detail: Default::default(),
         };
         let new = NewMemory { body, ..NewMemory::episode("x", Scope::default(), None, Timestamp(1), Timestamp(1)) };
         StoredMemory { memory: new.with_id(MemoryId(id)), vector: None, edges: Vec::new() }
