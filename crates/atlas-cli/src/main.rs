@@ -126,6 +126,20 @@ enum Command {
         #[command(subcommand)]
         action: ConceptAction,
     },
+    /// The context for a task, packed into a token budget: persona, core memory, the goal,
+    /// retrieved memories, then the session's recent history.
+    Context {
+        task: String,
+        /// Tokens in all (estimated: characters / 4), split 500:500:500:4000:2000.
+        #[arg(long, default_value_t = 7500)]
+        budget: usize,
+        /// The session whose history ends the context.
+        #[arg(long)]
+        session: Option<String>,
+        /// user:ID or agent:ID (repeatable).
+        #[arg(long, value_name = "KEY:VALUE")]
+        scope: Vec<String>,
+    },
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
@@ -428,6 +442,20 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Experience { action } => agent_memory::experience(&atlas, action, json).await,
         Command::Strategy { action } => agent_memory::strategy(&atlas, action, json).await,
         Command::Concept { action } => agent_memory::concept(&atlas, action, json).await,
+        Command::Context { task, budget, session, scope } => {
+            let mut scope = parse_scope(&scope)?;
+            scope.session = session.or(scope.session);
+            let context = atlas.context(&task, budget, scope).await?;
+            if json {
+                let mut value = serde_json::to_value(&context)?;
+                value["text"] = serde_json::Value::from(context.text());
+                println!("{value}");
+            } else {
+                println!("{}", context.text());
+                eprintln!("({} of {} tokens)", context.tokens, context.budget);
+            }
+            Ok(())
+        }
         Command::Forget { id, hard: false } => {
             if !atlas.forget(id).await? {
                 return Err(atlas_domain::AtlasError::NotFound(id).into());

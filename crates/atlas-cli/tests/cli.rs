@@ -510,3 +510,26 @@ fn the_concept_library_through_the_cli() {
     let err = failed(atlas_text_only(&db, &["concept", "compose", &a.to_string()]));
     assert!(err.contains("ids") || err.contains("2"), "{err}");
 }
+
+#[test]
+fn context_prints_its_sections_and_their_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("context.db");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/agents/trajectories.jsonl");
+    ok(atlas_text_only(&db, &["experience", "store", fixture.to_str().unwrap()]));
+    let context: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(
+        &db,
+        &["context", "fill the enclosed region", "--budget", "8000", "--json"],
+    )))
+    .unwrap();
+    let sections = context["sections"].as_array().unwrap();
+    let names: Vec<&str> = sections.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["persona", "core", "goal", "retrieved", "history"]);
+    for s in sections {
+        assert!(s["tokens"].as_u64().unwrap() <= s["budget"].as_u64().unwrap(), "{s}");
+    }
+    assert!(context["tokens"].as_u64().unwrap() <= 8000);
+    assert!(context["text"].as_str().unwrap().contains("Task: fill the enclosed region"));
+    let human = ok(atlas_text_only(&db, &["context", "fill the enclosed region", "--budget", "8000"]));
+    assert!(human.starts_with("## goal") && human.contains("## retrieved"), "{human}");
+}

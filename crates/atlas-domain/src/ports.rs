@@ -98,6 +98,10 @@ pub trait MemoryStore: Send + Sync {
     /// Edges that start or end at `id`.
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>>;
 
+    /// The `limit` newest memories the filter admits, newest first by (event time, id): a
+    /// session's recent history.
+    async fn latest(&self, filter: RecallFilter, limit: usize) -> Result<Vec<Memory>>;
+
     async fn stats(&self) -> Result<StoreStats>;
 }
 

@@ -8,6 +8,7 @@ mod backup;
 pub mod concepts;
 pub mod config;
 pub mod consolidation;
+pub mod context;
 pub mod forgetting;
 pub mod migrate;
 mod recall;

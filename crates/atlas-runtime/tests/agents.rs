@@ -219,3 +219,66 @@ async fn the_concept_library_learns_composes_and_counts_uses() {
     assert_eq!(used.iter().map(|c| (c.id, c.usage_count)).collect::<Vec<_>>(), vec![(flip.id, 1)]);
     assert_eq!(used[0].success_rate, 2.0 / 3.0);
 }
+
+#[tokio::test]
+async fn the_context_holds_every_section_in_order_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = space(dir.path(), None).await;
+    atlas.store_experience_file(&fixture(), Scope::default()).await.unwrap();
+    atlas
+        .add_strategy("enclosed regions to fill", "flood fill from an interior point", Scope::default())
+        .await
+        .unwrap();
+    let session = Scope { session: Some("now".into()), ..Scope::default() };
+    for (i, text) in [
+        "Let's do the fill puzzle next.",
+        "It has a blue border.",
+        "The region is enclosed.",
+        "Ready when you are.",
+        "Go.",
+        "First look at the grid.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        atlas
+            .remember(atlas_runtime::Remember {
+                text: (*text).into(),
+                speaker: Some("Ann".into()),
+                scope: session.clone(),
+                time: Some(atlas_domain::Timestamp(1_000 + i as i64)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    atlas.flush_vectors(None).await.unwrap();
+    let context = atlas.context("fill the enclosed region", 8000, session.clone()).await.unwrap();
+    let names: Vec<&str> = context.sections.iter().map(|s| s.name).collect();
+    assert_eq!(names, ["persona", "core", "goal", "retrieved", "history"]);
+    assert!(context.tokens <= 8000);
+    let section = |name: &str| context.sections.iter().find(|s| s.name == name).unwrap();
+    assert_eq!(section("goal").items, ["Task: fill the enclosed region"]);
+    let retrieved = section("retrieved").items.join("\n");
+    assert!(
+        retrieved.contains("flood fill from an interior point")
+            && retrieved.contains("Experience: Fill the enclosed region"),
+        "{retrieved}"
+    );
+    let history = &section("history").items;
+    assert_eq!(history.len(), 5, "the last five turns, raw");
+    assert_eq!(history.last().unwrap(), "Ann: First look at the grid.", "newest last");
+    assert!(!retrieved.contains("Ann: First look at the grid."), "the history's turns are not retrieved twice");
+    let text = context.text();
+    assert!(text.find("## goal").unwrap() < text.find("## retrieved").unwrap());
+    assert!(text.find("## retrieved").unwrap() < text.find("## history").unwrap());
+
+    // A tight budget keeps the newest turn and the order, and never exceeds any section.
+    let tight = atlas.context("fill the enclosed region", 300, session).await.unwrap();
+    assert!(tight.tokens <= 300);
+    for s in &tight.sections {
+        assert!(s.tokens <= s.budget, "{s:?}");
+    }
+    let history = &tight.sections[4].items;
+    assert_eq!(history.last().map(String::as_str), Some("Ann: First look at the grid."), "{history:?}");
+}

@@ -437,6 +437,31 @@ impl MemoryStore for QdrantStore {
         Ok(self.export_batch(after, limit).await?.into_iter().map(|s| s.memory).collect())
     }
 
+    async fn latest(&self, filter: RecallFilter, limit: usize) -> Result<Vec<Memory>> {
+        if limit == 0 || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        // Qdrant orders by the indexed event time; equal times are ordered by id here, so
+        // a few more are read than asked for and the cut is made after sorting.
+        let order = qdrant_client::qdrant::OrderByBuilder::new(crate::payload::field::EVENT_TIME)
+            .direction(qdrant_client::qdrant::Direction::Desc as i32)
+            .build();
+        let request = ScrollPointsBuilder::new(self.collection.name())
+            .filter(filter::to_qdrant(&filter))
+            .order_by(order)
+            .limit((limit * 2 + 8).min(u32::MAX as usize) as u32)
+            .with_payload(true)
+            .with_vectors(false);
+        let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+        let mut found = points.into_iter().map(|p| decode(p, None).map(|(m, _)| m)).collect::<Result<Vec<_>>>()?;
+        let ids: Vec<MemoryId> = found.iter().map(|m| m.id).collect();
+        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
+        found.retain(|m| live.contains(&m.id));
+        found.sort_by_key(|m| std::cmp::Reverse((m.event_time, m.id)));
+        found.truncate(limit);
+        Ok(found)
+    }
+
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
         self.side.read(move |c| sidecar::edges_of(c, id)).await
     }

@@ -620,6 +620,19 @@ impl MemoryStore for SqliteStore {
             .await
     }
 
+    async fn latest(&self, filter: RecallFilter, limit: usize) -> Result<Vec<Memory>> {
+        self.readers
+            .read(move |conn| {
+                let (clause, mut params) = filter_clause(&filter);
+                params.push(Value::Integer(limit as i64));
+                let sql = format!(
+                    "SELECT {MEMORY_COLUMNS} FROM memories m WHERE {clause} ORDER BY m.event_time DESC, m.id DESC LIMIT ?"
+                );
+                query_memories(conn, &sql, &params)
+            })
+            .await
+    }
+
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
         self.readers
             .read(move |conn| {

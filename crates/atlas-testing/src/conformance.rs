@@ -42,7 +42,7 @@ macro_rules! store_conformance {
                 rebinding_requeues_everything_for_the_new_model, replica_copies_ids_vectors_and_edges_idempotently,
                 restore_refuses_vectors_of_another_dimension, keyed_writes_happen_once, reserved_ids_are_never_taken,
                 own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
-                updates_change_lifecycle_and_body_only);
+                updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -763,5 +763,34 @@ pub fn updates_change_lifecycle_and_body_only<S: Store>(make: Make<S>) {
         let wrong_kind =
             store.update(vec![Update { id: ids[1], lifecycle: used, body: Some(Body::episode(None)) }]).await;
         assert!(wrong_kind.is_err());
+    });
+}
+
+pub fn latest_is_newest_first_under_the_filter<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let ids = store
+            .insert(
+                vec![
+                    episode("first", Some("s1"), 10),
+                    episode("third", Some("s1"), 30),
+                    episode("other session", Some("s2"), 40),
+                    episode("second", Some("s1"), 20),
+                    episode("same time, later id", Some("s1"), 30),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        let s1 =
+            RecallFilter { scope: Scope { session: Some("s1".into()), ..Scope::default() }, ..RecallFilter::default() };
+        let latest = store.latest(s1.clone(), 3).await.unwrap();
+        assert_eq!(latest.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[4], ids[1], ids[3]]);
+        assert_eq!(store.latest(RecallFilter::default(), 1).await.unwrap()[0].id, ids[2]);
+        assert!(store.latest(s1.clone(), 0).await.unwrap().is_empty());
+        let deleted = Lifecycle { deleted_at: Some(Timestamp(99)), ..Lifecycle::default() };
+        store.update(vec![Update { id: ids[4], lifecycle: deleted, body: None }]).await.unwrap();
+        assert_eq!(store.latest(s1, 1).await.unwrap()[0].id, ids[1], "never a forgotten memory");
     });
 }

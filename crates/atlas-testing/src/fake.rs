@@ -169,6 +169,14 @@ impl MemoryStore for FakeStore {
         Ok(s.memories.range(start..).filter(|(id, _)| **id > start).take(limit).map(|(_, m)| m.clone()).collect())
     }
 
+    async fn latest(&self, filter: RecallFilter, limit: usize) -> Result<Vec<Memory>> {
+        let s = self.state.lock().unwrap();
+        let mut found: Vec<Memory> = s.memories.values().filter(|m| filter.admits(m)).cloned().collect();
+        found.sort_by_key(|m| std::cmp::Reverse((m.event_time, m.id)));
+        found.truncate(limit);
+        Ok(found)
+    }
+
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
         let s = self.state.lock().unwrap();
         Ok(s.edges.iter().filter(|e| e.src == id || e.dst == id).cloned().collect())

@@ -8,6 +8,7 @@
 
 pub mod concepts;
 pub mod consolidation;
+pub mod context;
 pub mod decay;
 pub mod dialectic;
 pub mod embedding;
