@@ -40,6 +40,8 @@ pub struct ExperienceHit {
     /// Relevance (its best share of the best raw full-text or vector score) times the outcome's
     /// weight.
     pub score: f64,
+    /// The cosine of task and experience, where the vector search found it.
+    pub similarity: Option<f64>,
 }
 
 /// What storing trajectories did, one line per trajectory.
@@ -84,6 +86,8 @@ pub struct StrategyHit {
     pub success_rate: f64,
     /// [`atlas_domain::policy::strategy`]'s rank.
     pub score: f64,
+    /// The cosine of task and situation, where the vector search found it.
+    pub similarity: Option<f64>,
 }
 
 /// What `write_strategy` did with a trajectory.
@@ -191,6 +195,7 @@ fn experience_hit(memory: Memory, score: f64) -> Option<ExperienceHit> {
             feedback: feedback.clone(),
             steps: steps.clone(),
             score,
+            similarity: None,
         }),
         _ => None,
     }
@@ -205,6 +210,7 @@ fn strategy_hit(memory: &Memory, score: f64) -> Option<StrategyHit> {
             usage_count: successes + failures,
             success_rate: success_rate(*successes, *failures),
             score,
+            similarity: None,
         }),
         _ => None,
     }
@@ -228,14 +234,15 @@ impl Atlas {
 
     /// Recall restricted to one kind, `k × CANDIDATES_PER_RESULT` candidates, each with its
     /// relevance ([`atlas_domain::policy::strategy::relevance`]: its best share of the best raw
-    /// full-text or vector score).
+    /// full-text or vector score) and its similarity (the cosine of query and memory, where the
+    /// vector search found it: an absolute measure a caller may set a floor on).
     pub(crate) async fn candidates(
         &self,
         query: &str,
         kind: MemoryKind,
         k: usize,
         scope: Scope,
-    ) -> Result<Vec<(Memory, f64)>> {
+    ) -> Result<Vec<(Memory, f64, Option<f64>)>> {
         let request = RecallRequest {
             query: query.into(),
             k: k * CANDIDATES_PER_RESULT,
@@ -254,7 +261,8 @@ impl Atlas {
             .map(|h| {
                 let found: Vec<(f64, f64)> =
                     searches.iter().zip(&best).filter_map(|(s, b)| h.signals.get(s).map(|x| (x.raw, *b))).collect();
-                (h.memory, relevance(&found))
+                let similarity = h.signals.get(&Signal::Vector).map(|x| x.raw);
+                (h.memory, relevance(&found), similarity)
             })
             .collect())
     }
@@ -295,9 +303,13 @@ impl Atlas {
             .candidates(task, MemoryKind::Experience, k, scope)
             .await?
             .into_iter()
-            .filter_map(|(m, relevance)| {
+            .filter_map(|(m, relevance, similarity)| {
                 let hit = experience_hit(m, relevance)?;
-                Some(ExperienceHit { score: relevance * weight(hit.outcome, hit.feedback.as_deref()), ..hit })
+                Some(ExperienceHit {
+                    score: relevance * weight(hit.outcome, hit.feedback.as_deref()),
+                    similarity,
+                    ..hit
+                })
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory_id.cmp(&b.memory_id)));
@@ -433,21 +445,21 @@ impl Atlas {
         let candidates = self.candidates(task, MemoryKind::Strategy, k, scope).await?;
         let total: u64 = candidates
             .iter()
-            .map(|(m, _)| match m.body {
+            .map(|(m, _, _)| match m.body {
                 Body::Strategy { successes, failures, .. } => u64::from(successes) + u64::from(failures),
                 _ => 0,
             })
             .sum();
         let mut hits: Vec<StrategyHit> = candidates
             .iter()
-            .filter_map(|(m, relevance)| {
+            .filter_map(|(m, relevance, similarity)| {
                 let Body::Strategy { successes, failures, .. } = m.body else { return None };
                 let rate = if explore {
                     upper_bound(successes, failures, total, 1.0)
                 } else {
                     success_rate(successes, failures)
                 };
-                strategy_hit(m, rank_score(*relevance, rate))
+                strategy_hit(m, rank_score(*relevance, rate)).map(|h| StrategyHit { similarity: *similarity, ..h })
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
@@ -472,8 +484,9 @@ impl Atlas {
     /// Abstracts a trajectory into a strategy (ArcMemo's write): the model states the
     /// situation and the suggestion where one is configured; otherwise the task is the
     /// situation and the first steps (or the output) the suggestion. A near-duplicate of a
-    /// stored strategy takes the trajectory's outcome into its statistics instead of a new
-    /// strategy being added. `None` when the trajectory has nothing to suggest.
+    /// stored strategy (same situation, same suggestion) takes the trajectory's outcome into its
+    /// statistics instead of a new strategy being added. `None` when the trajectory has nothing
+    /// to suggest, or failed without a strategy to count it against.
     pub async fn write_strategy(&self, t: &Trajectory, scope: Scope) -> Result<Option<WrittenStrategy>> {
         let (situation, suggestion) = match self.abstract_by_model(t).await {
             Some(pair) => pair,
@@ -486,14 +499,24 @@ impl Atlas {
         if suggestion.is_empty() {
             return Ok(None);
         }
+        // The same strategy: the same situation and the same suggestion. Another suggestion for
+        // the same situation competes as a strategy of its own, and the statistics decide.
         let near = self
-            .candidates(&situation, MemoryKind::Strategy, 1, scope.clone())
+            .candidates(&situation, MemoryKind::Strategy, 3, scope.clone())
             .await?
             .into_iter()
-            .find(|(m, _)| matches!(&m.body, Body::Strategy { situation: s, .. } if share_of_words(s, &situation) >= SAME_SITUATION));
-        if let Some((m, _)) = near {
+            .find(|(m, _, _)| {
+                matches!(&m.body, Body::Strategy { situation: s, suggestion: g, .. }
+                    if share_of_words(s, &situation) >= SAME_SITUATION && share_of_words(g, &suggestion) >= SAME_SITUATION)
+            });
+        if let Some((m, _, _)) = near {
             let strategy = self.update_strategy(m.id, t.success).await?;
             return Ok(Some(WrittenStrategy { strategy, updated: true }));
+        }
+        // A failure says what not to do: it counts against a strategy that suggested it, and
+        // never becomes a suggestion itself.
+        if !t.success {
+            return Ok(None);
         }
         let id = self.add_strategy(&situation, &suggestion, scope).await?;
         let strategy = self.update_strategy(id, t.success).await?;

@@ -36,6 +36,8 @@ pub struct ConceptHit {
     pub success_rate: f64,
     /// For a search: relevance × (0.5 + success rate), as the Strategy bank ranks.
     pub score: f64,
+    /// For a search: the cosine of query and concept, where the vector search found it.
+    pub similarity: Option<f64>,
 }
 
 fn concept_hit(m: &Memory, score: f64) -> Option<ConceptHit> {
@@ -53,6 +55,7 @@ fn concept_hit(m: &Memory, score: f64) -> Option<ConceptHit> {
         usage_count: detail.successes + detail.failures,
         success_rate: success_rate(detail.successes, detail.failures),
         score,
+        similarity: None,
     })
 }
 
@@ -130,9 +133,9 @@ impl Atlas {
         let candidates = self.candidates(query, MemoryKind::Concept, k, scope).await?;
         let mut hits: Vec<ConceptHit> = candidates
             .iter()
-            .filter_map(|(m, relevance)| {
+            .filter_map(|(m, relevance, similarity)| {
                 let hit = concept_hit(m, 0.0)?;
-                Some(ConceptHit { score: rank_score(*relevance, hit.success_rate), ..hit })
+                Some(ConceptHit { score: rank_score(*relevance, hit.success_rate), similarity: *similarity, ..hit })
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
@@ -205,31 +208,43 @@ impl Atlas {
         Ok(recorded)
     }
 
-    /// Learns concepts from what recurs across `trajectories` (at most `max_concepts`) and
-    /// adds them to the library; one whose code the library already holds is not added twice.
+    /// Learns concepts from what recurs across the successful `trajectories` and adds up to
+    /// `max_concepts` new ones to the library; one whose code the library already holds is not
+    /// added twice (it is returned with the new ones).
     pub async fn compress_trajectories(
         &self,
         trajectories: &[Trajectory],
         max_concepts: usize,
         scope: Scope,
     ) -> Result<Vec<ConceptHit>> {
-        let programs: Vec<Vec<String>> = trajectories.iter().map(|t| t.steps.clone()).collect();
-        let learned = compress(&programs, max_concepts, MAX_CONCEPT_STEPS);
+        // Solutions only: what recurs in failed attempts is a habit to lose, not a concept.
+        let solved: Vec<&Trajectory> = trajectories.iter().filter(|t| t.success).collect();
+        let programs: Vec<Vec<String>> = solved.iter().map(|t| t.steps.clone()).collect();
+        // Concepts the library already holds come back too: up to `max_concepts` new ones are
+        // learned beyond them.
+        let learned = compress(&programs, max_concepts * 4, MAX_CONCEPT_STEPS);
         let mut added = Vec::with_capacity(learned.len());
+        let mut new = 0;
         for concept in learned {
             if let Some(existing) = self.concept_with_code(&concept.code, &scope).await? {
                 added.push(existing);
                 continue;
             }
-            let (name, description) = match self.autodoc(&concept).await {
+            if new == max_concepts {
+                break;
+            }
+            new += 1;
+            let tasks: Vec<&str> =
+                concept.occurrences.iter().take(EXAMPLES).map(|o| solved[o.program].task.as_str()).collect();
+            let (name, description) = match self.autodoc(&concept, &tasks).await {
                 Some(doc) => doc,
-                None => (concept.name.clone(), default_description(&concept, trajectories)),
+                None => (concept.name.clone(), default_description(&concept, &solved)),
             };
             let examples = concept
                 .occurrences
                 .iter()
                 .take(EXAMPLES)
-                .map(|o| format!("{name}({})  # {}", o.args.join(", "), trajectories[o.program].id))
+                .map(|o| format!("{name}({})  # {}", o.args.join(", "), solved[o.program].id))
                 .collect();
             let detail = ConceptDetail {
                 description,
@@ -246,17 +261,23 @@ impl Atlas {
 
     async fn concept_with_code(&self, code: &str, scope: &Scope) -> Result<Option<ConceptHit>> {
         let candidates = self.candidates(code, MemoryKind::Concept, 3, scope.clone()).await?;
-        Ok(candidates.iter().find_map(|(m, _)| concept_hit(m, 0.0).filter(|c| c.code == code)))
+        Ok(candidates.iter().find_map(|(m, _, _)| concept_hit(m, 0.0).filter(|c| c.code == code)))
     }
 
-    /// AutoDoc: the model's name (an identifier) and one-sentence description of a concept.
-    async fn autodoc(&self, concept: &Learned) -> Option<(String, String)> {
+    /// AutoDoc: the model's name (an identifier) and one-sentence description of a concept,
+    /// from its code and the tasks it was learned from (so that a task finds it).
+    async fn autodoc(&self, concept: &Learned, tasks: &[&str]) -> Option<(String, String)> {
         let llm = self.parts.llm.as_ref()?;
         let request = LlmRequest {
             system: "You name and document a reusable code pattern learned from an agent's programs. Answer with \
                      JSON only: {\"name\": \"snake_case_identifier\", \"description\": \"one sentence\"}."
                 .into(),
-            prompt: format!("Parameters: {}\nCode:\n{}", concept.params.join(", "), concept.code),
+            prompt: format!(
+                "Parameters: {}\nCode:\n{}\nLearned from these tasks:\n{}",
+                concept.params.join(", "),
+                concept.code,
+                tasks.join("\n")
+            ),
             json_schema: Some(serde_json::json!({
                 "type": "object", "required": ["name", "description"],
                 "properties": {
@@ -274,7 +295,7 @@ impl Atlas {
     }
 }
 
-fn default_description(concept: &Learned, trajectories: &[Trajectory]) -> String {
+fn default_description(concept: &Learned, trajectories: &[&Trajectory]) -> String {
     let tasks: Vec<&str> = concept.occurrences.iter().take(2).map(|o| trajectories[o.program].task.as_str()).collect();
     format!(
         "Learned from {} trajectories (description length saved: {}), e.g. for: {}",
