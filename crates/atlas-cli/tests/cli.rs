@@ -482,8 +482,9 @@ fn the_concept_library_through_the_cli() {
         assert!(c["name"].is_string() && c["code"].is_string() && c["params"].is_array(), "{c}");
         assert!(c["occurrences"].as_u64().unwrap() >= 2, "{c}");
     }
-    let fill = concepts.iter().find(|c| c["code"] == "out = flood_fill(g, arg1, blue)").expect("{learned}");
-    assert_eq!(fill["params"], serde_json::json!(["arg1"]));
+    let mirror =
+        concepts.iter().find(|c| c["code"] == "m = flip_horizontal(g)\nout = hstack(g, m)").expect("{learned}");
+    assert_eq!((mirror["params"].clone(), mirror["occurrences"].as_u64()), (serde_json::json!([]), Some(2)));
     let add = |name: &str, code: &str| -> i64 {
         let out =
             ok(atlas_text_only(&db, &["concept", "add", "--name", name, "--code", code, "--param", "grid", "--json"]));

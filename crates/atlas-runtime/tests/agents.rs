@@ -169,8 +169,7 @@ async fn the_concept_library_learns_composes_and_counts_uses() {
     assert_eq!(learned[0].code, "g = load(input)", "what every trajectory does saves the most");
     let mirror = learned.iter().find(|c| c.name == "flip_horizontal_then_hstack").expect("the recurring mirror");
     assert_eq!(mirror.code, "m = flip_horizontal(g)\nout = hstack(g, m)");
-    let fill = learned.iter().find(|c| c.name == "flood_fill_step").expect("the fill, its seed a parameter");
-    assert_eq!((fill.code.as_str(), fill.params.len()), ("out = flood_fill(g, arg1, blue)", 1));
+    assert!(learned.iter().all(|c| !c.code.contains("(0, 0)")), "nothing learned from the failed attempt");
     atlas.flush_vectors(None).await.unwrap();
     let again = atlas.compress_trajectories(&trajectories, 3, Scope::default()).await.unwrap();
     assert_eq!(
