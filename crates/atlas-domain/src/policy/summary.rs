@@ -60,7 +60,7 @@ pub fn extractive(turns: &[Turn<'_>], budget: usize) -> String {
             continue;
         }
         let line = quote(turns[i]);
-        let cost = line.chars().count() + 3;
+        let cost = line.chars().count() + 1;
         if !chosen.is_empty() && used + cost > budget {
             continue;
         }
@@ -69,7 +69,9 @@ pub fn extractive(turns: &[Turn<'_>], budget: usize) -> String {
         chosen_words.push(words);
     }
     chosen.sort_by_key(|(i, _)| *i);
-    chosen.into_iter().map(|(_, line)| line).collect::<Vec<_>>().join(" / ")
+    // One quoted turn per line: a turn's own text never holds a line break (it is quoted with
+    // its whitespace collapsed), so the lines are the turns.
+    chosen.into_iter().map(|(_, line)| line).collect::<Vec<_>>().join("\n")
 }
 
 /// `Speaker: text`, the text cut at a word boundary after [`TURN_CHARS`] characters.
@@ -134,9 +136,9 @@ mod tests {
             if summary.is_empty() {
                 return Ok(());
             }
-            let quoted: Vec<&str> = summary.split(" / ").collect();
+            let quoted: Vec<&str> = summary.split('\n').collect();
             let first = quoted[0].chars().count();
-            prop_assert!(summary.chars().count() <= budget.max(first + 3) + 3, "{} > {}", summary.len(), budget);
+            prop_assert!(summary.chars().count() <= budget.max(first + 1) + 1, "{} > {}", summary.len(), budget);
             // Every part is a turn (or its head), and the parts keep the session's order.
             let mut from = 0;
             for part in quoted {
