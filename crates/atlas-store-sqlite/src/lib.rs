@@ -1315,7 +1315,10 @@ fn admitted_ids(
     let mut admitted = std::collections::HashSet::with_capacity(ids.len());
     for chunk in ids.chunks(4096) {
         let marks = vec!["?"; chunk.len()].join(", ");
-        let sql = format!("SELECT m.id FROM memories m WHERE m.id IN ({marks}) AND {clause}");
+        // By rowid, always: with a kind in the filter the planner would rather walk the kind
+        // index over every memory of those kinds (measured: 15 ms instead of 2 for 1,024 ids
+        // among 100k memories).
+        let sql = format!("SELECT m.id FROM memories m NOT INDEXED WHERE m.id IN ({marks}) AND {clause}");
         let mut params: Vec<Value> = chunk.iter().map(|id| Value::Integer(*id)).collect();
         params.extend(filter_params.iter().cloned());
         let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
