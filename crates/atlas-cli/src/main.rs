@@ -140,6 +140,25 @@ enum Command {
         #[arg(long, value_name = "KEY:VALUE")]
         scope: Vec<String>,
     },
+    /// Serve the HTTP API (docs/SERVER.md): JSON under /v1, /healthz, /metrics. Runs until
+    /// interrupted; the caches stay warm, embedding and the sleep cycle run in the background.
+    Serve {
+        /// Address to listen on; anything but loopback needs a token.
+        #[arg(long, default_value = atlas_server::DEFAULT_LISTEN)]
+        listen: String,
+        /// A file holding the bearer token clients must send (else ATLAS_TOKEN).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Requests in flight beyond this are answered 503 with Retry-After.
+        #[arg(long, default_value_t = 256)]
+        max_in_flight: usize,
+        /// A request answered in no more than this many ms, else 503.
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
+        /// Largest request body, in bytes.
+        #[arg(long, default_value_t = 8 << 20)]
+        max_body_bytes: usize,
+    },
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
@@ -327,6 +346,34 @@ struct RecallArgs {
     explain: bool,
 }
 
+/// `atlas serve`: refuses an open address without a token, then serves until interrupted.
+async fn serve(atlas: Atlas, listen: &str, options: atlas_server::ServerOptions) -> Result<()> {
+    let addr: std::net::SocketAddr =
+        listen.parse().map_err(|e| anyhow!("--listen: {listen:?} is not an address like 127.0.0.1:7431 ({e})"))?;
+    if !atlas_server::is_loopback(&addr) && options.token.is_none() {
+        return Err(anyhow!(
+            "refusing to listen on {addr} without a token: anyone who can reach it could read and change \
+             this memory; give one with --token-file FILE or ATLAS_TOKEN, or listen on 127.0.0.1"
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let atlas = Arc::new(atlas);
+    atlas.start_sleep_cycle();
+    eprintln!("atlas serving {} on http://{addr} (docs/SERVER.md)", atlas.config().db.display());
+    let app = atlas_server::router(Arc::clone(&atlas), options);
+    axum_serve(listener, app).await?;
+    atlas.end_session();
+    Ok(())
+}
+
+async fn axum_serve(listener: tokio::net::TcpListener, app: atlas_server::Router) -> Result<()> {
+    atlas_server::serve(listener, app, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("the server stopped")
+}
+
 fn main() -> std::process::ExitCode {
     // SAFETY: both run before any other thread exists (the runtime is built below), so nothing
     // reads the environment or handles signals concurrently.
@@ -335,11 +382,16 @@ fn main() -> std::process::ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         atlas_runtime::quiet_onnx_runtime();
     }
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    runtime.block_on(cli_main())
+    let cli = Cli::parse();
+    // A server answers many clients at once: every core; a one-shot command needs one thread.
+    let runtime = match cli.command {
+        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+    };
+    runtime.expect("a tokio runtime").block_on(cli_main(cli))
 }
 
-async fn cli_main() -> std::process::ExitCode {
+async fn cli_main(cli: Cli) -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ATLAS_LOG")
@@ -347,7 +399,6 @@ async fn cli_main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let json = cli.json;
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -382,6 +433,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Experience { action: ExperienceAction::Store { .. } }
             | Command::Strategy { action: StrategyAction::Add { .. } | StrategyAction::Write { .. } }
             | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
+            | Command::Serve { .. }
     );
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
@@ -442,6 +494,25 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Experience { action } => agent_memory::experience(&atlas, action, json).await,
         Command::Strategy { action } => agent_memory::strategy(&atlas, action, json).await,
         Command::Concept { action } => agent_memory::concept(&atlas, action, json).await,
+        Command::Serve { listen, token_file, max_in_flight, timeout_ms, max_body_bytes } => {
+            let token = match token_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(&path)
+                        .with_context(|| format!("cannot read the token file {}", path.display()))?
+                        .trim()
+                        .to_owned(),
+                ),
+                None => std::env::var("ATLAS_TOKEN").ok(),
+            }
+            .filter(|t| !t.is_empty());
+            let options = atlas_server::ServerOptions {
+                token,
+                max_body_bytes,
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                max_in_flight,
+            };
+            serve(atlas, &listen, options).await
+        }
         Command::Context { task, budget, session, scope } => {
             let mut scope = parse_scope(&scope)?;
             scope.session = session.or(scope.session);

@@ -17,55 +17,7 @@ pub fn print_line(json: bool, value: Value, human: impl FnOnce() -> String) {
 /// With `explain`, every hit also shows each signal's rank, raw score and contribution.
 pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, explain: bool) {
     if json {
-        let hits: Vec<Value> = recall
-            .hits
-            .iter()
-            .map(|h| {
-                let mut line = jsonl::to_line(&h.memory);
-                let ranks: serde_json::Map<String, Value> =
-                    h.signals.iter().map(|(s, v)| (s.as_str().to_owned(), Value::from(v.rank))).collect();
-                line["score"] = Value::from(h.score);
-                line["ranks"] = Value::Object(ranks);
-                if !h.duplicates.is_empty() {
-                    line["duplicates"] = h.duplicates.iter().map(|d| Value::from(d.0)).collect();
-                }
-                if let atlas_domain::Body::Fact { confidence, .. } = &h.memory.body {
-                    // A fact says when it held and how sure ATLAS is of it.
-                    line["valid_from"] = Value::from(h.memory.validity.valid_from.to_rfc3339());
-                    line["valid_until"] =
-                        h.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
-                    line["confidence"] = Value::from(f64::from(*confidence));
-                }
-                if !h.sources.is_empty() {
-                    line["sources"] = h.sources.iter().map(jsonl::to_line).collect();
-                }
-                if explain {
-                    let detail: serde_json::Map<String, Value> = h
-                        .signals
-                        .iter()
-                        .map(|(s, v)| {
-                            let entry = json!({"rank": v.rank, "score": v.raw, "contribution": v.contribution});
-                            (s.as_str().to_owned(), entry)
-                        })
-                        .collect();
-                    line["explain"] = Value::Object(detail);
-                }
-                line
-            })
-            .collect();
-        let signals: serde_json::Map<String, Value> = recall
-            .signals
-            .iter()
-            .map(|s| (s.signal.as_str().to_owned(), json!({"used": s.used, "note": s.note})))
-            .collect();
-        let stages = json!({
-            "query_embedding_ms": recall.stages.query_embedding_ms,
-            "text_ms": recall.stages.text_ms,
-            "vector_ms": recall.stages.vector_ms,
-            "fusion_ms": recall.stages.fusion_ms,
-        });
-        let mut out = json!({"took_ms": recall.took_ms, "stages": stages, "hits": hits, "signals": signals,
-                             "pending_vectors": recall.pending_vectors});
+        let mut out = atlas_runtime::wire::recall_value(recall, explain);
         if let Some((id, _)) = batch {
             out["id"] = Value::from(id);
         }
@@ -119,22 +71,8 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
 }
 
 pub fn print_detail(detail: &MemoryDetail, json: bool) {
-    let edges: Vec<Value> = detail
-        .edges
-        .iter()
-        .map(|e| {
-            json!({"src": e.src.0, "dst": e.dst.0, "kind": e.kind.as_str(), "weight": e.weight,
-                       "valid_from": e.validity.valid_from.to_rfc3339(),
-                       "valid_until": e.validity.valid_until.map(|t| t.to_rfc3339())})
-        })
-        .collect();
     if json {
-        let mut line = jsonl::to_line(&detail.memory);
-        line["edges"] = Value::Array(edges);
-        if !detail.memory.lifecycle.is_fresh() {
-            line["lifecycle"] = serde_json::to_value(detail.memory.lifecycle).expect("a lifecycle serialises");
-        }
-        println!("{line}");
+        println!("{}", atlas_runtime::wire::detail_value(detail));
         return;
     }
     let m = &detail.memory;
@@ -161,16 +99,8 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
 
 pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
     let s = &stats.store;
-    let by_kind: serde_json::Map<String, Value> =
-        s.memories_by_kind.iter().map(|(k, n)| (k.as_str().to_owned(), Value::from(*n))).collect();
-    let model = s.embedding_model.as_ref().map(|m| json!({"name": m.name, "dimension": m.dimension}));
     if json {
-        println!(
-            "{}",
-            json!({"db": db.display().to_string(), "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
-                   "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
-                   "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder})
-        );
+        println!("{}", atlas_runtime::wire::stats_value(db, stats));
         return;
     }
     println!("database:        {}", db.display());

@@ -534,3 +534,38 @@ fn context_prints_its_sections_and_their_tokens() {
     let human = ok(atlas_text_only(&db, &["context", "fill the enclosed region", "--budget", "8000"]));
     assert!(human.starts_with("## goal") && human.contains("## retrieved"), "{human}");
 }
+
+/// `atlas serve` refuses an open address without a token, and serves on loopback.
+#[test]
+fn serve_refuses_an_open_address_without_a_token_and_answers_on_loopback() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("served.db");
+    let err = failed(
+        command(&db, &["serve", "--listen", "0.0.0.0:0"])
+            .env("ATLAS_EMBEDDER", "none")
+            .env_remove("ATLAS_TOKEN")
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("without a token") && err.contains("ATLAS_TOKEN"), "{err}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = command(&db, &["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("ATLAS_EMBEDDER", "none")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut answer = String::new();
+    for _ in 0..100 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            stream.read_to_string(&mut answer).unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"ok\""), "{answer}");
+}

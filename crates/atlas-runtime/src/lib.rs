@@ -12,6 +12,7 @@ pub mod context;
 pub mod forgetting;
 pub mod migrate;
 mod recall;
+pub mod wire;
 
 pub use backup::{ImportOptions, Imported, import_key, parse_jsonl, parse_trajectories};
 pub use config::Config;

@@ -1,0 +1,99 @@
+//! The JSON shapes ATLAS answers in, shared by every driving adapter (the CLI's `--json` and
+//! the HTTP server), so that a client can switch between them: a recall, a memory with its
+//! edges, the stats of a space, an error.
+
+use crate::{MemoryDetail, Recall, Stats};
+use atlas_domain::{AtlasError, jsonl};
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// One recall: its hits (each memory's record with its score, its rank per signal, folded
+/// duplicates, a fact's validity and confidence, a consolidated memory's sources and, with
+/// `explain`, each signal's rank, score and contribution), the signals, stages and backlog.
+pub fn recall_value(recall: &Recall, explain: bool) -> Value {
+    let hits: Vec<Value> = recall
+        .hits
+        .iter()
+        .map(|h| {
+            let mut line = jsonl::to_line(&h.memory);
+            let ranks: serde_json::Map<String, Value> =
+                h.signals.iter().map(|(s, v)| (s.as_str().to_owned(), Value::from(v.rank))).collect();
+            line["score"] = Value::from(h.score);
+            line["ranks"] = Value::Object(ranks);
+            if !h.duplicates.is_empty() {
+                line["duplicates"] = h.duplicates.iter().map(|d| Value::from(d.0)).collect();
+            }
+            if let atlas_domain::Body::Fact { confidence, .. } = &h.memory.body {
+                // A fact says when it held and how sure ATLAS is of it.
+                line["valid_from"] = Value::from(h.memory.validity.valid_from.to_rfc3339());
+                line["valid_until"] =
+                    h.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
+                line["confidence"] = Value::from(f64::from(*confidence));
+            }
+            if !h.sources.is_empty() {
+                line["sources"] = h.sources.iter().map(jsonl::to_line).collect();
+            }
+            if explain {
+                let detail: serde_json::Map<String, Value> = h
+                    .signals
+                    .iter()
+                    .map(|(s, v)| {
+                        let entry = json!({"rank": v.rank, "score": v.raw, "contribution": v.contribution});
+                        (s.as_str().to_owned(), entry)
+                    })
+                    .collect();
+                line["explain"] = Value::Object(detail);
+            }
+            line
+        })
+        .collect();
+    let signals: serde_json::Map<String, Value> = recall
+        .signals
+        .iter()
+        .map(|s| (s.signal.as_str().to_owned(), json!({"used": s.used, "note": s.note})))
+        .collect();
+    let stages = json!({
+        "query_embedding_ms": recall.stages.query_embedding_ms,
+        "text_ms": recall.stages.text_ms,
+        "vector_ms": recall.stages.vector_ms,
+        "fusion_ms": recall.stages.fusion_ms,
+    });
+    json!({"took_ms": recall.took_ms, "stages": stages, "hits": hits, "signals": signals,
+           "pending_vectors": recall.pending_vectors})
+}
+
+/// A memory's record with its edges (and its lifecycle once something happened to it).
+pub fn detail_value(detail: &MemoryDetail) -> Value {
+    let edges: Vec<Value> = detail
+        .edges
+        .iter()
+        .map(|e| {
+            json!({"src": e.src.0, "dst": e.dst.0, "kind": e.kind.as_str(), "weight": e.weight,
+                   "valid_from": e.validity.valid_from.to_rfc3339(),
+                   "valid_until": e.validity.valid_until.map(|t| t.to_rfc3339())})
+        })
+        .collect();
+    let mut line = jsonl::to_line(&detail.memory);
+    line["edges"] = Value::Array(edges);
+    if !detail.memory.lifecycle.is_fresh() {
+        line["lifecycle"] = serde_json::to_value(detail.memory.lifecycle).expect("a lifecycle serialises");
+    }
+    line
+}
+
+/// The counts and sizes of a memory space.
+pub fn stats_value(db: &Path, stats: &Stats) -> Value {
+    let s = &stats.store;
+    let by_kind: serde_json::Map<String, Value> =
+        s.memories_by_kind.iter().map(|(k, n)| (k.as_str().to_owned(), Value::from(*n))).collect();
+    let model = s.embedding_model.as_ref().map(|m| json!({"name": m.name, "dimension": m.dimension}));
+    json!({"db": db.display().to_string(), "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
+           "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
+           "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder})
+}
+
+/// `{"error": {"code", "message", "field", "location"}}`: what was wrong and where.
+pub fn error_value(code: &str, message: &str, error: Option<&AtlasError>) -> Value {
+    let (location, field) = error.and_then(AtlasError::location).unzip();
+    json!({"error": {"code": code, "message": message, "field": field.flatten(), "location": location}})
+}

@@ -1,0 +1,260 @@
+//! The HTTP API in process (tower's `oneshot`) and over a real socket: every route, every bad
+//! input with its documented status and message, the token, the limits.
+
+use atlas_runtime::{Atlas, Config, Parts};
+use atlas_server::{ROUTES, ServerOptions, router};
+use atlas_store_sqlite::{SqliteOptions, SqliteStore};
+use atlas_testing::HashEmbedder;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+async fn atlas(dir: &std::path::Path) -> Arc<Atlas> {
+    let db = dir.join("server.db");
+    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+    let embedder: Arc<dyn atlas_domain::ports::Embedder> = Arc::new(HashEmbedder::new(32));
+    let parts = Parts::from_store(Arc::clone(&store), Some(embedder)).with_consolidator(store);
+    Arc::new(Atlas::from_parts(parts, Config { db, ..Config::default() }).await.unwrap())
+}
+
+struct Api {
+    app: axum::Router,
+    token: Option<String>,
+}
+
+impl Api {
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value, axum::http::HeaderMap) {
+        self.raw(method, path, body.map(|b| b.to_string()), self.token.as_deref(), &[]).await
+    }
+
+    async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value, axum::http::HeaderMap) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            request = request.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let request = request.body(body.map_or_else(Body::empty, Body::from)).unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 24).await.unwrap();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value, headers)
+    }
+}
+
+async fn start(dir: &std::path::Path, options: ServerOptions) -> Api {
+    let token = options.token.clone();
+    Api { app: router(atlas(dir).await, options), token }
+}
+
+#[tokio::test]
+async fn every_route_answers_in_the_clis_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let (status, body, _) = api
+        .call("POST", "/v1/remember", Some(json!({"text": "I moved to Lisbon in May", "speaker": "Ann", "session": "s1", "scope": {"user": "ann"}})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    let (status, body, _) = api
+        .call(
+            "POST",
+            "/v1/remember",
+            Some(json!({"memories": [
+                {"text": "The cat is called Miso", "speaker": "Ann", "session": "s1", "scope": {"user": "ann"}},
+                {"text": "Miso is three years old", "speaker": "Ann", "session": "s1", "scope": {"user": "ann"}}
+            ]})),
+        )
+        .await;
+    assert_eq!((status, body["ids"].as_array().map(Vec::len)), (StatusCode::CREATED, Some(2)), "{body}");
+
+    let (status, body, _) = api
+        .call(
+            "POST",
+            "/v1/recall",
+            Some(json!({"query": "where does Ann live", "k": 2, "scope": {"user": "ann"}, "explain": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["hits"][0]["id"].as_i64(), Some(id), "{body}");
+    assert!(body["hits"][0]["score"].is_f64() && body["hits"][0]["explain"].is_object() && body["took_ms"].is_f64());
+    assert_eq!(body["hits"][0]["meta"], Value::Null, "the CLI's record shape: no empty meta");
+
+    let (status, body, _) = api.call("GET", &format!("/v1/memories/{id}"), None).await;
+    assert_eq!((status, body["text"].as_str()), (StatusCode::OK, Some("I moved to Lisbon in May")));
+    assert!(body["edges"].is_array());
+    let (status, body, _) = api.call("GET", "/v1/stats", None).await;
+    assert_eq!((status, body["memories"].as_u64()), (StatusCode::OK, Some(3)), "{body}");
+
+    let (status, body, _) = api.call("DELETE", &format!("/v1/memories/{id}"), None).await;
+    assert_eq!((status, body["hard"].as_bool()), (StatusCode::OK, Some(false)));
+    let (_, body, _) = api.call("GET", &format!("/v1/memories/{id}"), None).await;
+    assert!(body["lifecycle"]["deleted_at"].is_string(), "soft: still there, marked: {body}");
+    let (status, _, _) = api.call("DELETE", &format!("/v1/memories/{id}?hard=true"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body, _) = api.call("GET", &format!("/v1/memories/{id}"), None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+
+    let (status, body, _) = api.call("GET", "/healthz", None).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("ok")));
+    let (status, body, _) = api.call("GET", "/metrics", None).await;
+    let text = body.as_str().unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        text.contains("atlas_requests_total{route=\"remember\"} 2") && text.contains("atlas_vector_queue "),
+        "{text}"
+    );
+
+    // Every route of the table is routed (none falls through to "no such route").
+    for (method, path, _) in ROUTES {
+        let path = path.replace("{id}", "1");
+        let (status, body, _) = api.call(method, &path, Some(json!({}))).await;
+        assert!(
+            status != StatusCode::METHOD_NOT_ALLOWED
+                && body["error"]["message"] != "no such route (see ROUTES in docs/SERVER.md)",
+            "{method} {path}: {status} {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn retries_with_an_idempotency_key_store_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let send = || {
+        api.raw(
+            "POST",
+            "/v1/remember",
+            Some(json!({"text": "once only"}).to_string()),
+            None,
+            &[("idempotency-key", "k-1")],
+        )
+    };
+    let (_, first, _) = send().await;
+    let (status, again, _) = send().await;
+    assert_eq!((status, &again["id"]), (StatusCode::CREATED, &first["id"]));
+    let (_, stats, _) = api.call("GET", "/v1/stats", None).await;
+    assert_eq!(stats["memories"], 1);
+}
+
+#[tokio::test]
+async fn bad_input_gets_the_documented_status_and_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions { max_body_bytes: 4096, ..ServerOptions::default() };
+    let api = start(dir.path(), options).await;
+    // method, route, body, the status it must get, the field its error must name.
+    type Case<'a> = (&'a str, &'a str, Option<String>, StatusCode, Option<&'a str>);
+    let cases: Vec<Case> = vec![
+        ("POST", "/v1/remember", Some("{not json".into()), StatusCode::BAD_REQUEST, None),
+        (
+            "POST",
+            "/v1/remember",
+            Some(json!({"text": "x", "colour": "red"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            Some("colour"),
+        ),
+        ("POST", "/v1/remember", Some(json!({"speaker": "Ann"}).to_string()), StatusCode::BAD_REQUEST, Some("text")),
+        ("POST", "/v1/remember", Some(json!({"text": 7}).to_string()), StatusCode::BAD_REQUEST, None),
+        ("POST", "/v1/remember", Some(json!({"text": "   "}).to_string()), StatusCode::BAD_REQUEST, Some("text")),
+        (
+            "POST",
+            "/v1/remember",
+            Some(json!({"text": "x", "time": "yesterday"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            Some("time"),
+        ),
+        (
+            "POST",
+            "/v1/remember",
+            Some(json!({"text": "x".repeat(5000)}).to_string()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+        ),
+        (
+            "POST",
+            "/v1/recall",
+            Some(json!({"query": "x", "k": 100000}).to_string()),
+            StatusCode::BAD_REQUEST,
+            Some("k"),
+        ),
+        (
+            "POST",
+            "/v1/recall",
+            Some(json!({"query": "x", "kind": ["gossip"]}).to_string()),
+            StatusCode::BAD_REQUEST,
+            Some("kind"),
+        ),
+        ("GET", "/v1/memories/abc", None, StatusCode::BAD_REQUEST, Some("id")),
+        ("GET", "/v1/memories/99", None, StatusCode::NOT_FOUND, None),
+        ("DELETE", "/v1/memories/99", None, StatusCode::NOT_FOUND, None),
+        ("GET", "/v2/nothing", None, StatusCode::NOT_FOUND, None),
+    ];
+    for (method, path, body, status, field) in cases {
+        let shown = body.clone().unwrap_or_default();
+        let (got, answer, _) = api.raw(method, path, body, None, &[]).await;
+        assert_eq!(got, status, "{method} {path} {shown:.80}: {answer}");
+        assert!(answer["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{answer}");
+        if let Some(field) = field {
+            assert_eq!(answer["error"]["field"].as_str(), Some(field), "{method} {path}: {answer}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_token_guards_everything_but_health_and_a_full_server_says_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions { token: Some("s3cret".into()), ..ServerOptions::default() };
+    let api = start(dir.path(), options).await;
+    let (status, body, _) = api.raw("GET", "/v1/stats", None, None, &[]).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::UNAUTHORIZED, Some("authorization")));
+    let (status, _, _) = api.raw("GET", "/v1/stats", None, Some("wrong"), &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(api.raw("GET", "/v1/stats", None, Some("s3cret"), &[]).await.0, StatusCode::OK);
+    assert_eq!(api.raw("GET", "/healthz", None, None, &[]).await.0, StatusCode::OK);
+
+    let dir = tempfile::tempdir().unwrap();
+    let full = start(dir.path(), ServerOptions { max_in_flight: 0, ..ServerOptions::default() }).await;
+    let (status, body, headers) = full.call("GET", "/v1/stats", None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("busy")));
+    assert_eq!(headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+}
+
+/// The same API over a real loopback socket, with a plain HTTP/1.1 client.
+#[tokio::test]
+async fn over_a_real_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let app = router(atlas(dir.path()).await, ServerOptions::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let send = |request: String| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer)).await.unwrap().unwrap();
+        answer
+    };
+    let body = json!({"text": "over the wire"}).to_string();
+    let answer = send(format!(
+        "POST /v1/remember HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 201") && answer.contains("\"id\":1"), "{answer}");
+    let answer = send("GET /v1/memories/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()).await;
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("over the wire"), "{answer}");
+}
