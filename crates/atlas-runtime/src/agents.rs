@@ -5,9 +5,9 @@
 
 use crate::recall::RecallRequest;
 use crate::{Atlas, now};
+use atlas_domain::policy::consolidation::word_overlap;
 use atlas_domain::policy::experience::{clusters, duplicate_key, informative, weight};
 use atlas_domain::policy::fusion::Signal;
-use atlas_domain::policy::query::terms;
 use atlas_domain::policy::strategy::{rank_score, record, relevance, success_rate, upper_bound};
 use atlas_domain::ports::{LlmRequest, Update};
 use atlas_domain::{
@@ -175,13 +175,6 @@ impl MemorySystem<'_> {
         };
         Ok(SystemStore { experience, strategy, concepts })
     }
-}
-
-fn share_of_words(a: &str, b: &str) -> f64 {
-    let (a, b): (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>) =
-        (terms(a).into_iter().collect(), terms(b).into_iter().collect());
-    let union = a.union(&b).count();
-    if union == 0 { 0.0 } else { a.intersection(&b).count() as f64 / union as f64 }
 }
 
 fn experience_hit(memory: Memory, score: f64) -> Option<ExperienceHit> {
@@ -501,13 +494,10 @@ impl Atlas {
         }
         // The same strategy: the same situation and the same suggestion. Another suggestion for
         // the same situation competes as a strategy of its own, and the statistics decide.
-        let near = self
-            .candidates(&situation, MemoryKind::Strategy, 3, scope.clone())
-            .await?
-            .into_iter()
-            .find(|(m, _, _)| {
+        let near =
+            self.candidates(&situation, MemoryKind::Strategy, 3, scope.clone()).await?.into_iter().find(|(m, _, _)| {
                 matches!(&m.body, Body::Strategy { situation: s, suggestion: g, .. }
-                    if share_of_words(s, &situation) >= SAME_SITUATION && share_of_words(g, &suggestion) >= SAME_SITUATION)
+                    if word_overlap(s, &situation) >= SAME_SITUATION && word_overlap(g, &suggestion) >= SAME_SITUATION)
             });
         if let Some((m, _, _)) = near {
             let strategy = self.update_strategy(m.id, t.success).await?;

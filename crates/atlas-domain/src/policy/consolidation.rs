@@ -415,7 +415,8 @@ pub enum Decision {
 /// Word overlap (Jaccard of word sets) from which two objects are the same fact.
 pub const SAME_FACT_OVERLAP: f64 = 0.8;
 
-fn overlap(a: &str, b: &str) -> f64 {
+/// How much two texts share: the Jaccard index of their word sets (1 for two empty texts).
+pub fn word_overlap(a: &str, b: &str) -> f64 {
     let (a, b): (BTreeSet<String>, BTreeSet<String>) = (words(a).into_iter().collect(), words(b).into_iter().collect());
     if a.is_empty() && b.is_empty() {
         return 1.0;
@@ -452,7 +453,7 @@ pub fn decide_with(
     let mut conflict: Option<&Memory> = None;
     for (memory, object) in facts {
         let current = memory.validity.valid_until.is_none();
-        let same = overlap(object, &candidate.object) >= SAME_FACT_OVERLAP
+        let same = word_overlap(object, &candidate.object) >= SAME_FACT_OVERLAP
             || similarity(object, &candidate.object).is_some_and(|s| s >= same_from);
         if same {
             if current || memory.validity.holds_at(candidate.said_at) {
