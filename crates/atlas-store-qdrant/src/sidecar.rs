@@ -121,8 +121,8 @@ pub fn cycles(conn: &Connection, limit: usize) -> Result<Vec<String>> {
     rows.collect::<rusqlite::Result<_>>().map_err(sql)
 }
 
-/// Stores an edge between acknowledged (or being written) memories, replacing one of the same
-/// (src, dst, kind).
+/// Stores an edge, replacing one of the same (src, dst, kind): restores and the sleep cycle
+/// write edges through it.
 pub fn put_edge(tx: &Connection, e: &Edge) -> Result<()> {
     tx.prepare_cached(&format!("INSERT OR REPLACE INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))
         .map_err(sql)?
@@ -445,9 +445,6 @@ pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool, Vec<Edge>)]) -> Re
              since = excluded.since",
         )
         .map_err(sql)?;
-    let mut edge = tx
-        .prepare_cached(&format!("INSERT OR REPLACE INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))
-        .map_err(sql)?;
     let mut enqueue = tx.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(sql)?;
     let mut dequeue = tx.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(sql)?;
     for (m, has_vector, edges) in batch {
@@ -463,16 +460,7 @@ pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool, Vec<Edge>)]) -> Re
             ])
             .map_err(sql)?;
         for e in edges {
-            edge.execute(params![
-                e.src.0,
-                e.dst.0,
-                e.kind.as_str(),
-                f64::from(e.weight),
-                e.validity.valid_from.millis(),
-                e.validity.valid_until.map(Timestamp::millis),
-                e.recorded_at.millis()
-            ])
-            .map_err(sql)?;
+            put_edge(tx, e)?;
         }
         if *has_vector {
             dequeue.execute([m.id.0]).map_err(sql)?;
