@@ -42,6 +42,20 @@ pub enum Which {
         #[arg(long, default_value_t = 10_000)]
         rss_sentences: usize,
     },
+    /// `atlas serve` under load: writers and readers over HTTP on a benchmark space, beside
+    /// recall in process on the same space.
+    Serve {
+        /// Memories in the space.
+        #[arg(long, default_value_t = 100_000)]
+        size: usize,
+        /// How long the load runs, in seconds.
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
+        #[arg(long, default_value_t = 8)]
+        writers: usize,
+        #[arg(long, default_value_t = 32)]
+        readers: usize,
+    },
     /// `remember` latency and `import` throughput (embedding deferred: no embedder).
     Ingest {
         /// Store sizes, in episodes.
@@ -58,6 +72,7 @@ pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
+        Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url } => {
             let qdrant = match (store.as_str(), qdrant_url) {

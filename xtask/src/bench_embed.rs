@@ -129,28 +129,11 @@ fn rust_figures(threads: usize, spinning: bool, texts: &[String]) -> Result<(Fig
 /// A virtualenv in the cache with Python's onnxruntime and tokenizers, for the baseline.
 fn python_env() -> Result<PathBuf> {
     let manifest = Manifest::builtin()?;
-    let venv = assets::cache_dir().join("bench-pyenv");
-    let python = venv.join("bin").join("python");
-    if !python.exists() {
-        let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status()?;
-        if !status.success() {
-            bail!("python3 -m venv {} failed", venv.display());
-        }
-    }
-    let ready = Command::new(&python)
-        .args(["-c", "import onnxruntime, tokenizers, numpy"])
-        .stderr(std::process::Stdio::null())
-        .status()?
-        .success();
-    if !ready {
-        let status = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", &manifest.runtime.package, "tokenizers", "numpy"])
-            .status()?;
-        if !status.success() {
-            bail!("pip install into {} failed", venv.display());
-        }
-    }
-    Ok(python)
+    crate::clients::python_venv(
+        "bench-pyenv",
+        "onnxruntime, tokenizers, numpy",
+        &[&manifest.runtime.package, "tokenizers", "numpy"],
+    )
 }
 
 fn python_figures(

@@ -146,9 +146,20 @@ pub fn run(sizes: &[usize], qdrant_url: Option<&str>) -> Result<()> {
     })
 }
 
-async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("bench.db");
+/// A benchmark space of `n` synthetic memories in `dir`, with its vectors (real for 10k and
+/// less, random unit vectors bound as the real model above), the floor scan over the same
+/// vectors, and the queries to ask it.
+pub struct Space {
+    pub db: std::path::PathBuf,
+    pub config: Config,
+    pub queries: Vec<String>,
+    floor: Floor,
+    dim: usize,
+    real: bool,
+}
+
+pub async fn populate(dir: &std::path::Path, n: usize) -> Result<Space> {
+    let db = dir.join("bench.db");
     let mut generator = ZipfText::new(0x5EED_0000 + n as u64);
     let texts: Vec<String> = (0..n).map(|_| generator.text(8, 30)).collect();
     let real = n <= 10_000;
@@ -201,9 +212,13 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
             store.put_vectors(vectors).await?;
         }
     }
+    let queries: Vec<String> = (0..QUERIES).map(|_| generator.text(6, 10)).collect();
+    Ok(Space { db, config: onnx, queries, floor, dim, real })
+}
 
-    let mut generator_queries = generator;
-    let queries: Vec<String> = (0..QUERIES).map(|_| generator_queries.text(6, 10)).collect();
+async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let Space { db, config: onnx, queries, floor, dim, real } = populate(dir.path(), n).await?;
     let label = if real { "MiniLM int8" } else { "random unit" };
     measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
     let process_rss = process_peak_rss(&db, &queries, dir.path())?;

@@ -5,6 +5,8 @@
 mod bench;
 mod bench_embed;
 mod bench_recall;
+mod bench_serve;
+mod clients;
 mod fixtures;
 mod qdrant_migration;
 mod qdrant_server;
@@ -28,6 +30,8 @@ enum Task {
     Ci,
     /// The test suite alone (nextest when installed, else cargo test).
     Test,
+    /// Real clients against ATLAS: the official MCP Python SDK over stdio and streamable HTTP.
+    Clients,
     /// The Qdrant conformance suite against `QDRANT_URL` or a Qdrant started for it.
     QdrantSuite,
     /// Imports the demo conversation into a fresh database and answers the demo questions.
@@ -79,6 +83,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Ci => ci(),
         Task::Test => test(),
+        Task::Clients => clients::run(),
         Task::QdrantSuite => qdrant_tests(),
         Task::Demo => demo(),
         Task::Migrate { action } => migrate(action),
@@ -146,6 +151,7 @@ fn ci() -> Result<()> {
     cargo(&["deny", "check", "bans", "licenses", "sources"])?;
     fetch_models()?;
     test()?;
+    clients::run()?;
     qdrant_tests()
 }
 

@@ -5,19 +5,10 @@ use crate::output::print_line;
 use crate::{ConceptAction, ExperienceAction, StrategyAction, parse_scope};
 use anyhow::Result;
 use atlas_runtime::Atlas;
-use atlas_runtime::agents::{ExperienceHit, PruneCriteria, StrategyHit};
+use atlas_runtime::agents::{PruneCriteria, StrategyHit};
 use atlas_runtime::concepts::ConceptHit;
-use serde_json::{Value, json};
-
-fn experience_value(h: &ExperienceHit) -> Value {
-    json!({"id": h.id, "memory_id": h.memory_id.0, "task": h.task, "success": h.success, "outcome": h.outcome,
-           "feedback": h.feedback, "steps": h.steps, "score": h.score})
-}
-
-fn strategy_value(s: &StrategyHit) -> Value {
-    json!({"id": s.id.0, "situation": s.situation, "suggestion": s.suggestion, "usage_count": s.usage_count,
-           "success_rate": s.success_rate, "score": s.score})
-}
+use atlas_runtime::wire::{experience_value, strategy_value};
+use serde_json::json;
 
 fn strategy_line(s: &StrategyHit) -> String {
     format!(

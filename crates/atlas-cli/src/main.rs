@@ -158,7 +158,13 @@ enum Command {
         /// Largest request body, in bytes.
         #[arg(long, default_value_t = 8 << 20)]
         max_body_bytes: usize,
+        /// Largest body of POST /v1/import, in bytes (it streams in; one transaction).
+        #[arg(long, default_value_t = 1 << 30)]
+        max_import_bytes: usize,
     },
+    /// Serve MCP over stdin and stdout (docs/SERVER.md): the tools remember, recall, get,
+    /// forget, stats, context and the agent memories, for Claude, Cursor, Zed and any MCP client.
+    Mcp,
     /// Where a memory came from and what became of it: sources, versions it replaced, what
     /// replaced it, the entities it names.
     Explain { id: MemoryId },
@@ -347,7 +353,7 @@ struct RecallArgs {
 }
 
 /// `atlas serve`: refuses an open address without a token, then serves until interrupted.
-async fn serve(atlas: Atlas, listen: &str, options: atlas_server::ServerOptions) -> Result<()> {
+async fn serve(atlas: Atlas, listen: &str, mut options: atlas_server::ServerOptions) -> Result<()> {
     let addr: std::net::SocketAddr =
         listen.parse().map_err(|e| anyhow!("--listen: {listen:?} is not an address like 127.0.0.1:7431 ({e})"))?;
     if !atlas_server::is_loopback(&addr) && options.token.is_none() {
@@ -356,19 +362,32 @@ async fn serve(atlas: Atlas, listen: &str, options: atlas_server::ServerOptions)
              this memory; give one with --token-file FILE or ATLAS_TOKEN, or listen on 127.0.0.1"
         ));
     }
+    // Beyond loopback the token guards MCP too; on loopback its Host check stops DNS rebinding.
+    options.mcp_loopback_hosts_only = atlas_server::is_loopback(&addr);
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let atlas = Arc::new(atlas);
     atlas.start_sleep_cycle();
     eprintln!("atlas serving {} on http://{addr} (docs/SERVER.md)", atlas.config().db.display());
-    let app = atlas_server::router(Arc::clone(&atlas), options);
-    axum_serve(listener, app).await?;
+    let app = atlas_server::router(Arc::clone(&atlas), options.clone());
+    axum_serve(listener, app, &options).await?;
     atlas.end_session();
     Ok(())
 }
 
-async fn axum_serve(listener: tokio::net::TcpListener, app: atlas_server::Router) -> Result<()> {
-    atlas_server::serve(listener, app, async {
-        let _ = tokio::signal::ctrl_c().await;
+async fn axum_serve(
+    listener: tokio::net::TcpListener,
+    app: atlas_server::Router,
+    options: &atlas_server::ServerOptions,
+) -> Result<()> {
+    // SIGINT or SIGTERM: stop accepting, let requests in flight finish (every 2xx write is
+    // committed before its answer), then return.
+    atlas_server::serve(listener, app, options, async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
     })
     .await
     .context("the server stopped")
@@ -385,7 +404,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // A server answers many clients at once: every core; a one-shot command needs one thread.
     let runtime = match cli.command {
-        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        Command::Serve { .. } | Command::Mcp => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
         _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
     };
     runtime.expect("a tokio runtime").block_on(cli_main(cli))
@@ -434,6 +453,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Strategy { action: StrategyAction::Add { .. } | StrategyAction::Write { .. } }
             | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
             | Command::Serve { .. }
+            | Command::Mcp
     );
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
@@ -494,7 +514,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Experience { action } => agent_memory::experience(&atlas, action, json).await,
         Command::Strategy { action } => agent_memory::strategy(&atlas, action, json).await,
         Command::Concept { action } => agent_memory::concept(&atlas, action, json).await,
-        Command::Serve { listen, token_file, max_in_flight, timeout_ms, max_body_bytes } => {
+        Command::Mcp => {
+            let atlas = Arc::new(atlas);
+            atlas.start_sleep_cycle();
+            atlas_server::mcp::serve_stdio(Arc::clone(&atlas)).await.context("atlas mcp")?;
+            atlas.end_session();
+            Ok(())
+        }
+        Command::Serve { listen, token_file, max_in_flight, timeout_ms, max_body_bytes, max_import_bytes } => {
             let token = match token_file {
                 Some(path) => Some(
                     std::fs::read_to_string(&path)
@@ -508,8 +535,10 @@ async fn run(cli: Cli) -> Result<()> {
             let options = atlas_server::ServerOptions {
                 token,
                 max_body_bytes,
+                max_import_bytes,
                 timeout: std::time::Duration::from_millis(timeout_ms),
                 max_in_flight,
+                ..atlas_server::ServerOptions::default()
             };
             serve(atlas, &listen, options).await
         }
@@ -518,9 +547,7 @@ async fn run(cli: Cli) -> Result<()> {
             scope.session = session.or(scope.session);
             let context = atlas.context(&task, budget, scope).await?;
             if json {
-                let mut value = serde_json::to_value(&context)?;
-                value["text"] = serde_json::Value::from(context.text());
-                println!("{value}");
+                println!("{}", atlas_runtime::wire::context_value(&context));
             } else {
                 println!("{}", context.text());
                 eprintln!("({} of {} tokens)", context.tokens, context.budget);

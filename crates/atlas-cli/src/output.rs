@@ -1,6 +1,5 @@
 //! How the CLI prints: human text by default, JSON with `--json`.
 
-use atlas_domain::jsonl;
 use atlas_runtime::{MemoryDetail, Recall, Stats};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -125,17 +124,8 @@ pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
 
 /// A memory's provenance and history.
 pub fn print_explanation(e: &atlas_runtime::Explanation, json: bool) {
-    let lines = |ms: &[atlas_domain::Memory]| -> Vec<Value> { ms.iter().map(jsonl::to_line).collect() };
     if json {
-        let mut memory = jsonl::to_line(&e.memory);
-        memory["valid_from"] = Value::from(e.memory.validity.valid_from.to_rfc3339());
-        memory["valid_until"] = e.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
-        println!(
-            "{}",
-            json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
-                   "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities),
-                   "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle}})
-        );
+        println!("{}", atlas_runtime::wire::explanation_value(e));
         return;
     }
     let m = &e.memory;

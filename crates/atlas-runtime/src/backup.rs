@@ -281,22 +281,61 @@ impl Atlas {
     /// memory with its id, context and the edges it carries (and its vector with
     /// `with_vectors`), and a trailer with the count. Returns how many memories.
     pub async fn export(&self, out: &mut dyn Write, with_vectors: bool) -> Result<u64> {
+        self.export_to(&mut BlockingWriter(out), with_vectors).await
+    }
+
+    /// [`Atlas::export`] into an async writer, a page of 1,000 memories at a time (a server
+    /// streams it to its client). A reader of a cut export sees no trailer, and the import
+    /// refuses it.
+    pub async fn export_to<W: tokio::io::AsyncWrite + Unpin>(&self, out: &mut W, with_vectors: bool) -> Result<u64> {
+        use tokio::io::AsyncWriteExt;
         let io = |e: std::io::Error| AtlasError::Storage(format!("export: {e}"));
         let model = if with_vectors { self.parts.store.stats().await?.embedding_model } else { None };
-        writeln!(out, "{}", jsonl::header_line(&ExportHeader { embedding_model: model })).map_err(io)?;
+        let header = jsonl::header_line(&ExportHeader { embedding_model: model });
+        out.write_all(format!("{header}\n").as_bytes()).await.map_err(io)?;
         let mut after = None;
         let mut count = 0;
         loop {
             let page = self.parts.replica.export_batch(after, 1000).await?;
             let Some(last) = page.last() else { break };
             after = Some(last.memory.id);
+            let mut chunk = String::new();
             for item in &page {
-                writeln!(out, "{}", jsonl::stored_to_line(item, with_vectors)).map_err(io)?;
+                chunk.push_str(&jsonl::stored_to_line(item, with_vectors).to_string());
+                chunk.push('\n');
                 count += 1;
             }
+            out.write_all(chunk.as_bytes()).await.map_err(io)?;
         }
-        writeln!(out, "{}", jsonl::trailer_line(count)).map_err(io)?;
-        out.flush().map_err(io)?;
+        out.write_all(format!("{}\n", jsonl::trailer_line(count)).as_bytes()).await.map_err(io)?;
+        out.flush().await.map_err(io)?;
         Ok(count)
+    }
+}
+
+/// A blocking writer (a file, stdout) seen as an async one: each write completes at once.
+struct BlockingWriter<'a>(&'a mut dyn Write);
+
+impl tokio::io::AsyncWrite for BlockingWriter<'_> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(self.0.write(buf))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(self.0.flush())
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.poll_flush(cx)
     }
 }

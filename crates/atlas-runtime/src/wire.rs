@@ -1,7 +1,9 @@
 //! The JSON shapes ATLAS answers in, shared by every driving adapter (the CLI's `--json` and
-//! the HTTP server), so that a client can switch between them: a recall, a memory with its
-//! edges, the stats of a space, an error.
+//! the HTTP and MCP server), so that a client can switch between them: a recall, a memory with
+//! its edges, the stats of a space, a context, the agent memories' hits, an error.
 
+use crate::agents::{ExperienceHit, StrategyHit};
+use crate::context::Context;
 use crate::{MemoryDetail, Recall, Stats};
 use atlas_domain::{AtlasError, jsonl};
 use serde_json::{Value, json};
@@ -96,4 +98,35 @@ pub fn stats_value(db: &Path, stats: &Stats) -> Value {
 pub fn error_value(code: &str, message: &str, error: Option<&AtlasError>) -> Value {
     let (location, field) = error.and_then(AtlasError::location).unzip();
     json!({"error": {"code": code, "message": message, "field": field.flatten(), "location": location}})
+}
+
+/// An experience found for a task: what was done, how it ended, what was said about it.
+pub fn experience_value(h: &ExperienceHit) -> Value {
+    json!({"id": h.id, "memory_id": h.memory_id.0, "task": h.task, "success": h.success, "outcome": h.outcome,
+           "feedback": h.feedback, "steps": h.steps, "score": h.score})
+}
+
+/// A strategy with its success statistics.
+pub fn strategy_value(s: &StrategyHit) -> Value {
+    json!({"id": s.id.0, "situation": s.situation, "suggestion": s.suggestion, "usage_count": s.usage_count,
+           "success_rate": s.success_rate, "score": s.score})
+}
+
+/// A built context: its sections, budget and tokens, and the prompt text they make.
+pub fn context_value(context: &Context) -> Value {
+    let mut value = serde_json::to_value(context).expect("a context serialises");
+    value["text"] = Value::from(context.text());
+    value
+}
+
+/// A memory's provenance and history: its sources, the versions it replaced and what replaced
+/// it, the entities it names, its decay.
+pub fn explanation_value(e: &crate::Explanation) -> Value {
+    let lines = |ms: &[atlas_domain::Memory]| -> Vec<Value> { ms.iter().map(jsonl::to_line).collect() };
+    let mut memory = jsonl::to_line(&e.memory);
+    memory["valid_from"] = Value::from(e.memory.validity.valid_from.to_rfc3339());
+    memory["valid_until"] = e.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
+    json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
+           "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities),
+           "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle}})
 }

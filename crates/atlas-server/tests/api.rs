@@ -119,13 +119,14 @@ async fn every_route_answers_in_the_clis_shapes() {
     );
 
     // Every route of the table is routed (none falls through to "no such route").
-    for (method, path, _) in ROUTES {
-        let path = path.replace("{id}", "1");
-        let (status, body, _) = api.call(method, &path, Some(json!({}))).await;
+    for route in ROUTES {
+        let path = route.path.replace("{id}", "1");
+        let (status, body, _) = api.call(route.method, &path, Some(json!({}))).await;
         assert!(
             status != StatusCode::METHOD_NOT_ALLOWED
-                && body["error"]["message"] != "no such route (see ROUTES in docs/SERVER.md)",
-            "{method} {path}: {status} {body}"
+                && body["error"]["message"] != "no such route (see GET /openapi.json)",
+            "{} {path}: {status} {body}",
+            route.method
         );
     }
 }
@@ -257,4 +258,125 @@ async fn over_a_real_socket() {
     assert!(answer.starts_with("HTTP/1.1 201") && answer.contains("\"id\":1"), "{answer}");
     let answer = send("GET /v1/memories/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()).await;
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("over the wire"), "{answer}");
+}
+
+/// The OpenAPI document names exactly the routes of the table, each of which is routed, and
+/// every field its schemas document is one the server accepts (and an undocumented one is not).
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let (status, doc, _) = api.call("GET", "/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut documented: Vec<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, methods)| methods.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())))
+        .collect();
+    let mut table: Vec<(String, String)> = ROUTES.iter().map(|r| (r.method.to_owned(), r.path.to_owned())).collect();
+    documented.sort();
+    table.sort();
+    assert_eq!(documented, table);
+    let mut checked = 0;
+    for (method, path) in &documented {
+        let operation = &doc["paths"][path][method.to_lowercase()];
+        let concrete = path.replace("{id}", "1");
+        let Some(schema) = operation["requestBody"]["content"]["application/json"]["schema"].as_object() else {
+            continue;
+        };
+        let schemas: Vec<&Value> = match schema.get("oneOf") {
+            Some(Value::Array(forms)) => forms.iter().collect(),
+            _ => vec![&operation["requestBody"]["content"]["application/json"]["schema"]],
+        };
+        for schema in schemas {
+            for field in schema["properties"].as_object().unwrap().keys() {
+                // A value of a wrong type on purpose: the server must not call the field unknown.
+                let (_, body, _) = api.call(method, &concrete, Some(json!({ field: true }))).await;
+                let message = body["error"]["message"].as_str().unwrap_or_default();
+                assert!(!message.contains("unknown field"), "{method} {path}: documented `{field}` refused: {body}");
+                checked += 1;
+            }
+        }
+        let (status, body, _) = api.call(method, &concrete, Some(json!({"undocumented_field": 1}))).await;
+        assert_eq!(
+            (status, body["error"]["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("undocumented_field")),
+            "{method} {path}"
+        );
+    }
+    assert!(checked > 30, "only {checked} documented fields checked");
+}
+
+#[tokio::test]
+async fn import_export_batch_recall_and_the_agent_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let lines = "{\"text\": \"Ann adopted a cat called Miso\", \"session\": \"s1\", \"speaker\": \"Ann\"}\n\
+                 {\"text\": \"Ann moved to Lisbon in May\", \"session\": \"s1\", \"speaker\": \"Ann\"}\n";
+    let headers = [("content-type", "application/x-ndjson")];
+    let (status, body, _) = api.raw("POST", "/v1/import", Some(lines.into()), None, &headers).await;
+    assert_eq!((status, body["imported"].as_u64()), (StatusCode::CREATED, Some(2)), "{body}");
+    let (status, body, _) = api.raw("POST", "/v1/import", Some(lines.into()), None, &headers).await;
+    assert_eq!((status, body["replayed"].as_bool()), (StatusCode::OK, Some(true)), "the same body again: {body}");
+    // A bad line refuses the whole body and names its line and field.
+    let bad = format!("{lines}{{\"text\": \"fine\"}}\n{{\"text\": \"x\", \"time\": \"soon\"}}\n");
+    let (status, body, _) = api.raw("POST", "/v1/import", Some(bad), None, &headers).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(":4"), "names line 4: {body}");
+    let (_, stats, _) = api.call("GET", "/v1/stats", None).await;
+    assert_eq!(stats["memories"], 2, "nothing of the bad body was stored");
+
+    // Export streams what import restores.
+    let (status, export, _) = api.call("GET", "/v1/export", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let export = export.as_str().unwrap().to_owned();
+    assert_eq!(export.lines().count(), 4, "header, two memories, trailer: {export}");
+    let other = tempfile::tempdir().unwrap();
+    let copy = start(other.path(), ServerOptions::default()).await;
+    let (status, body, _) = copy.raw("POST", "/v1/import", Some(export), None, &headers).await;
+    assert_eq!((status, body["restored"].as_bool()), (StatusCode::CREATED, Some(true)), "{body}");
+
+    let (status, body, _) = api
+        .call("POST", "/v1/recall", Some(json!({"queries": [{"query": "Lisbon", "k": 1}, {"query": "cat", "k": 1}]})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["results"][0]["hits"][0]["text"], "Ann moved to Lisbon in May");
+    assert_eq!(body["results"][1]["hits"][0]["text"], "Ann adopted a cat called Miso");
+    let (status, body, _) =
+        api.call("POST", "/v1/recall", Some(json!({"queries": [{"query": "x"}, {"query": "y", "k": 5000}]}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("queries[1].k")), "{body}");
+
+    let (status, body, _) =
+        api.call("POST", "/v1/context", Some(json!({"task": "plan Ann's move", "budget": 300}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["text"].as_str().unwrap().contains("Lisbon") && body["tokens"].as_u64().unwrap() <= 300, "{body}");
+    let (status, body, _) = api.call("POST", "/v1/consolidate", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body, _) = api.call("GET", "/v1/memories/2/explain", None).await;
+    assert_eq!((status, body["memory"]["id"].as_i64()), (StatusCode::OK, Some(2)), "{body}");
+
+    let trajectory = json!({"id": "t1", "task": "parse the CSV export of orders", "steps": ["open file", "csv.reader"],
+                            "output": "done", "feedback": "fast", "success": true});
+    let (status, body, _) =
+        api.call("POST", "/v1/experiences", Some(json!({"trajectory": trajectory, "learn": true}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["experience"]["replayed"], false, "{body}");
+    let (_, again, _) = api.call("POST", "/v1/experiences", Some(json!({"trajectory": trajectory}))).await;
+    assert_eq!(again["experience"]["replayed"], true, "once per trajectory id: {again}");
+    let (status, body, _) = api.call("POST", "/v1/experiences/search", Some(json!({"task": "parse a CSV file"}))).await;
+    assert_eq!((status, body["hits"][0]["id"].as_str()), (StatusCode::OK, Some("t1")), "{body}");
+    let (status, body, _) = api.call("POST", "/v1/strategies/search", Some(json!({"task": "parse a CSV file"}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    if let Some(id) = body["hits"][0]["id"].as_i64() {
+        let (status, body, _) =
+            api.call("POST", &format!("/v1/strategies/{id}/outcome"), Some(json!({"success": false}))).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body["usage_count"].as_u64().unwrap() >= 1, "{body}");
+    }
+    let (status, body, _) = api.call("POST", "/v1/trajectories", Some(json!({"trajectory": {"task": "no id"}}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body, _) = api.call("POST", "/v1/experiences", Some(json!({"trajectory": {"task": "no id"}}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("trajectory.id")), "{body}");
 }

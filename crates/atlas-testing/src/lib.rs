@@ -5,6 +5,7 @@ pub mod conformance;
 pub mod consolidation_conformance;
 pub mod embedder;
 pub mod fake;
+pub mod http;
 pub mod llm;
 pub mod servers;
 pub mod strategies;

@@ -2,10 +2,9 @@
 //! `models/manifest.toml`, started on a free loopback port, or the server `ATLAS_LLM_URL` names.
 //! When neither is available, the caller is told to skip, and says so loudly.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running OpenAI-compatible server; a process it started is killed on drop.
 pub struct LlmServer {
@@ -61,7 +60,7 @@ pub fn llm_server() -> Result<LlmServer, String> {
     if !model.exists() {
         return Err(format!("{} is missing: run `cargo xtask models fetch`", model.display()));
     }
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let port = crate::http::free_port();
     let child = Command::new(&binary)
         .arg("-m")
         .arg(&model)
@@ -71,25 +70,9 @@ pub fn llm_server() -> Result<LlmServer, String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let server = LlmServer { url: format!("http://127.0.0.1:{port}/v1"), model: "smollm2".into(), child: Some(child) };
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(90) {
-        if health(port) {
-            return Ok(server);
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    if crate::http::wait_healthy(addr, "/health", Duration::from_secs(90)) {
+        return Ok(server);
     }
     Err(format!("llama-server on port {port} was not healthy within 90 s"))
-}
-
-/// `GET /health` answered 200.
-fn health(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").is_err() {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200")
 }

@@ -1,0 +1,125 @@
+"""ATLAS driven by the official MCP Python SDK (the `mcp` package), as an agent would use it.
+
+Usage: mcp_check.py ATLAS_BINARY WORK_DIR
+
+Connects twice, each time to a fresh memory space in WORK_DIR:
+  1. `atlas --db WORK_DIR/stdio.db mcp` over stdio (the SDK starts the process);
+  2. `atlas --db WORK_DIR/http.db serve --listen 127.0.0.1:PORT`, at /mcp over streamable HTTP.
+Each time: lists the tools and checks their schemas, remembers, recalls, gets, forgets, reads
+the stats, and checks that bad input comes back as a tool error naming the field. Exits non-zero
+with a message on the first thing that is wrong. `cargo xtask clients` installs the SDK (pinned,
+hashes verified) into a virtual environment and runs this; `cargo xtask ci` runs it too.
+"""
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from mcp import Client, StdioServerParameters
+
+REQUIRED_TOOLS = {"remember", "recall", "get", "forget", "stats"}
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def structured(result):
+    check(not result.is_error, f"tool error: {result.content}")
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+async def exercise(client, transport):
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    check(REQUIRED_TOOLS <= tools.keys(), f"{transport}: tools {sorted(tools)} lack {REQUIRED_TOOLS - tools.keys()}")
+    recall_schema = tools["recall"].input_schema
+    check(recall_schema.get("type") == "object" and "query" in recall_schema.get("required", []),
+          f"{transport}: recall's input schema: {recall_schema}")
+    check(len(tools["remember"].description or "") > 200, f"{transport}: remember needs a description a model can use")
+
+    turns = [
+        ("I moved to Lisbon in May", "s1"),
+        ("My cat is called Miso", "s1"),
+        ("I now write Rust for work, no more Python", "s2"),
+    ]
+    ids = []
+    for text, session in turns:
+        stored = structured(await client.call_tool(
+            "remember", {"text": text, "speaker": "Ann", "session": session, "scope": {"user": "ann"}}))
+        check(isinstance(stored.get("id"), int), f"{transport}: remember answered {stored}")
+        ids.append(stored["id"])
+
+    found = structured(await client.call_tool(
+        "recall", {"query": "which city does Ann live in?", "k": 3, "scope": {"user": "ann"}, "explain": True}))
+    hits = found["hits"]
+    check(hits and hits[0]["id"] == ids[0], f"{transport}: recall's first hit should be memory {ids[0]}: {hits}")
+    check("explain" in hits[0] and "score" in hits[0], f"{transport}: a hit lacks explain or score: {hits[0]}")
+    other = structured(await client.call_tool("recall", {"query": "Lisbon", "scope": {"user": "bob"}}))
+    check(other["hits"] == [], f"{transport}: another user's scope must see nothing: {other['hits']}")
+
+    memory = structured(await client.call_tool("get", {"id": ids[1]}))
+    check(memory["text"] == "My cat is called Miso", f"{transport}: get answered {memory}")
+
+    forgotten = structured(await client.call_tool("forget", {"id": ids[1]}))
+    check(forgotten == {"forgotten": ids[1], "hard": False}, f"{transport}: forget answered {forgotten}")
+    after = structured(await client.call_tool("recall", {"query": "cat Miso", "scope": {"user": "ann"}}))
+    check(all(h["id"] != ids[1] for h in after["hits"]), f"{transport}: a forgotten memory came back: {after}")
+
+    stats = structured(await client.call_tool("stats", {}))
+    check(stats["memories"] == 3 and stats["soft_deleted"] == 1, f"{transport}: stats {stats}")
+
+    bad = await client.call_tool("recall", {"query": "x", "k": 100000})
+    check(bad.is_error, f"{transport}: k over the cap must be a tool error")
+    error = bad.structured_content or json.loads(bad.content[0].text)
+    check(error["error"]["field"] == "k", f"{transport}: the error must name the field k: {error}")
+    unknown = await client.call_tool("remember", {"text": "x", "colour": "red"})
+    check(unknown.is_error and "colour" in unknown.content[0].text, f"{transport}: unknown field: {unknown}")
+    print(f"ok  {transport}: {len(tools)} tools; remember, recall (scoped, explained), get, forget, stats, bad input")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def main(atlas, work):
+    stdio = StdioServerParameters(command=atlas, args=["--db", str(work / "stdio.db"), "mcp"])
+    async with Client(stdio) as client:
+        await exercise(client, "stdio (atlas mcp)")
+
+    port = free_port()
+    server = subprocess.Popen([atlas, "--db", str(work / "http.db"), "serve", "--listen", f"127.0.0.1:{port}"])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
+                break
+            except OSError:
+                check(server.poll() is None, f"atlas serve exited with {server.returncode}")
+                check(time.monotonic() < deadline, "atlas serve did not answer /healthz within 60 s")
+                time.sleep(0.1)
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            await exercise(client, "streamable HTTP (atlas serve, /mcp)")
+    finally:
+        server.terminate()
+        code = server.wait(timeout=30)
+        check(code == 0, f"atlas serve should stop cleanly on SIGTERM, exited with {code}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    try:
+        asyncio.run(main(sys.argv[1], Path(sys.argv[2])))
+    except AssertionError as e:
+        sys.exit(f"FAILED: {e}")
