@@ -78,55 +78,81 @@ fn writers(
         .collect()
 }
 
+/// Every acknowledged write of `acked` is in the space at `db` with its text, once; SQLite's
+/// integrity check passes; a restarted server answers. Returns how many memories are stored.
+fn check_after_restart(db: &Path, addr: SocketAddr, acked: &BTreeMap<i64, String>, round: &str) -> usize {
+    let check = rusqlite::Connection::open(db).unwrap();
+    let integrity: String = check.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(integrity, "ok", "{round}");
+    drop(check);
+
+    let mut server = serve(db, addr);
+    let mut client = HttpClient::new(addr, None);
+    let export = client.request("GET", "/v1/export", None, &[]).unwrap();
+    assert_eq!(export.status, 200);
+    let mut stored: BTreeMap<i64, String> = BTreeMap::new();
+    let mut texts = std::collections::HashSet::new();
+    for line in export.text().lines() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        if let (Some(id), Some(text)) = (value["id"].as_i64(), value["text"].as_str()) {
+            assert!(texts.insert(text.to_owned()), "{round}: {text:?} stored twice");
+            stored.insert(id, text.to_owned());
+        }
+    }
+    for (id, text) in acked {
+        assert_eq!(stored.get(id), Some(text), "{round}: acknowledged memory {id} is missing or changed");
+    }
+    let stats = client.request("GET", "/v1/stats", None, &[]).unwrap().json();
+    assert_eq!(stats["memories"].as_u64(), Some(stored.len() as u64), "{stats}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    stored.len()
+}
+
+/// Starts a server on a fresh space, runs the writers for `after_ms`, then `stop_server`.
+fn load_then(
+    after_ms: u64,
+    stop_server: impl FnOnce(&mut Child) -> std::process::ExitStatus,
+) -> (tempfile::TempDir, SocketAddr, BTreeMap<i64, String>, std::process::ExitStatus) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("crash.db");
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut server = serve(&db, addr);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let threads = writers(addr, &stop, &acked);
+    std::thread::sleep(Duration::from_millis(after_ms));
+    let status = stop_server(&mut server);
+    stop.store(true, Ordering::Relaxed);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+    assert!(!acked.is_empty(), "no write was acknowledged before the server stopped");
+    (dir, addr, acked, status)
+}
+
 #[test]
 fn every_acknowledged_write_survives_a_sigkill_of_the_server() {
-    for (round, kill_after_ms) in [100u64, 350, 800, 1500].into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("crash.db");
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let mut server = serve(&db, addr);
-        let stop = Arc::new(AtomicBool::new(false));
-        let acked = Arc::new(Mutex::new(BTreeMap::new()));
-        let threads = writers(addr, &stop, &acked);
-        std::thread::sleep(Duration::from_millis(kill_after_ms));
-        server.kill().unwrap(); // SIGKILL: no shutdown, no flush
-        server.wait().unwrap();
-        stop.store(true, Ordering::Relaxed);
-        threads.into_iter().for_each(|t| t.join().unwrap());
-        let acked = std::mem::take(&mut *acked.lock().unwrap());
-        assert!(!acked.is_empty(), "round {round}: no write was acknowledged before the kill");
-
-        let check = rusqlite::Connection::open(&db).unwrap();
-        let integrity: String = check.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-        assert_eq!(integrity, "ok", "round {round}");
-        drop(check);
-
-        // Restarted: every acknowledged write is there, with its text, once.
-        let server = serve(&db, addr);
-        let mut client = HttpClient::new(addr, None);
-        let export = client.request("GET", "/v1/export", None, &[]).unwrap();
-        assert_eq!(export.status, 200);
-        let mut stored: BTreeMap<i64, String> = BTreeMap::new();
-        let mut texts = std::collections::HashSet::new();
-        for line in export.text().lines() {
-            let value: serde_json::Value = serde_json::from_str(line).unwrap();
-            if let (Some(id), Some(text)) = (value["id"].as_i64(), value["text"].as_str()) {
-                assert!(texts.insert(text.to_owned()), "round {round}: {text:?} stored twice");
-                stored.insert(id, text.to_owned());
-            }
-        }
-        for (id, text) in &acked {
-            assert_eq!(stored.get(id), Some(text), "round {round}: acknowledged memory {id} is missing or changed");
-        }
-        let stats = client.request("GET", "/v1/stats", None, &[]).unwrap().json();
-        assert_eq!(stats["memories"].as_u64(), Some(stored.len() as u64), "{stats}");
-        eprintln!(
-            "round {round}: killed after {kill_after_ms} ms with {} writes acknowledged; {} stored after the restart",
-            acked.len(),
-            stored.len()
-        );
-        let mut server = server;
-        server.kill().unwrap();
-        server.wait().unwrap();
+    for kill_after_ms in [100u64, 350, 800, 1500] {
+        let (dir, addr, acked, _) = load_then(kill_after_ms, |server| {
+            server.kill().unwrap(); // SIGKILL: no shutdown, no flush
+            server.wait().unwrap()
+        });
+        let round = format!("SIGKILL after {kill_after_ms} ms");
+        let stored = check_after_restart(&dir.path().join("crash.db"), addr, &acked, &round);
+        eprintln!("{round}: {} writes acknowledged; {stored} stored after the restart", acked.len());
     }
+}
+
+/// SIGTERM in the middle of the load: requests in flight finish, the server exits 0, and every
+/// acknowledged write is there.
+#[test]
+fn sigterm_lets_requests_in_flight_finish_and_exits_cleanly() {
+    let (dir, addr, acked, status) = load_then(500, |server| {
+        let sent = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+        server.wait().unwrap()
+    });
+    assert!(status.success(), "atlas serve should exit 0 on SIGTERM: {status}");
+    let stored = check_after_restart(&dir.path().join("crash.db"), addr, &acked, "SIGTERM");
+    eprintln!("SIGTERM: {} writes acknowledged; {stored} stored after the restart", acked.len());
 }

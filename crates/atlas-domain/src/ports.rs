@@ -218,6 +218,15 @@ pub trait Embedder: Send + Sync {
 
     /// One vector per input, each of `model().dimension` floats and unit length.
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>>;
+
+    /// A recall's query: someone is waiting for it, so an embedder that shares its model with
+    /// background work serves it first.
+    async fn embed_query(&self, text: String) -> Result<Vec<f32>> {
+        self.embed(vec![text])
+            .await?
+            .pop()
+            .ok_or_else(|| crate::AtlasError::Embedding("the embedder returned no vector for the query".into()))
+    }
 }
 
 /// One request to a language model.

@@ -9,7 +9,8 @@ use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::value::{Tensor, ValueType};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// How to build an [`OnnxEmbedder`].
@@ -54,6 +55,10 @@ pub struct OnnxEmbedder {
 
 struct Inner {
     session: Mutex<Session>,
+    /// Queries waiting for the session: background batches let them go first (between
+    /// sub-batches), so that a recall waits for at most one sub-batch, not a whole backlog.
+    queries_waiting: Mutex<usize>,
+    queries_served: Condvar,
     tokenizer: Tokenizer,
     model: EmbeddingModel,
     uses_token_type_ids: bool,
@@ -154,6 +159,8 @@ impl OnnxEmbedder {
             inner: Arc::new(Inner {
                 uses_token_type_ids: input_names.iter().any(|n| n == "token_type_ids"),
                 session: Mutex::new(session),
+                queries_waiting: Mutex::new(0),
+                queries_served: Condvar::new(),
                 tokenizer,
                 model: EmbeddingModel { name: options.model.clone(), dimension },
                 output,
@@ -246,6 +253,20 @@ fn with_cuda(
 }
 
 impl Inner {
+    /// Embeds one query ahead of any background batch.
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        let encoding =
+            self.tokenizer.encode(text, true).map_err(|e| AtlasError::Embedding(format!("tokenizer: {e}")))?;
+        *self.queries_waiting.lock().map_err(|_| poisoned())? += 1;
+        let session = self.session.lock();
+        *self.queries_waiting.lock().map_err(|_| poisoned())? -= 1;
+        self.queries_served.notify_all();
+        let prepared = self.prepare(&[&encoding]);
+        let mut session = session.map_err(|_| poisoned())?;
+        let mut vectors = self.run_prepared(&mut session, prepared?)?;
+        vectors.pop().ok_or_else(|| AtlasError::Embedding("no vector for the query".into()))
+    }
+
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
         let encodings = texts
             .iter()
@@ -265,7 +286,21 @@ impl Inner {
         Ok(out)
     }
 
+    /// A background sub-batch: prepared first, then run once no query is waiting.
     fn run(&self, batch: &[&tokenizers::Encoding]) -> Result<Vec<Vec<f32>>> {
+        let prepared = self.prepare(batch)?;
+        // Waiting queries go first; the timeout only guards against a lost wake-up.
+        let mut waiting = self.queries_waiting.lock().map_err(|_| poisoned())?;
+        while *waiting > 0 {
+            waiting = self.queries_served.wait_timeout(waiting, Duration::from_millis(5)).map_err(|_| poisoned())?.0;
+        }
+        drop(waiting);
+        let mut session = self.session.lock().map_err(|_| poisoned())?;
+        self.run_prepared(&mut session, prepared)
+    }
+
+    /// The model's inputs for a batch, padded to its longest text.
+    fn prepare(&self, batch: &[&tokenizers::Encoding]) -> Result<Prepared> {
         let rows = batch.len();
         let width = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0).max(1);
         let mut ids = vec![0i64; rows * width];
@@ -283,8 +318,11 @@ impl Inner {
         if self.uses_token_type_ids {
             inputs.push(("token_type_ids", tensor(types)?));
         }
-        let mut session =
-            self.session.lock().map_err(|_| AtlasError::Embedding("the session lock is poisoned".into()))?;
+        Ok(Prepared { inputs, mask, rows, width })
+    }
+
+    fn run_prepared(&self, session: &mut Session, prepared: Prepared) -> Result<Vec<Vec<f32>>> {
+        let Prepared { inputs, mask, rows, width } = prepared;
         let outputs = session.run(inputs).map_err(ort_error("inference"))?;
         let (shape, hidden) =
             outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ort_error("output tensor"))?;
@@ -305,6 +343,18 @@ impl Inner {
             })
             .collect())
     }
+}
+
+/// A batch's model inputs and its attention mask (for pooling).
+struct Prepared {
+    inputs: Vec<(&'static str, Tensor<i64>)>,
+    mask: Vec<i64>,
+    rows: usize,
+    width: usize,
+}
+
+fn poisoned() -> AtlasError {
+    AtlasError::Embedding("the session lock is poisoned".into())
 }
 
 /// Mean of the token vectors the mask keeps, scaled to unit length.
@@ -333,6 +383,13 @@ impl Embedder for OnnxEmbedder {
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || inner.embed(&texts))
+            .await
+            .map_err(|e| AtlasError::Embedding(format!("embedding task failed: {e}")))?
+    }
+
+    async fn embed_query(&self, text: String) -> Result<Vec<f32>> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || inner.embed_query(&text))
             .await
             .map_err(|e| AtlasError::Embedding(format!("embedding task failed: {e}")))?
     }

@@ -55,6 +55,33 @@ fn batched_vectors_agree_with_single_ones() {
     }
 }
 
+/// A query embedded ahead of background batches gets the same vector as through `embed`, also
+/// while a background thread keeps the session busy with large batches.
+#[test]
+fn queries_go_first_and_get_the_same_vectors() {
+    use atlas_domain::ports::Embedder;
+    let texts: Vec<String> =
+        fixture("sentences.jsonl").iter().map(|s| s["text"].as_str().unwrap().to_owned()).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let background = {
+        let (stop, texts) = (std::sync::Arc::clone(&stop), texts.clone());
+        std::thread::spawn(move || {
+            let many: Vec<String> = texts.iter().cycle().take(256).cloned().collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                embedder().embed_blocking(&many).unwrap();
+            }
+        })
+    };
+    for text in &texts {
+        let query = runtime.block_on(embedder().embed_query(text.clone())).unwrap();
+        let single = embedder().embed_blocking(std::slice::from_ref(text)).unwrap().remove(0);
+        assert_eq!(query, single, "{text:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    background.join().unwrap();
+}
+
 #[test]
 fn paraphrases_are_closer_than_unrelated_text() {
     let v = embedder()

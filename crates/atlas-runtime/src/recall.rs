@@ -230,11 +230,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
         };
         let t = Instant::now();
-        let query = embedder
-            .embed(vec![request.query.clone()])
-            .await?
-            .pop()
-            .ok_or_else(|| AtlasError::Embedding("the embedder returned no vector for the query".into()))?;
+        let query = embedder.embed_query(request.query.clone()).await?;
         record(&embed_us, t);
         let t = Instant::now();
         let (hits, pending) = tokio::join!(
