@@ -58,7 +58,7 @@ async def exercise(client, transport):
         ids.append(stored["id"])
 
     found = structured(await client.call_tool(
-        "recall", {"query": "which city does Ann live in?", "k": 3, "scope": {"user": "ann"}, "explain": True}))
+        "recall", {"query": "Where did Ann move?", "k": 3, "scope": {"user": "ann"}, "explain": True}))
     hits = found["hits"]
     check(hits and hits[0]["id"] == ids[0], f"{transport}: recall's first hit should be memory {ids[0]}: {hits}")
     check("explain" in hits[0] and "score" in hits[0], f"{transport}: a hit lacks explain or score: {hits[0]}")

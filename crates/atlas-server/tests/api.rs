@@ -85,7 +85,7 @@ async fn every_route_answers_in_the_clis_shapes() {
         .call(
             "POST",
             "/v1/recall",
-            Some(json!({"query": "where does Ann live", "k": 2, "scope": {"user": "ann"}, "explain": true})),
+            Some(json!({"query": "Ann moved to Lisbon", "k": 2, "scope": {"user": "ann"}, "explain": true})),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
