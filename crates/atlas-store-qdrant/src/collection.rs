@@ -25,7 +25,7 @@ use tonic::Code;
 pub const TEXT_VECTOR: &str = "text";
 
 /// Payload indexes: every field a filter touches.
-const INDEXED_FIELDS: [(&str, FieldType); 9] = [
+const INDEXED_FIELDS: [(&str, FieldType); 10] = [
     (field::KIND, FieldType::Keyword),
     (field::USER, FieldType::Keyword),
     (field::AGENT, FieldType::Keyword),
@@ -35,6 +35,9 @@ const INDEXED_FIELDS: [(&str, FieldType); 9] = [
     (field::VALID_UNTIL, FieldType::Integer),
     (field::ID, FieldType::Integer),
     (field::DELETED_AT, FieldType::Integer),
+    // Last: an existing collection without it gets it once its points carry `terms`
+    // (QdrantStore::upgrade_text_index).
+    (field::TERMS, FieldType::Integer),
 ];
 
 /// The dense vector of a model: named after it, so vectors of two models never mix.
@@ -258,6 +261,34 @@ impl Collection {
             request = request.filter(f);
         }
         self.call("count points", self.client.count(request.build())).await
+    }
+
+    /// One exact count per filter, all in flight at once.
+    pub async fn count_each(&self, filters: Vec<Filter>) -> Result<Vec<u64>> {
+        let mut calls = tokio::task::JoinSet::new();
+        for (i, filter) in filters.into_iter().enumerate() {
+            let client = Arc::clone(&self.client);
+            let request = CountPointsBuilder::new(&self.name).exact(true).filter(filter).build();
+            calls.spawn(async move { (i, client.count(request).await) });
+        }
+        let mut counts = vec![0; calls.len()];
+        while let Some(done) = calls.join_next().await {
+            let (i, count) = done.map_err(|e| AtlasError::Storage(format!("a count task failed: {e}")))?;
+            counts[i] = count.map_err(|e| describe(&self.options.url, &self.name, "count points", &e))?;
+        }
+        Ok(counts)
+    }
+
+    /// Whether the collection has a payload index on `field`.
+    pub async fn has_index(&self, field: &str) -> Result<bool> {
+        let info = self.call("read the collection's settings", self.client.collection_info(self.name.clone())).await?;
+        Ok(info.result.is_some_and(|r| r.payload_schema.contains_key(field)))
+    }
+
+    /// Indexes `terms` (the last step of upgrading a collection written without it).
+    pub async fn index_terms(&self) -> Result<()> {
+        let request = CreateFieldIndexCollectionBuilder::new(&self.name, field::TERMS, FieldType::Integer).wait(true);
+        self.call("index payload field terms", self.client.create_field_index(request.build())).await
     }
 
     pub async fn count_with_vector(&self, name: &str) -> Result<u64> {

@@ -264,8 +264,7 @@ mod tests {
     #[tokio::test]
     async fn known_facts_are_filtered_on_the_server_by_subject_kind_and_owner() {
         let dir = tempfile::tempdir().unwrap();
-        let mut api = MockQdrantApi::new();
-        api.expect_collection_exists().returning(|_| Ok(true));
+        let mut api = crate::tests::existing_collection();
         api.expect_scroll()
             .times(1)
             .withf(|s: &ScrollPoints| {
@@ -287,8 +286,7 @@ mod tests {
     #[tokio::test]
     async fn a_revision_of_a_missing_memory_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let mut api = MockQdrantApi::new();
-        api.expect_collection_exists().returning(|_| Ok(true));
+        let mut api = crate::tests::existing_collection();
         api.expect_get_points().times(1).returning(|_| Ok(Vec::new()));
         api.expect_upsert_points().never();
         let store = open(dir.path(), api).await;

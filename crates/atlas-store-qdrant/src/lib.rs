@@ -2,7 +2,8 @@
 //!
 //! One collection per memory space holds every kind of memory as points (point id = memory id,
 //! the record as payload with indexes on scope, kind, times and validity), a dense named vector
-//! per embedding model and a sparse `text` vector carrying BM25 (see [`sparse`]). Filters are
+//! per embedding model and a sparse `text` vector that finds BM25 candidates, rescored as FTS5
+//! scores them (see [`sparse`]). Filters are
 //! pushed down to Qdrant. What Qdrant does not model (id allocation, the ledger of acknowledged
 //! writes, edges, the vector queue, settings) lives in the space's SQLite file ([`sidecar`]).
 
@@ -61,7 +62,8 @@ pub struct QdrantOptions {
     pub quantization: Quantization,
     /// Points per upsert request.
     pub batch: usize,
-    /// Typical length of a memory in words, for BM25's length normalisation.
+    /// Typical length of a memory in tokens, assumed by the sparse vectors that find text
+    /// candidates (the exact rescoring uses the real average).
     pub bm25_avg_len: f32,
 }
 
@@ -83,11 +85,32 @@ impl QdrantOptions {
     }
 }
 
+/// How many text candidates Qdrant finds for the exact rescoring, at least, and per hit asked.
+const TEXT_POOL_MIN: usize = 300;
+const TEXT_POOL_PER_HIT: usize = 3;
+/// The corpus statistics of the rescoring (rows, average length) are read again after this
+/// long, or once this store has written a hundredth of the rows since.
+const CORPUS_STATS_TTL: Duration = Duration::from_secs(30);
+/// The average length is read from at most this many points (all of them in smaller spaces).
+const CORPUS_LENGTH_SAMPLE: usize = 20_000;
+
+/// What the exact text rescoring needs of the whole collection.
+#[derive(Debug, Clone, Copy)]
+struct CorpusStats {
+    rows: u64,
+    avg_len: f64,
+    read_at: std::time::Instant,
+    writes_at: u64,
+}
+
 /// The Qdrant store of one memory space.
 pub struct QdrantStore {
     collection: Collection,
     side: Sidecar,
     bm25: Bm25,
+    corpus: std::sync::Mutex<Option<CorpusStats>>,
+    /// Points this store wrote, to know when the corpus statistics are stale.
+    writes: std::sync::atomic::AtomicU64,
     batch: usize,
     model: RwLock<Option<EmbeddingModel>>,
     /// Names this instance's claims on queued vector work.
@@ -133,12 +156,117 @@ impl QdrantStore {
             collection,
             side,
             bm25: Bm25::new(options.bm25_avg_len),
+            corpus: std::sync::Mutex::new(None),
+            writes: std::sync::atomic::AtomicU64::new(0),
             batch: options.batch.max(1),
             model: RwLock::new(model),
             owner: format!("{}-{}", std::process::id(), now_nanos()),
         };
         store.recover().await?;
+        store.upgrade_text_index().await?;
         Ok(store)
+    }
+
+    /// A collection written before the exact text rescoring lacks the `terms` and `text_len`
+    /// payloads and the `terms` index: every point is written again (its vectors kept, its
+    /// sparse vector recomputed), then `terms` is indexed. The index comes last, so that an
+    /// interrupted upgrade starts again at the next open; rewriting a point twice is harmless.
+    async fn upgrade_text_index(&self) -> Result<()> {
+        if !self.collection.exists().await? || self.collection.has_index(payload::field::TERMS).await? {
+            return Ok(());
+        }
+        let dense = self.bound_model().map(|m| dense_vector_name(&m));
+        tracing::warn!(collection = self.collection(), "indexing the stems of every memory for exact BM25 (once)");
+        let mut offset: Option<PointId> = None;
+        let mut rewritten = 0usize;
+        loop {
+            let mut request =
+                ScrollPointsBuilder::new(self.collection.name()).limit(self.batch as u32).with_payload(true);
+            request = match &dense {
+                Some(name) => request.with_vectors(VectorsSelector::from(vec![name.clone()])),
+                None => request.with_vectors(false),
+            };
+            if let Some(o) = offset.take() {
+                request = request.offset(o);
+            }
+            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+            let Some(last) = page.last() else { break };
+            let next = last.id.clone();
+            let full = page.len() == self.batch;
+            let points = page
+                .into_iter()
+                .map(|p| {
+                    let (memory, vector) = decode(p, dense.as_deref())?;
+                    let vector = dense.as_deref().zip(vector);
+                    self.point(&memory, vector)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            rewritten += points.len();
+            self.collection.upsert(points).await?;
+            if !full {
+                break;
+            }
+            // Scroll pages start at their offset: skip the point already rewritten.
+            offset = next.and_then(|id| match id.point_id_options {
+                Some(PointIdOptions::Num(n)) => Some(PointId::from(n + 1)),
+                _ => None,
+            });
+            if offset.is_none() {
+                break;
+            }
+        }
+        self.collection.index_terms().await?;
+        tracing::warn!(collection = self.collection(), rewritten, "indexed the stems of every memory");
+        Ok(())
+    }
+
+    /// Rows and average length of the collection, read again when stale.
+    async fn corpus_stats(&self) -> Result<CorpusStats> {
+        use std::sync::atomic::Ordering;
+        let writes = self.writes.load(Ordering::Relaxed);
+        if let Some(stats) = *self.corpus.lock().expect("corpus lock")
+            && stats.read_at.elapsed() < CORPUS_STATS_TTL
+            && (writes - stats.writes_at) * 100 <= stats.rows
+        {
+            return Ok(stats);
+        }
+        let rows = self.collection.count(None).await?;
+        let mut lengths = 0u64;
+        let mut counted = 0u64;
+        let mut offset: Option<PointId> = None;
+        while (counted as usize) < CORPUS_LENGTH_SAMPLE {
+            let mut request = ScrollPointsBuilder::new(self.collection.name())
+                .limit(1000)
+                .with_payload(include(&[payload::field::TEXT_LEN]))
+                .with_vectors(false);
+            if let Some(o) = offset.take() {
+                request = request.offset(o);
+            }
+            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+            let full = page.len() == 1000;
+            for p in &page {
+                if let Some(n) = p.payload.get(payload::field::TEXT_LEN).and_then(|v| v.as_integer()) {
+                    lengths += n.max(0) as u64;
+                    counted += 1;
+                }
+            }
+            let next = page.last().and_then(|p| p.id.clone()).and_then(|id| match id.point_id_options {
+                Some(PointIdOptions::Num(n)) => Some(PointId::from(n + 1)),
+                _ => None,
+            });
+            match (full, next) {
+                (true, Some(n)) => offset = Some(n),
+                _ => break,
+            }
+        }
+        let stats = CorpusStats {
+            rows,
+            avg_len: if counted == 0 { 1.0 } else { lengths as f64 / counted as f64 },
+            read_at: std::time::Instant::now(),
+            writes_at: writes,
+        };
+        *self.corpus.lock().expect("corpus lock") = Some(stats);
+        Ok(stats)
     }
 
     /// The collection this space lives in.
@@ -161,7 +289,8 @@ impl QdrantStore {
     }
 
     fn point(&self, m: &Memory, dense: Option<(&str, Vec<f32>)>) -> Result<PointStruct> {
-        let text = self.bm25.document(&m.text, m.body.speaker(), m.context.as_deref());
+        let document = self.bm25.analyse(&m.text, m.body.speaker(), m.context.as_deref());
+        let text = self.bm25.document(&document);
         let mut vectors: HashMap<String, Vector> = HashMap::new();
         if !text.indices.is_empty() {
             vectors.insert(collection::TEXT_VECTOR.into(), Vector::new_sparse(text.indices, text.values));
@@ -169,7 +298,12 @@ impl QdrantStore {
         if let Some((name, v)) = dense {
             vectors.insert(name.into(), Vector::new_dense(v));
         }
-        Ok(PointStruct::new(point_id(m.id)?, vectors, qdrant_client::Payload::from(to_payload(m))))
+        let mut record = to_payload(m);
+        let terms: Vec<i64> = document.frequencies.keys().map(|&t| i64::from(t)).collect();
+        record.insert(payload::field::TERMS.into(), serde_json::Value::from(terms));
+        record.insert(payload::field::TEXT_LEN.into(), serde_json::Value::from(document.length));
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(PointStruct::new(point_id(m.id)?, vectors, qdrant_client::Payload::from(record)))
     }
 
     /// The batch as memories under their new ids, each episode carrying its predecessor's line
@@ -331,6 +465,11 @@ impl QdrantStore {
         let hits = self.collection.call("query", self.collection.client().query(request.build())).await?;
         hits.into_iter().map(|p| Ok(ScoredId { id: memory_id(p.id.as_ref())?, score: f64::from(p.score) })).collect()
     }
+}
+
+/// Only these payload fields in the answer.
+fn include(fields: &[&str]) -> qdrant_client::qdrant::PayloadIncludeSelector {
+    qdrant_client::qdrant::PayloadIncludeSelector { fields: fields.iter().map(|f| (*f).to_owned()).collect() }
 }
 
 fn memory_id(id: Option<&PointId>) -> Result<MemoryId> {
@@ -506,13 +645,54 @@ impl TextIndex for QdrantStore {
         if limit == 0 || query.indices.is_empty() || !self.collection.exists().await? {
             return Ok(Vec::new());
         }
+        // Candidates by the sparse vector, a pool wide enough to hold FTS5's best `limit`...
         let pairs: Vec<(u32, f32)> = query.indices.into_iter().zip(query.values).collect();
+        let fields = [payload::field::TEXT, payload::field::SPEAKER, payload::field::CONTEXT];
         let request = QueryPointsBuilder::new(self.collection.name())
             .query(qdrant_client::qdrant::Query::new_nearest(pairs.as_slice()))
             .using(collection::TEXT_VECTOR)
-            .limit(limit as u64)
-            .with_payload(false);
-        self.search(request, &filter).await
+            .limit((limit * TEXT_POOL_PER_HIT).max(TEXT_POOL_MIN) as u64)
+            .with_payload(include(&fields))
+            .filter(filter::to_qdrant(&filter));
+        let candidates = self.collection.call("query", self.collection.client().query(request.build())).await?;
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        // ... rescored exactly as FTS5 scores them, from their text and the corpus' statistics.
+        let terms = self.bm25.query_terms(&terms);
+        let stats = self.corpus_stats().await?;
+        let frequencies = self
+            .collection
+            .count_each(
+                terms
+                    .iter()
+                    .map(|(t, _)| {
+                        qdrant_client::qdrant::Filter::must([qdrant_client::qdrant::Condition::matches(
+                            payload::field::TERMS,
+                            i64::from(*t),
+                        )])
+                    })
+                    .collect(),
+            )
+            .await?;
+        let weighted: Vec<(u32, u32, f64)> = terms
+            .iter()
+            .zip(&frequencies)
+            .map(|(&(term, times), &n)| (term, times, sparse::idf(stats.rows.max(n), n)))
+            .collect();
+        let mut hits = candidates
+            .into_iter()
+            .map(|p| {
+                let id = memory_id(p.id.as_ref())?;
+                let text = |f: &str| p.payload.get(f).and_then(|v| v.as_str()).map(String::as_str);
+                let document = self.bm25.analyse(text(fields[0]).unwrap_or_default(), text(fields[1]), text(fields[2]));
+                Ok(ScoredId { id, score: sparse::score(&document, &weighted, stats.avg_len) })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // FTS5's order: best first, ties to the smaller id.
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(limit);
+        Ok(hits)
     }
 }
 
@@ -766,9 +946,17 @@ mod tests {
         NewMemory::episode(text, scope, Some(speaker.into()), Timestamp(t), Timestamp(t))
     }
 
-    fn existing_collection() -> MockQdrantApi {
+    /// A collection that exists, with the payload indexes of this version.
+    pub(crate) fn existing_collection() -> MockQdrantApi {
         let mut api = MockQdrantApi::new();
         api.expect_collection_exists().returning(|_| Ok(true));
+        api.expect_collection_info().returning(|_| {
+            let info = qdrant_client::qdrant::CollectionInfo {
+                payload_schema: [(payload::field::TERMS.to_owned(), Default::default())].into_iter().collect(),
+                ..Default::default()
+            };
+            Ok(qdrant_client::qdrant::GetCollectionInfoResponse { result: Some(info), ..Default::default() })
+        });
         api
     }
 
@@ -840,24 +1028,55 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn text_search_queries_the_sparse_vector_with_the_filter_pushed_down() {
+    async fn text_search_finds_candidates_by_the_sparse_vector_and_ranks_them_as_fts5() {
         let dir = tempfile::tempdir().unwrap();
         let mut api = existing_collection();
+        let long = "we went to Lisbon and Lisbon again on a long trip of many days";
+        let candidate = |id: u64, score: f32, text: &str| ScoredPoint {
+            id: Some(PointId::from(id)),
+            score,
+            payload: qdrant_client::Payload::from(serde_json::json!({"text": text}).as_object().unwrap().clone())
+                .into(),
+            ..Default::default()
+        };
+        let (long_text, short_text) = (long.to_owned(), "Lisbon".to_owned());
         api.expect_query()
             .times(1)
             .withf(|q: &QueryPoints| {
                 let filter = format!("{:?}", q.filter);
                 q.using.as_deref() == Some(collection::TEXT_VECTOR)
-                    && q.limit == Some(5)
+                    && q.limit == Some(TEXT_POOL_MIN as u64)
                     && filter.contains("\"user\"")
                     && filter.contains("Keyword(\"ann\")")
             })
-            .returning(|_| Ok(vec![ScoredPoint { id: Some(PointId::from(7u64)), score: 2.5, ..Default::default() }]));
+            // Qdrant's order (its own IDF, an assumed average length) puts the long one first.
+            .returning(move |_| Ok(vec![candidate(7, 9.0, &long_text), candidate(8, 1.0, &short_text)]));
+        // 10 rows; the stem of "lisbon" in 2 of them.
+        api.expect_count().returning(|r| Ok(if r.filter.is_some() { 2 } else { 10 }));
+        api.expect_scroll().times(1).returning(|_| {
+            Ok((1..=10u64)
+                .map(|id| RetrievedPoint {
+                    id: Some(PointId::from(id)),
+                    payload: qdrant_client::Payload::from(
+                        serde_json::json!({"text_len": 6}).as_object().unwrap().clone(),
+                    )
+                    .into(),
+                    ..Default::default()
+                })
+                .collect())
+        });
         let store = open(dir.path(), api).await;
         let only_ann =
             RecallFilter { scope: Scope { user: Some("ann".into()), ..Scope::default() }, ..Default::default() };
         let hits = store.search_text(vec!["lisbon".into()], only_ann, 5).await.unwrap();
-        assert_eq!(hits, [ScoredId { id: MemoryId(7), score: 2.5 }]);
+        let bm = Bm25::new(20.0);
+        let term = bm.query_terms(&["lisbon".into()])[0].0;
+        let idf = sparse::idf(10, 2);
+        let exact = |text: &str| sparse::score(&bm.analyse(text, None, None), &[(term, 1, idf)], 6.0);
+        assert_eq!(
+            hits,
+            [ScoredId { id: MemoryId(8), score: exact("Lisbon") }, ScoredId { id: MemoryId(7), score: exact(long) }]
+        );
     }
 
     #[tokio::test]

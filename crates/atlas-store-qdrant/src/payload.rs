@@ -23,6 +23,11 @@ pub mod field {
     pub const DELETED_AT: &str = "deleted_at";
     /// Use and review schedule, only once something happened ([`atlas_domain::Lifecycle`]).
     pub const LIFECYCLE: &str = "lifecycle";
+    /// The distinct stems of the text, speaker and context (indexed): counting the points that
+    /// hold a stem gives its document frequency for the exact BM25 rescoring (`sparse.rs`).
+    pub const TERMS: &str = "terms";
+    /// The length in tokens of the text, speaker and context: the rescoring's document length.
+    pub const TEXT_LEN: &str = "text_len";
 }
 
 /// `valid_until` of a memory still valid: a number, so that one range condition filters validity.

@@ -42,7 +42,7 @@ macro_rules! store_conformance {
                 rebinding_requeues_everything_for_the_new_model, replica_copies_ids_vectors_and_edges_idempotently,
                 restore_refuses_vectors_of_another_dimension, keyed_writes_happen_once, reserved_ids_are_never_taken,
                 own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
-                updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter);
+                updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -792,5 +792,92 @@ pub fn latest_is_newest_first_under_the_filter<S: Store>(make: Make<S>) {
         let deleted = Lifecycle { deleted_at: Some(Timestamp(99)), ..Lifecycle::default() };
         store.update(vec![Update { id: ids[4], lifecycle: deleted, body: None }]).await.unwrap();
         assert_eq!(store.latest(s1, 1).await.unwrap()[0].id, ids[1], "never a forgotten memory");
+    });
+}
+
+/// Words no stemmer changes and no two of which share a stem: every store tokenises them as the
+/// fake does, so that their rankings can be compared with the fake's exactly.
+const PLAIN_WORDS: [&str; 12] =
+    ["amber", "basalt", "cobalt", "delta", "ember", "fjord", "granit", "harbor", "indigo", "jasper", "kelp", "lagoon"];
+
+/// A corpus of memories of varied lengths and repetitions over [`PLAIN_WORDS`], and queries.
+fn plain_corpus() -> (Vec<NewMemory>, Vec<Vec<String>>) {
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n) as usize
+    };
+    let memories = (0..40)
+        .map(|i| {
+            let len = 2 + next(14);
+            // A skewed draw, so that some words are common and some rare.
+            let text: Vec<&str> = (0..len).map(|_| PLAIN_WORDS[next(12).min(next(12))]).collect();
+            episode(&text.join(" "), None, i)
+        })
+        .collect();
+    let queries = (0..12).map(|_| (0..1 + next(3)).map(|_| PLAIN_WORDS[next(12)].to_owned()).collect()).collect();
+    (memories, queries)
+}
+
+/// The same memories rank the same in every store: full text by FTS5's BM25 (the fake computes
+/// it without an index), vectors by exact cosine, ties to the smaller id, scores equal.
+pub fn rankings_are_the_fakes<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = &subject.store;
+    let reference = crate::FakeStore::new();
+    runtime().block_on(async {
+        let (memories, queries) = plain_corpus();
+        let ids = store.insert(memories.clone(), None).await.unwrap();
+        let fake_ids = reference.insert(memories, None).await.unwrap();
+        let position = |hits: &[atlas_domain::ports::ScoredId], ids: &[MemoryId]| -> Vec<(usize, f64)> {
+            hits.iter().map(|h| (ids.iter().position(|id| *id == h.id).unwrap(), h.score)).collect()
+        };
+        for query in &queries {
+            let got = store.search_text(query.clone(), RecallFilter::default(), 15).await.unwrap();
+            let want = reference.search_text(query.clone(), RecallFilter::default(), 15).await.unwrap();
+            let (got, want) = (position(&got, &ids), position(&want, &fake_ids));
+            assert_eq!(
+                got.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                want.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                "text ranking for {query:?}: {got:?} vs the fake's {want:?}"
+            );
+            for ((_, a), (_, b)) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "score for {query:?}: {a} vs the fake's {b}");
+            }
+        }
+        bind_test_model(store.as_ref()).await;
+        bind_test_model(&reference).await;
+        embed_pending(store.as_ref()).await;
+        embed_pending(&reference).await;
+        let embedder = HashEmbedder::new(DIM);
+        for query in &queries {
+            let vector = embedder.embed_one(&query.join(" "));
+            let got = store.search_vector(vector.clone(), RecallFilter::default(), 10).await.unwrap();
+            // One more of the reference, to see a tie at the cut.
+            let want = reference.search_vector(vector, RecallFilter::default(), 11).await.unwrap();
+            // Rank by rank the same similarity: the same order up to ties, and up to the error
+            // of a store that keeps its vectors quantised (int8: about 0.01).
+            assert_eq!(got.len(), want.len().min(10));
+            for (rank, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a.score - b.score).abs() <= 0.01,
+                    "vector rank {rank} for {query:?}: {} vs the fake's {}",
+                    a.score,
+                    b.score
+                );
+            }
+            // Where the reference's similarity stands apart from its neighbours', the memory is
+            // the same; among near-equal similarities any order is right.
+            let (got, want) = (position(&got, &ids), position(&want, &fake_ids));
+            for i in 0..got.len() {
+                let apart =
+                    |j: Option<usize>| j.and_then(|j| want.get(j)).is_none_or(|(_, s)| (s - want[i].1).abs() > 0.01);
+                if apart(i.checked_sub(1)) && apart(Some(i + 1)) {
+                    assert_eq!(got[i].0, want[i].0, "vector rank {i} for {query:?}: {got:?} vs the fake's {want:?}");
+                }
+            }
+        }
     });
 }

@@ -4,6 +4,7 @@ use crate::embedder::cosine;
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::policy::embedding::line;
+use atlas_domain::policy::query::words;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
     ClosedSession, Consolidation, Consolidator, EmbeddingModel, MemoryRef, MemoryStore, ProgressFn, Receipt, Replica,
@@ -54,10 +55,6 @@ impl FakeStore {
     pub fn new() -> Self {
         Self::default()
     }
-}
-
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
 fn insert_locked(s: &mut State, batch: Vec<NewMemory>) -> Vec<MemoryId> {
@@ -206,35 +203,57 @@ impl TextIndex for FakeStore {
     /// Scores by summed inverse document frequency of the matched terms, each times the weight of
     /// the best field it occurs in (a BM25 without length normalisation), which ranks the same
     /// way as BM25 on the conformance suite's cases.
+    /// FTS5's `bm25()` (k1 = 1.2, b = 0.75, idf = ln((N − n + 0.5) / (n + 0.5)) floored at
+    /// 1e-6, frequencies summed over the columns at their weights, length and average over all
+    /// columns and rows), without stemming: the reference the conformance suite compares every
+    /// store's text ranking with, on words no stemmer changes.
     async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
+        const K1: f64 = 1.2;
+        const B: f64 = 0.75;
         let s = self.state.lock().unwrap();
-        let docs: Vec<(MemoryId, Vec<(Vec<String>, f64)>)> = s
+        let docs: Vec<(MemoryId, HashMap<String, f64>, f64)> = s
             .memories
             .values()
             .map(|m| {
-                let fields = vec![
-                    (words(&m.text), TEXT_WEIGHT),
-                    (m.body.speaker().map(words).unwrap_or_default(), SPEAKER_WEIGHT),
-                    (m.context.as_deref().map(words).unwrap_or_default(), CONTEXT_WEIGHT),
-                ];
-                (m.id, fields)
+                let mut frequencies: HashMap<String, f64> = HashMap::new();
+                let mut length = 0.0;
+                for (field, weight) in [
+                    (m.text.as_str(), TEXT_WEIGHT),
+                    (m.body.speaker().unwrap_or_default(), SPEAKER_WEIGHT),
+                    (m.context.as_deref().unwrap_or_default(), CONTEXT_WEIGHT),
+                ] {
+                    for w in words(field) {
+                        *frequencies.entry(w).or_default() += weight;
+                        length += 1.0;
+                    }
+                }
+                (m.id, frequencies, length)
             })
             .collect();
-        let field_weight = |fields: &[(Vec<String>, f64)], t: &String| {
-            fields.iter().filter(|(w, _)| w.contains(t)).map(|(_, weight)| *weight).reduce(f64::max)
-        };
         let n = docs.len() as f64;
+        let avg_len = docs.iter().map(|(_, _, l)| l).sum::<f64>() / n.max(1.0);
         let idf = |t: &String| {
-            let df = docs.iter().filter(|(_, f)| field_weight(f, t).is_some()).count() as f64;
-            ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+            let df = docs.iter().filter(|(_, f, _)| f.contains_key(t)).count() as f64;
+            let idf = ((n - df + 0.5) / (df + 0.5)).ln();
+            if idf <= 0.0 { 1e-6 } else { idf }
         };
-        let weights: Vec<(String, f64)> = terms.iter().map(|t| (t.clone(), idf(t))).collect();
+        let weights: Vec<(String, f64)> = terms
+            .iter()
+            .flat_map(|t| words(t))
+            .map(|t| {
+                let w = idf(&t);
+                (t, w)
+            })
+            .collect();
         let mut hits: Vec<ScoredId> = docs
             .iter()
-            .filter(|(id, _)| filter.admits(&s.memories[id]))
-            .filter_map(|(id, fields)| {
-                let matched: Vec<f64> =
-                    weights.iter().filter_map(|(t, idf)| field_weight(fields, t).map(|w| w * idf)).collect();
+            .filter(|(id, _, _)| filter.admits(&s.memories[id]))
+            .filter_map(|(id, frequencies, length)| {
+                let norm = K1 * (1.0 - B + B * length / avg_len);
+                let matched: Vec<f64> = weights
+                    .iter()
+                    .filter_map(|(t, idf)| frequencies.get(t).map(|f| idf * f * (K1 + 1.0) / (f + norm)))
+                    .collect();
                 (!matched.is_empty()).then(|| ScoredId { id: *id, score: matched.iter().sum() })
             })
             .collect();

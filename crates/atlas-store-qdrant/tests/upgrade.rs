@@ -1,0 +1,79 @@
+//! A collection written before the exact text ranking (no `terms` and `text_len` payloads, no
+//! `terms` index) is upgraded when a store opens it: every point is written again with its
+//! vectors kept, then `terms` is indexed, and full text ranks as FTS5 (the fake) ranks. Needs a
+//! Qdrant server, like the conformance suite.
+
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, TextIndex, VectorIndex};
+use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
+use atlas_store_qdrant::{QdrantOptions, QdrantStore};
+use atlas_testing::{FakeStore, HashEmbedder};
+use qdrant_client::qdrant::{DeleteFieldIndexCollectionBuilder, DeletePayloadPointsBuilder, Filter};
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
+fn a_collection_without_stems_is_upgraded_at_open() {
+    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let mut options = QdrantOptions::new(url.clone());
+    options.collection_prefix = "atlas_upgrade".into();
+    options.batch = 7; // several pages
+    let dir = tempfile::tempdir().unwrap();
+    let space = dir.path().join("space.db");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
+    let words = ["amber", "basalt", "cobalt", "delta", "ember", "fjord"];
+    let memories: Vec<NewMemory> = (0..30)
+        .map(|i| {
+            let text: Vec<&str> = (0..2 + i % 7).map(|j| words[(i * 7 + j * 3) % (1 + (i + j) % 6)]).collect();
+            NewMemory::episode(
+                text.join(" "),
+                Scope::default(),
+                Some("Tester".into()),
+                Timestamp(i as i64),
+                Timestamp(i as i64),
+            )
+        })
+        .collect();
+    let model = EmbeddingModel { name: "atlas-test-hash-16".into(), dimension: 16 };
+    let name = runtime.block_on(async {
+        let store = QdrantStore::open(&space, options.clone()).await.unwrap();
+        store.bind_model(model.clone()).await.unwrap();
+        let ids = store.insert(memories.clone(), None).await.unwrap();
+        let embedder = HashEmbedder::new(16);
+        let vectors = ids.iter().zip(&memories).map(|(id, m)| (*id, embedder.embed_one(&m.text))).collect();
+        store.put_vectors(vectors).await.unwrap();
+        let name = store.collection().to_owned();
+        // As an older version left it: no stems, no lengths, no index on stems.
+        client.delete_field_index(DeleteFieldIndexCollectionBuilder::new(&name, "terms").wait(true)).await.unwrap();
+        client
+            .delete_payload(
+                DeletePayloadPointsBuilder::new(&name, vec!["terms".to_owned(), "text_len".to_owned()])
+                    .points_selector(Filter::default())
+                    .wait(true),
+            )
+            .await
+            .unwrap();
+        name
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let store = QdrantStore::open(&space, options.clone()).await.unwrap();
+            let info = client.collection_info(&name).await.unwrap().result.unwrap();
+            assert!(info.payload_schema.contains_key("terms"), "indexed after the upgrade");
+            let stats = store.stats().await.unwrap();
+            assert_eq!((stats.memories(), stats.vectors), (30, 30), "every point and vector kept");
+            let reference = FakeStore::new();
+            reference.insert(memories.clone(), None).await.unwrap();
+            for query in [vec!["amber"], vec!["fjord", "delta"], vec!["cobalt", "ember", "basalt"]] {
+                let query: Vec<String> = query.into_iter().map(String::from).collect();
+                let got = store.search_text(query.clone(), RecallFilter::default(), 10).await.unwrap();
+                let want = reference.search_text(query.clone(), RecallFilter::default(), 10).await.unwrap();
+                let ids = |h: &[atlas_domain::ports::ScoredId]| h.iter().map(|h| h.id).collect::<Vec<_>>();
+                assert_eq!(ids(&got), ids(&want), "{query:?}");
+            }
+        })
+    }));
+    let _ = runtime.block_on(client.delete_collection(name));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
