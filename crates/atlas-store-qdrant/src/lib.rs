@@ -86,8 +86,8 @@ impl QdrantOptions {
 }
 
 /// How many text candidates Qdrant finds for the exact rescoring, at least, and per hit asked.
-const TEXT_POOL_MIN: usize = 300;
-const TEXT_POOL_PER_HIT: usize = 3;
+const TEXT_POOL_MIN: usize = 200;
+const TEXT_POOL_PER_HIT: usize = 2;
 /// The corpus statistics of the rescoring (rows, average length) are read again after this
 /// long, or once this store has written a hundredth of the rows since.
 const CORPUS_STATS_TTL: Duration = Duration::from_secs(30);
@@ -109,6 +109,8 @@ pub struct QdrantStore {
     side: Sidecar,
     bm25: Bm25,
     corpus: std::sync::Mutex<Option<CorpusStats>>,
+    /// Points holding each stem, counted since the corpus statistics were last read.
+    stem_counts: std::sync::Mutex<HashMap<u32, u64>>,
     /// Points this store wrote, to know when the corpus statistics are stale.
     writes: std::sync::atomic::AtomicU64,
     batch: usize,
@@ -157,6 +159,7 @@ impl QdrantStore {
             side,
             bm25: Bm25::new(options.bm25_avg_len),
             corpus: std::sync::Mutex::new(None),
+            stem_counts: std::sync::Mutex::new(HashMap::new()),
             writes: std::sync::atomic::AtomicU64::new(0),
             batch: options.batch.max(1),
             model: RwLock::new(model),
@@ -220,6 +223,27 @@ impl QdrantStore {
         Ok(())
     }
 
+    /// How many points hold each stem, counted once per stem while the corpus statistics last.
+    async fn stem_frequencies(&self, terms: &[(u32, u32)]) -> Result<Vec<u64>> {
+        let missing: Vec<u32> = {
+            let known = self.stem_counts.lock().expect("stem counts lock");
+            terms.iter().map(|(t, _)| *t).filter(|t| !known.contains_key(t)).collect()
+        };
+        let filters = missing
+            .iter()
+            .map(|t| {
+                qdrant_client::qdrant::Filter::must([qdrant_client::qdrant::Condition::matches(
+                    payload::field::TERMS,
+                    i64::from(*t),
+                )])
+            })
+            .collect();
+        let counted = self.collection.count_each(filters).await?;
+        let mut known = self.stem_counts.lock().expect("stem counts lock");
+        known.extend(missing.into_iter().zip(counted));
+        Ok(terms.iter().map(|(t, _)| known.get(t).copied().unwrap_or(0)).collect())
+    }
+
     /// Rows and average length of the collection, read again when stale.
     async fn corpus_stats(&self) -> Result<CorpusStats> {
         use std::sync::atomic::Ordering;
@@ -266,6 +290,7 @@ impl QdrantStore {
             writes_at: writes,
         };
         *self.corpus.lock().expect("corpus lock") = Some(stats);
+        self.stem_counts.lock().expect("stem counts lock").clear();
         Ok(stats)
     }
 
@@ -661,20 +686,7 @@ impl TextIndex for QdrantStore {
         // ... rescored exactly as FTS5 scores them, from their text and the corpus' statistics.
         let terms = self.bm25.query_terms(&terms);
         let stats = self.corpus_stats().await?;
-        let frequencies = self
-            .collection
-            .count_each(
-                terms
-                    .iter()
-                    .map(|(t, _)| {
-                        qdrant_client::qdrant::Filter::must([qdrant_client::qdrant::Condition::matches(
-                            payload::field::TERMS,
-                            i64::from(*t),
-                        )])
-                    })
-                    .collect(),
-            )
-            .await?;
+        let frequencies = self.stem_frequencies(&terms).await?;
         let weighted: Vec<(u32, u32, f64)> = terms
             .iter()
             .zip(&frequencies)
