@@ -26,6 +26,10 @@ pub enum Which {
         store: String,
         #[arg(long, value_name = "URL", env = "QDRANT_URL")]
         qdrant_url: Option<String>,
+        /// Memories of the vector-accuracy store (real MiniLM vectors of English-like turns,
+        /// embedded once and cached); 0 skips it.
+        #[arg(long, default_value_t = 100_000)]
+        ann_size: usize,
     },
     /// (Internal) the child process of `bench recall` that measures a user's process memory.
     #[command(hide = true)]
@@ -74,13 +78,21 @@ pub fn run(which: Which) -> Result<()> {
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
-        Which::Recall { sizes, store, qdrant_url } => {
+        Which::Recall { sizes, store, qdrant_url, ann_size } => {
             let qdrant = match (store.as_str(), qdrant_url) {
                 ("qdrant", Some(url)) => Some(url),
                 ("qdrant", None) => anyhow::bail!("--store qdrant needs --qdrant-url URL (or QDRANT_URL)"),
                 _ => None,
             };
-            crate::bench_recall::run(&sizes, qdrant.as_deref())
+            crate::bench_recall::run(&sizes, qdrant.as_deref())?;
+            if ann_size > 0 {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()?
+                    .block_on(crate::bench_ann::run(ann_size))?;
+            }
+            Ok(())
         }
     }
 }

@@ -3,10 +3,12 @@
 //! everywhere cargo does.
 
 mod bench;
+mod bench_ann;
 mod bench_embed;
 mod bench_recall;
 mod bench_serve;
 mod clients;
+mod english;
 mod fixtures;
 mod qdrant_migration;
 mod qdrant_server;

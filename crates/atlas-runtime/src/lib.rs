@@ -510,6 +510,7 @@ fn open_sqlite(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<P
         vector_precision,
         create: config.create,
         busy_timeout: std::time::Duration::from_millis(config.busy_timeout_ms),
+        ..SqliteOptions::default()
     };
     let store = Arc::new(SqliteStore::open(&config.db, &options)?);
     Ok(Parts::from_store(Arc::clone(&store), embedder).with_consolidator(store))

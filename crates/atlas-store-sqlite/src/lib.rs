@@ -63,6 +63,9 @@ pub use crate::vector_cache::{Precision, int8_dot, quantize};
 /// codes). Int8 scores are within about 1% of the exact cosine.
 pub const INT8_FROM_VECTORS: usize = 500_000;
 
+/// [`SqliteOptions::vector_shortlist`] by default.
+pub const DEFAULT_VECTOR_SHORTLIST: usize = 16;
+
 /// Options for [`SqliteStore::open`].
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
@@ -75,6 +78,9 @@ pub struct SqliteOptions {
     pub create: bool,
     /// How long to wait for another process's lock, at open and on every write.
     pub busy_timeout: Duration,
+    /// Vectors the sign-bit scan keeps per result wanted, for exact rescoring (at least 256 in
+    /// all): the accuracy of vector search against its time (`cargo xtask bench recall`).
+    pub vector_shortlist: usize,
 }
 
 impl Default for SqliteOptions {
@@ -84,6 +90,7 @@ impl Default for SqliteOptions {
             vector_precision: None,
             create: true,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            vector_shortlist: DEFAULT_VECTOR_SHORTLIST,
         }
     }
 }
@@ -100,6 +107,7 @@ pub struct SqliteStore {
     /// The quantised in-memory copy of the vectors; `None` until the first vector search.
     vector_cache: SharedCache,
     vector_precision: Option<Precision>,
+    vector_shortlist: usize,
     /// The in-memory BM25 index; `None` until the first text search.
     text_cache: SharedTextCache,
     tokenizer: Arc<Tokenizer>,
@@ -232,6 +240,7 @@ impl SqliteStore {
             model: Arc::new(RwLock::new(model)),
             vector_cache: Arc::new(RwLock::new(None)),
             vector_precision: options.vector_precision,
+            vector_shortlist: options.vector_shortlist.max(1),
             text_cache: Arc::new(RwLock::new(None)),
             tokenizer: Arc::new(Tokenizer::new()?),
         })
@@ -947,8 +956,10 @@ impl VectorIndex for SqliteStore {
             return Ok(Vec::new());
         }
         let cache = Arc::clone(&self.vector_cache);
-        let (dim, precision) = (model.dimension, self.vector_precision);
-        self.readers.read(move |conn| search_vector_sync(conn, &cache, dim, precision, &query, &filter, limit)).await
+        let (dim, precision, shortlist) = (model.dimension, self.vector_precision, self.vector_shortlist);
+        self.readers
+            .read(move |conn| search_vector_sync(conn, &cache, (dim, precision, shortlist), &query, &filter, limit))
+            .await
     }
 }
 
@@ -1228,8 +1239,7 @@ type SharedCache = Arc<RwLock<Option<vector_cache::Index>>>;
 fn search_vector_sync(
     conn: &Connection,
     cache: &SharedCache,
-    dim: usize,
-    precision: Option<Precision>,
+    (dim, precision, shortlist): (usize, Option<Precision>, usize),
     query: &[f32],
     filter: &RecallFilter,
     limit: usize,
@@ -1239,7 +1249,7 @@ fn search_vector_sync(
         let shared = cache.read().expect("vector cache lock");
         if ready(&shared) {
             let index = shared.as_ref().expect("checked");
-            (index.candidates(query, limit), index.len())
+            (index.candidates(query, limit, shortlist), index.len())
         } else {
             drop(shared);
             // Load and search under the same write guard: nothing can clear it in between.
@@ -1248,7 +1258,7 @@ fn search_vector_sync(
                 *slot = Some(load_vector_cache(conn, dim, precision)?);
             }
             let index = slot.as_ref().expect("loaded");
-            (index.candidates(query, limit), index.len())
+            (index.candidates(query, limit, shortlist), index.len())
         }
     };
     let blob = vector_blob(query);

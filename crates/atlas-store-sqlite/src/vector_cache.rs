@@ -11,8 +11,6 @@
 
 use std::collections::HashMap;
 
-/// Candidates kept after the Hamming scan, per result wanted, for exact rescoring.
-const BIT_CANDIDATES_PER_RESULT: usize = 16;
 /// Below this many vectors one thread scans; above, two (this machine's cores).
 const PARALLEL_FROM: usize = 50_000;
 
@@ -218,15 +216,15 @@ impl Index {
         bits
     }
 
-    /// Up to `wanted × 16` (at least 256) vectors nearest by sign bits, rescored with the kept
-    /// vectors: (id, cosine similarity, exact when [`Index::exact`]), best first.
-    pub fn candidates(&self, query: &[f32], wanted: usize) -> Vec<(i64, f32)> {
+    /// Up to `wanted × per_result` (at least 256) vectors nearest by sign bits, rescored with
+    /// the kept vectors: (id, cosine similarity, exact when [`Index::exact`]), best first.
+    pub fn candidates(&self, query: &[f32], wanted: usize, per_result: usize) -> Vec<(i64, f32)> {
         let n = self.len();
         if n == 0 || wanted == 0 {
             return Vec::new();
         }
         let qbits = self.sign_bits(query);
-        let keep_bits = (wanted * BIT_CANDIDATES_PER_RESULT).max(256).min(n);
+        let keep_bits = (wanted * per_result).max(256).min(n);
         let mut near: Vec<(u32, u32)> = if n >= PARALLEL_FROM {
             let half = n / 2;
             std::thread::scope(|s| {
@@ -318,7 +316,7 @@ mod tests {
         coarse.remove(3);
         exact.remove(3);
         for q in [7u64, 77, 499] {
-            let (e, c) = (exact.candidates(&unit(q, 48), 5), coarse.candidates(&unit(q, 48), 5));
+            let (e, c) = (exact.candidates(&unit(q, 48), 5, 16), coarse.candidates(&unit(q, 48), 5, 16));
             assert_eq!(e[0].0, c[0].0);
             let exact_of: HashMap<i64, f32> = e.iter().copied().collect();
             for (id, score) in c.iter().filter(|(id, _)| exact_of.contains_key(id)) {
@@ -357,9 +355,9 @@ mod tests {
         for id in 1..=500 {
             index.upsert(id, &unit(id as u64, 48));
         }
-        let top = |index: &Index, q: u64| index.candidates(&unit(q, 48), 5).iter().map(|c| c.0).collect::<Vec<_>>();
+        let top = |index: &Index, q: u64| index.candidates(&unit(q, 48), 5, 16).iter().map(|c| c.0).collect::<Vec<_>>();
         assert_eq!(top(&index, 77)[0], 77);
-        assert!((index.candidates(&unit(77, 48), 5)[0].1 - 1.0).abs() < 1e-5, "exact cosine");
+        assert!((index.candidates(&unit(77, 48), 5, 16)[0].1 - 1.0).abs() < 1e-5, "exact cosine");
         index.remove(77);
         index.remove(500);
         assert_eq!(index.len(), 498);
