@@ -69,10 +69,6 @@ struct Posting {
 pub struct TextCache {
     token_ids: HashMap<String, u32>,
     postings: Vec<Vec<Posting>>,
-    /// Per token: the largest weight and the smallest row length among its postings, which
-    /// bound what the token can add to any row's score (MaxScore pruning in [`TextCache::search`]).
-    /// A removal leaves them as they were: still bounds, only looser.
-    bounds: Vec<(f32, u32)>,
     /// Per slot: the memory id (0 once removed), its length in tokens, and the fingerprint of
     /// the fields indexed ([`Fields::fingerprint`]). A row's tokens are not kept (at a million
     /// memories they would cost more than the posting lists' slots); to remove a row, the store
@@ -137,12 +133,6 @@ impl TextCache {
             cache.postings[token as usize] = scratch.as_slice().to_vec();
         }
         cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
-        for (token, list) in cache.postings.iter().enumerate() {
-            for p in list {
-                let bound = &mut cache.bounds[token];
-                *bound = (bound.0.max(p.weight), bound.1.min(cache.lengths[p.slot as usize]));
-            }
-        }
         Ok(cache)
     }
 
@@ -175,7 +165,6 @@ impl TextCache {
         let id = self.postings.len() as u32;
         self.token_ids.insert(term.to_owned(), id);
         self.postings.push(Vec::new());
-        self.bounds.push((0.0, u32::MAX));
         id
     }
 
@@ -196,8 +185,6 @@ impl TextCache {
             for (token, weight) in weights {
                 // Slots only grow, so every posting list stays sorted by slot.
                 self.postings[token as usize].push(Posting { slot, weight: weight as f32 });
-                let bound = &mut self.bounds[token as usize];
-                *bound = (bound.0.max(weight as f32), bound.1.min(length));
             }
             self.push_slot(row.id);
             self.lengths.push(length);
@@ -235,9 +222,10 @@ impl TextCache {
         self.rows = self.rows.saturating_sub(1);
     }
 
-    /// [`TextCache::search`] by scoring every posting of every query token: the reference the
-    /// pruned search is tested against.
-    pub fn search_exhaustive(&self, query_tokens: &[String], limit: usize) -> Vec<ScoredId> {
+    /// The `limit` best rows for the query tokens (one per query phrase, repeats counting
+    /// twice, as in FTS5), scored as FTS5's `bm25()` with the column weights, negated so that
+    /// higher is better. Ties go to the smaller id.
+    pub fn search(&self, query_tokens: &[String], limit: usize) -> Vec<ScoredId> {
         if limit == 0 || self.rows == 0 {
             return Vec::new();
         }
@@ -262,7 +250,7 @@ impl TextCache {
                 if *score == 0.0 {
                     touched.push(p.slot);
                 }
-                *score += term_score(idf, freq, norm);
+                *score += idf * (freq * (K1 + 1.0)) / (freq + norm);
             }
         }
         let mut hits: Vec<ScoredId> = touched
@@ -276,171 +264,6 @@ impl TextCache {
         }
         hits.sort_unstable_by(order);
         hits
-    }
-
-    /// The `limit` best rows for the query tokens (one per query phrase, repeats counting
-    /// twice, as in FTS5), scored as FTS5's `bm25()` with the column weights, negated so that
-    /// higher is better. Ties go to the smaller id.
-    ///
-    /// MaxScore: each token's most it can add to a row's score is known from its list's bounds.
-    /// Once `limit` rows are held, the tokens whose bounds together cannot lift a row to the
-    /// weakest of them are no longer walked: a row is only scored when a token outside that set
-    /// holds it, and its other tokens are looked up (by binary search) only while they can still
-    /// lift it. The result is the exhaustive one (a test compares them).
-    pub fn search(&self, query_tokens: &[String], limit: usize) -> Vec<ScoredId> {
-        self.search_counting(query_tokens, limit).0
-    }
-
-    /// [`TextCache::search`], and how many rows it scored whole.
-    fn search_counting(&self, query_tokens: &[String], limit: usize) -> (Vec<ScoredId>, usize) {
-        if limit == 0 || self.rows == 0 {
-            return (Vec::new(), 0);
-        }
-        let n = self.rows as f64;
-        let avgdl = self.total_tokens as f64 / n;
-        let mut scored = 0;
-        // One entry per distinct token; `occurrences` lists the query's tokens in order, so that
-        // a row's score is summed in the same order as the exhaustive search sums it (equal
-        // scores then tie the same way).
-        let mut terms: Vec<(u32, f64)> = Vec::new();
-        let mut occurrences: Vec<usize> = Vec::new();
-        for term in query_tokens {
-            let Some(&token) = self.token_ids.get(term) else { continue };
-            let list = &self.postings[token as usize];
-            if list.is_empty() {
-                continue;
-            }
-            let hits = list.len() as f64;
-            let idf = ((n - hits + 0.5) / (hits + 0.5)).ln();
-            let idf = if idf <= 0.0 { 1e-6 } else { idf };
-            let index = terms.iter().position(|(t, _)| *t == token).unwrap_or_else(|| {
-                terms.push((token, idf));
-                terms.len() - 1
-            });
-            occurrences.push(index);
-        }
-        let norm_of = |length: f64| K1 * (1.0 - B + B * length / avgdl);
-        // (list, term, times in the query, bound), weakest bound first; `reach[i]`: the bounds
-        // of 0..=i summed.
-        let mut lists: Vec<(&[Posting], usize, f64, f64)> = terms
-            .iter()
-            .enumerate()
-            .map(|(index, &(token, idf))| {
-                let times = occurrences.iter().filter(|&&o| o == index).count() as f64;
-                let (max_weight, min_length) = self.bounds[token as usize];
-                // A hair above the bound, so that rounding never prunes a row that belongs.
-                let bound =
-                    times * term_score(idf, f64::from(max_weight), norm_of(f64::from(min_length))) * (1.0 + 1e-9);
-                (self.postings[token as usize].as_slice(), index, times, bound)
-            })
-            .collect();
-        lists.sort_by(|a, b| a.3.total_cmp(&b.3));
-        let reach: Vec<f64> = lists
-            .iter()
-            .scan(0.0, |sum, l| {
-                *sum += l.3;
-                Some(*sum)
-            })
-            .collect();
-        let mut cursors = vec![0usize; lists.len()];
-        let mut found: Vec<Option<f64>> = vec![None; terms.len()];
-        // The best rows so far, the weakest on top (lowest score, then largest id).
-        let mut best: std::collections::BinaryHeap<Held> = std::collections::BinaryHeap::new();
-        let mut threshold = f64::NEG_INFINITY;
-        let mut first_walked = 0;
-        loop {
-            let next = (first_walked..lists.len()).filter_map(|i| lists[i].0.get(cursors[i]).map(|p| p.slot)).min();
-            let Some(slot) = next else { break };
-            let norm = norm_of(f64::from(self.lengths[slot as usize]));
-            found.iter_mut().for_each(|f| *f = None);
-            let mut partial = 0.0;
-            for i in first_walked..lists.len() {
-                let (list, term, times, _) = lists[i];
-                if let Some(p) = list.get(cursors[i])
-                    && p.slot == slot
-                {
-                    found[term] = Some(f64::from(p.weight));
-                    partial += times * term_score(terms[term].1, f64::from(p.weight), norm);
-                    cursors[i] += 1;
-                }
-            }
-            let mut hopeless = false;
-            for i in (0..first_walked).rev() {
-                if partial + reach[i] < threshold {
-                    hopeless = true;
-                    break;
-                }
-                let (list, term, times, _) = lists[i];
-                cursors[i] += list[cursors[i]..].partition_point(|p| p.slot < slot);
-                if let Some(p) = list.get(cursors[i])
-                    && p.slot == slot
-                {
-                    found[term] = Some(f64::from(p.weight));
-                    partial += times * term_score(terms[term].1, f64::from(p.weight), norm);
-                }
-            }
-            if hopeless {
-                continue;
-            }
-            scored += 1;
-            let score: f64 = occurrences
-                .iter()
-                .filter_map(|&o| found[o].map(|freq| term_score(terms[o].1, freq, norm)))
-                .fold(0.0, |sum, x| sum + x);
-            let candidate = Held { score, id: self.ids[slot as usize] };
-            if best.len() < limit {
-                best.push(candidate);
-            } else if best.peek().is_some_and(|weakest| candidate < *weakest) {
-                best.pop();
-                best.push(candidate);
-            } else {
-                continue;
-            }
-            if best.len() == limit {
-                threshold = best.peek().map_or(f64::NEG_INFINITY, |w| w.score);
-                while first_walked < lists.len() && reach[first_walked] < threshold {
-                    first_walked += 1;
-                }
-            }
-        }
-        let mut hits: Vec<ScoredId> =
-            best.into_iter().map(|h| ScoredId { id: MemoryId(h.id), score: h.score }).collect();
-        hits.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-        (hits, scored)
-    }
-}
-
-/// What one query token adds to a row's score (FTS5's `bm25()` term), `norm` being
-/// k1 · (1 − b + b · length / average length).
-fn term_score(idf: f64, freq: f64, norm: f64) -> f64 {
-    idf * (freq * (K1 + 1.0)) / (freq + norm)
-}
-
-/// A row held among the best: ordered so that the heap's top is the weakest (lowest score,
-/// then largest id); `a < b` means `a` ranks better than `b`.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    score: f64,
-    id: i64,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
-    }
-}
-
-impl Eq for Held {}
-
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Held {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.score.total_cmp(&self.score).then(self.id.cmp(&other.id))
     }
 }
 
@@ -506,81 +329,5 @@ impl Tokenizer {
             .map(|(i, w)| Fields { id: i as i64, text: w.clone(), speaker: None, context: None })
             .collect();
         Ok(self.tokenize(&rows)?.into_iter().flat_map(|row| row.tokens.into_iter().map(|(t, _)| t)).collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// Rows of tokens over a small vocabulary with a skewed distribution (common and rare
-    /// tokens), in the three columns.
-    fn arb_rows() -> impl Strategy<Value = Vec<Vec<(u8, u8)>>> {
-        let token = (0u8..40).prop_map(|t| t % 8 * (t / 20 + 1));
-        proptest::collection::vec(proptest::collection::vec((token, 0u8..3), 0..25), 1..120)
-    }
-
-    fn cache_of(rows: &[Vec<(u8, u8)>], removed: &[usize]) -> TextCache {
-        let tokenized: Vec<TokenizedRow> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, tokens)| TokenizedRow {
-                // Some ids out of order, as a restore appends them.
-                id: if i % 17 == 16 { 1_000 - i as i64 } else { i as i64 + 1 },
-                fingerprint: i as u64,
-                tokens: tokens.iter().map(|(t, c)| (format!("w{t}"), usize::from(*c))).collect(),
-            })
-            .collect();
-        let mut cache = TextCache::default();
-        for row in &tokenized {
-            cache.add(vec![TokenizedRow { id: row.id, fingerprint: row.fingerprint, tokens: row.tokens.clone() }]);
-        }
-        for &r in removed {
-            if let Some(row) = tokenized.get(r % tokenized.len()) {
-                cache.remove(row);
-            }
-        }
-        cache
-    }
-
-    /// A rare token and a common one, one best row wanted: most rows holding only the common
-    /// token are never scored whole.
-    #[test]
-    fn pruning_skips_rows_that_cannot_reach_the_top() {
-        let mut rows: Vec<Vec<(u8, u8)>> = (0..500).map(|i| vec![(1, 0), (2 + (i % 5) as u8, 0)]).collect();
-        rows[250].push((9, 0));
-        let cache = cache_of(&rows, &[]);
-        let query = vec!["w9".to_owned(), "w1".to_owned()];
-        let (hits, scored) = cache.search_counting(&query, 1);
-        assert_eq!(hits, cache.search_exhaustive(&query, 1));
-        assert_eq!(hits[0].id, MemoryId(251));
-        assert!(scored < 300, "scored {scored} of 500 rows");
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
-
-        /// MaxScore's top k is the exhaustive top k: the same rows in the same order (ties to
-        /// the smaller id), the same scores.
-        #[test]
-        fn pruned_top_k_is_the_exhaustive_top_k(
-            rows in arb_rows(),
-            removed in proptest::collection::vec(any::<usize>(), 0..6),
-            query in proptest::collection::vec(0u8..20, 1..6),
-            k in 1usize..25,
-        ) {
-            let cache = cache_of(&rows, &removed);
-            let query: Vec<String> = query.iter().map(|t| format!("w{t}")).collect();
-            let pruned = cache.search(&query, k);
-            let exhaustive = cache.search_exhaustive(&query, k);
-            prop_assert_eq!(
-                pruned.iter().map(|h| h.id).collect::<Vec<_>>(),
-                exhaustive.iter().map(|h| h.id).collect::<Vec<_>>()
-            );
-            for (a, b) in pruned.iter().zip(&exhaustive) {
-                prop_assert!((a.score - b.score).abs() <= 1e-12 * b.score.abs().max(1.0), "{} vs {}", a.score, b.score);
-            }
-        }
     }
 }
