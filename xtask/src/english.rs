@@ -151,7 +151,7 @@ impl EnglishTurns {
     pub fn turn(&mut self) -> String {
         let clauses = 2 + (self.rng.next_u64() % 2) as usize;
         let mut text: Vec<String> = (0..clauses).map(|_| self.clause()).collect();
-        if self.rng.next_u64() % 4 == 0 {
+        if self.rng.next_u64().is_multiple_of(4) {
             text.push(self.pick(QUESTIONS).to_owned());
         }
         let mut turn = text.join(", ");
