@@ -36,7 +36,8 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-/// One client's loop until `stop`: `call` returns the answer's status and body.
+/// One client's loop until `stop`: `next(i)` gives the i-th request (path, body, idempotency
+/// key); every answer is timed, and every non-2xx answer or I/O error kept as an error.
 fn client_loop(
     addr: SocketAddr,
     stop: Arc<AtomicBool>,

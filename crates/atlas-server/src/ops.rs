@@ -287,13 +287,13 @@ fn at_most(field: &str, value: usize, cap: usize) -> Result<(), ApiError> {
 pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>) -> OpResult {
     match op {
         Op::Health => Ok(json!({"status": "ok"})),
-        Op::Remember => remember(atlas, vec![(args(arguments)?, key)]).await.map(|ids| json!({"id": ids[0]})),
+        Op::Remember => remember(atlas, vec![(args(arguments)?, key)], false).await.map(|ids| json!({"id": ids[0]})),
         Op::RememberMany => {
             let items: Vec<RememberArgs> = parse_items(arguments, "memories")?;
             // One key per request; each memory of a batch gets its own under it.
             let keyed =
                 items.into_iter().enumerate().map(|(i, m)| (m, key.as_ref().map(|k| format!("{k}#{i}")))).collect();
-            remember(atlas, keyed).await.map(|ids| json!({"ids": ids}))
+            remember(atlas, keyed, true).await.map(|ids| json!({"ids": ids}))
         }
         Op::Recall => recall(atlas, args(arguments)?).await,
         Op::RecallMany => {
@@ -408,7 +408,12 @@ fn prefixed(mut e: ApiError, prefix: &str, index: usize) -> ApiError {
     e
 }
 
-async fn remember(atlas: &Atlas, items: Vec<(RememberArgs, Option<String>)>) -> Result<Vec<i64>, ApiError> {
+/// Stores `items` in order; in a `batch`, an error names its item (`memories[i].time`).
+async fn remember(
+    atlas: &Atlas,
+    items: Vec<(RememberArgs, Option<String>)>,
+    batch: bool,
+) -> Result<Vec<i64>, ApiError> {
     // Every item is checked before the first is stored: a bad batch stores nothing.
     let mut inputs = Vec::with_capacity(items.len());
     for (i, (item, key)) in items.into_iter().enumerate() {
@@ -417,7 +422,7 @@ async fn remember(atlas: &Atlas, items: Vec<(RememberArgs, Option<String>)>) -> 
             scope.session = item.session;
         }
         let when =
-            time("time", item.time).map_err(|e| if i > 0 { prefixed(e, &format!("memories[{i}]."), i) } else { e })?;
+            time("time", item.time).map_err(|e| if batch { prefixed(e, &format!("memories[{i}]."), i) } else { e })?;
         inputs.push(Remember { text: item.text, speaker: item.speaker, scope, time: when, meta: item.meta, key });
     }
     let mut ids = Vec::with_capacity(inputs.len());

@@ -344,6 +344,15 @@ async fn import_export_batch_recall_and_the_agent_routes() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["results"][0]["hits"][0]["text"], "Ann moved to Lisbon in May");
     assert_eq!(body["results"][1]["hits"][0]["text"], "Ann adopted a cat called Miso");
+    // In a batch every error names its item, the first one too.
+    let (status, body, _) = api
+        .call("POST", "/v1/remember", Some(json!({"memories": [{"text": "a", "time": "soon"}, {"text": "b"}]})))
+        .await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("memories[0].time")),
+        "{body}"
+    );
     let (status, body, _) =
         api.call("POST", "/v1/recall", Some(json!({"queries": [{"query": "x"}, {"query": "y", "k": 5000}]}))).await;
     assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("queries[1].k")), "{body}");
