@@ -11,7 +11,6 @@ mod clients;
 mod english;
 mod fixtures;
 mod qdrant_migration;
-mod qdrant_server;
 mod rng;
 
 use anyhow::{Context, Result, bail};
@@ -157,37 +156,60 @@ fn ci() -> Result<()> {
     qdrant_tests()
 }
 
-/// The Qdrant conformance suite runs against a real server: `QDRANT_URL`, else the Qdrant
-/// binary beside the repository, started for the run. Without either it is reported as
-/// skipped, loudly, never passed silently.
+/// The Qdrant suite runs against a real server: `QDRANT_URL`, else the Qdrant binary beside
+/// the repository, started for the run; then the conformance cases again on a three-node
+/// cluster of that binary (three shards, two replicas each). Without a server it is reported
+/// as skipped, loudly, never passed silently.
 fn qdrant_tests() -> Result<()> {
-    match qdrant_server::qdrant()? {
-        Ok(server) => {
-            println!("Qdrant conformance suite against {}:", server.url);
-            let args =
-                ["nextest", "run", "--release", "-p", "atlas-store-qdrant", "--run-ignored", "only", "--no-fail-fast"];
-            println!("$ QDRANT_URL={} cargo {}", server.url, args.join(" "));
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(args)
-                .env("QDRANT_URL", &server.url)
-                .current_dir(root())
-                .status()
-                .context("run cargo")?;
-            if !status.success() {
-                bail!("the Qdrant conformance suite failed ({status})");
-            }
-            Ok(())
+    let server = match atlas_testing::servers::qdrant() {
+        Ok(server) => server,
+        Err(why) => {
+            skipped("the Qdrant suite (atlas-store-qdrant, every case)", &why);
+            return Ok(());
+        }
+    };
+    println!("Qdrant suite against {}:", server.url);
+    qdrant_suite(&server.url, &[], &[])?;
+    drop(server);
+    match atlas_testing::servers::qdrant_cluster(3) {
+        Ok(cluster) => {
+            println!("Qdrant conformance suite on a three-node cluster ({}):", cluster.url);
+            let settings = [("ATLAS_QDRANT_SHARDS", "3"), ("ATLAS_QDRANT_REPLICATION_FACTOR", "2")];
+            qdrant_suite(&cluster.url, &settings, &["-E", "binary(conformance)"])
         }
         Err(why) => {
-            let bar = "!".repeat(78);
-            println!("{bar}");
-            println!("!! SKIPPED: the Qdrant conformance suite (atlas-store-qdrant, every case) did NOT run:");
-            println!("!! {why}. Point QDRANT_URL at a Qdrant server (gRPC, e.g. http://localhost:6334)");
-            println!("!! and run `cargo xtask ci` again to run them.");
-            println!("{bar}");
+            skipped("the Qdrant conformance suite on a three-node cluster", &why);
             Ok(())
         }
     }
+}
+
+fn qdrant_suite(url: &str, settings: &[(&str, &str)], filter: &[&str]) -> Result<()> {
+    let mut args =
+        vec!["nextest", "run", "--release", "-p", "atlas-store-qdrant", "--run-ignored", "only", "--no-fail-fast"];
+    args.extend_from_slice(filter);
+    let shown: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    println!("$ QDRANT_URL={url} {}cargo {}", shown.concat(), args.join(" "));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(&args)
+        .env("QDRANT_URL", url)
+        .envs(settings.iter().copied())
+        .current_dir(root())
+        .status()
+        .context("run cargo")?;
+    if !status.success() {
+        bail!("the Qdrant suite failed against {url} ({status})");
+    }
+    Ok(())
+}
+
+fn skipped(what: &str, why: &str) {
+    let bar = "!".repeat(78);
+    println!("{bar}");
+    println!("!! SKIPPED: {what} did NOT run:");
+    println!("!! {why}. Point QDRANT_URL at a Qdrant server (gRPC, e.g. http://localhost:6334)");
+    println!("!! or ATLAS_QDRANT_BIN at a Qdrant binary, and run `cargo xtask ci` again.");
+    println!("{bar}");
 }
 
 /// Tests build in the release profile: the demo and benchmarks need it anyway, so one build

@@ -51,7 +51,8 @@ pub enum StorageKind {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QdrantConfig {
-    /// The server's gRPC address, e.g. `http://localhost:6334`.
+    /// The server's gRPC address, e.g. `http://localhost:6334`; a cluster's nodes separated by
+    /// commas (calls go to the next node while one is unreachable).
     pub url: Option<String>,
     /// Better set through `ATLAS_QDRANT_API_KEY` than written in a file.
     pub api_key: Option<String>,
@@ -62,6 +63,9 @@ pub struct QdrantConfig {
     pub shards: Option<u32>,
     /// Copies of each shard in a cluster (the server's default when unset).
     pub replication_factor: Option<u32>,
+    /// Replicas of a shard that must confirm a write before it is acknowledged (the
+    /// server's default, 1, when unset).
+    pub write_consistency_factor: Option<u32>,
     /// Keep the float vectors on disk (memory-mapped) rather than in RAM.
     pub on_disk_vectors: bool,
     /// `"none"` or `"int8"` (scalar quantisation in RAM, floats for rescoring).
@@ -80,6 +84,7 @@ impl Default for QdrantConfig {
             collection_prefix: "atlas".into(),
             shards: None,
             replication_factor: None,
+            write_consistency_factor: None,
             on_disk_vectors: false,
             quantization: "none".into(),
             batch: 256,

@@ -536,6 +536,7 @@ pub fn qdrant_options(q: &config::QdrantConfig) -> Result<atlas_store_qdrant::Qd
     options.collection_prefix = q.collection_prefix.clone();
     options.shards = q.shards;
     options.replication_factor = q.replication_factor;
+    options.write_consistency_factor = q.write_consistency_factor;
     options.on_disk_vectors = q.on_disk_vectors;
     options.quantization = match q.quantization.as_str() {
         "none" => Quantization::None,

@@ -219,6 +219,9 @@ impl Collection {
         if let Some(replicas) = o.replication_factor {
             request = request.replication_factor(replicas);
         }
+        if let Some(factor) = o.write_consistency_factor {
+            request = request.write_consistency_factor(factor);
+        }
         if o.quantization == Quantization::Int8 {
             request = request.quantization_config(ScalarQuantizationBuilder::default().quantile(0.99).always_ram(true));
         }

@@ -58,6 +58,8 @@ pub struct QdrantOptions {
     pub collection_prefix: String,
     pub shards: Option<u32>,
     pub replication_factor: Option<u32>,
+    /// Replicas of a shard that must confirm a write before it is acknowledged.
+    pub write_consistency_factor: Option<u32>,
     pub on_disk_vectors: bool,
     pub quantization: Quantization,
     /// Points per upsert request.
@@ -77,6 +79,7 @@ impl QdrantOptions {
             collection_prefix: "atlas".into(),
             shards: None,
             replication_factor: None,
+            write_consistency_factor: None,
             on_disk_vectors: false,
             quantization: Quantization::None,
             batch: 256,
@@ -123,14 +126,21 @@ impl QdrantStore {
     /// Opens the memory space whose sidecar file is `space` (created if new) on the server in
     /// `options`, checks the collection if it exists, and rolls back writes a crash left unfinished.
     pub async fn open(space: &Path, options: QdrantOptions) -> Result<Self> {
-        let client = Qdrant::from_url(&options.url)
-            .api_key(options.api_key.clone())
-            .timeout(options.timeout)
-            .connect_timeout(options.connect_timeout)
-            .skip_compatibility_check()
-            .build()
-            .map_err(|e| AtlasError::Config(format!("qdrant.url {:?}: {e}", options.url)))?;
-        Self::open_with(space, options, Arc::new(client)).await
+        let mut nodes = Vec::new();
+        for url in options.url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let client = Qdrant::from_url(url)
+                .api_key(options.api_key.clone())
+                .timeout(options.timeout)
+                .connect_timeout(options.connect_timeout)
+                .skip_compatibility_check()
+                .build()
+                .map_err(|e| AtlasError::Config(format!("qdrant.url {url:?}: {e}")))?;
+            nodes.push(client);
+        }
+        if nodes.is_empty() {
+            return Err(AtlasError::Config("qdrant.url is empty: name a server's gRPC address".into()));
+        }
+        Self::open_with(space, options, Arc::new(api::Nodes::new(nodes))).await
     }
 
     /// [`QdrantStore::open`] over any implementation of the calls (a mock in unit tests).

@@ -1,7 +1,9 @@
 //! Runs the storage conformance suite against a real Qdrant server, each case in a fresh
 //! collection that is deleted afterwards. The cases are ignored (nextest lists them as skipped)
-//! unless run with `--run-ignored`, which `cargo xtask ci` does when `QDRANT_URL` is set; without
-//! it, `cargo xtask ci` prints that they were skipped and why.
+//! unless run with `--run-ignored`, which `cargo xtask ci` does against a server it started (or
+//! `QDRANT_URL`), then against a three-node cluster (`QDRANT_URL` listing the nodes, with
+//! `ATLAS_QDRANT_SHARDS` and `ATLAS_QDRANT_REPLICATION_FACTOR` set); without a server,
+//! `cargo xtask ci` prints that they were skipped and why.
 
 use atlas_store_qdrant::{QdrantOptions, QdrantStore};
 use atlas_testing::Subject;
@@ -15,7 +17,8 @@ struct DropCollection {
 
 impl Drop for DropCollection {
     fn drop(&mut self) {
-        let client = qdrant_client::Qdrant::from_url(&self.options.url)
+        let first = self.options.url.split(',').next().unwrap_or_default();
+        let client = qdrant_client::Qdrant::from_url(first)
             .api_key(self.options.api_key.clone())
             .skip_compatibility_check()
             .build();
@@ -31,6 +34,10 @@ fn fresh() -> Subject<QdrantStore> {
     let mut options = QdrantOptions::new(url);
     options.api_key = std::env::var("QDRANT_API_KEY").ok();
     options.collection_prefix = "atlas_conformance".into();
+    let setting =
+        |name: &str| std::env::var(name).ok().map(|v| v.parse::<u32>().unwrap_or_else(|_| panic!("{name}={v:?}")));
+    options.shards = setting("ATLAS_QDRANT_SHARDS");
+    options.replication_factor = setting("ATLAS_QDRANT_REPLICATION_FACTOR");
     let dir = tempfile::tempdir().unwrap();
     // The client's connections live on this runtime, kept alive for the whole case.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();

@@ -1,6 +1,8 @@
 //! Real servers for tests: llama.cpp's `llama-server` with the small model of
-//! `models/manifest.toml`, started on a free loopback port, or the server `ATLAS_LLM_URL` names.
-//! When neither is available, the caller is told to skip, and says so loudly.
+//! `models/manifest.toml`, or the server `ATLAS_LLM_URL` names; Qdrant, one server or a cluster
+//! of several nodes, from the binary beside the repository, or the server `QDRANT_URL` names.
+//! Servers are started on free loopback ports (Qdrant with a temporary storage folder) and
+//! stopped on drop. When none is available, the caller is told to skip, and says so loudly.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -75,4 +77,189 @@ pub fn llm_server() -> Result<LlmServer, String> {
         return Ok(server);
     }
     Err(format!("llama-server on port {port} was not healthy within 90 s"))
+}
+
+/// One Qdrant process this harness started: its ports and storage, kept across a restart.
+struct QdrantNode {
+    http: u16,
+    grpc: u16,
+    p2p: u16,
+    storage: PathBuf,
+    child: Option<Child>,
+}
+
+/// A Qdrant server or cluster: the one `QDRANT_URL` names, or nodes this harness started.
+pub struct Qdrant {
+    /// The gRPC addresses clients speak to, comma-separated (one per node).
+    pub url: String,
+    binary: PathBuf,
+    nodes: Vec<QdrantNode>,
+    /// Removed when dropped, after the processes were stopped.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Qdrant {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop();
+        }
+    }
+}
+
+impl QdrantNode {
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The Qdrant binary: `ATLAS_QDRANT_BIN`, else `bin/qdrant` of the shared folder beside the
+/// repository. `Err` says why there is none.
+pub fn qdrant_binary() -> Result<PathBuf, String> {
+    let binary = std::env::var_os("ATLAS_QDRANT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bin/qdrant"));
+    if binary.exists() { Ok(binary) } else { Err(format!("there is no Qdrant binary at {}", binary.display())) }
+}
+
+/// The server `QDRANT_URL` names, else one started from [`qdrant_binary`].
+pub fn qdrant() -> Result<Qdrant, String> {
+    if let Ok(url) = std::env::var("QDRANT_URL")
+        && !url.trim().is_empty()
+    {
+        return Ok(Qdrant { url, binary: PathBuf::new(), nodes: Vec::new(), _dir: None });
+    }
+    qdrant_started(1)
+}
+
+/// A cluster of `nodes` Qdrant processes on loopback, started from [`qdrant_binary`] (never
+/// `QDRANT_URL`: a cluster test stops and starts nodes), once every node sees all the others.
+pub fn qdrant_cluster(nodes: usize) -> Result<Qdrant, String> {
+    qdrant_started(nodes.max(2))
+}
+
+fn qdrant_started(count: usize) -> Result<Qdrant, String> {
+    let binary = qdrant_binary()?;
+    let guard =
+        tempfile::Builder::new().prefix("atlas-qdrant-").tempdir().map_err(|e| format!("no temporary folder: {e}"))?;
+    let dir = guard.path().to_path_buf();
+    let mut nodes = Vec::new();
+    for i in 0..count {
+        let storage = dir.join(format!("node{i}"));
+        std::fs::create_dir_all(&storage).map_err(|e| format!("create {}: {e}", storage.display()))?;
+        let node = QdrantNode {
+            http: crate::http::free_port(),
+            grpc: crate::http::free_port(),
+            p2p: crate::http::free_port(),
+            storage,
+            child: None,
+        };
+        nodes.push(node);
+    }
+    let url = nodes.iter().map(|n| format!("http://127.0.0.1:{}", n.grpc)).collect::<Vec<_>>().join(",");
+    let mut server = Qdrant { url, binary, nodes, _dir: Some(guard) };
+    for i in 0..count {
+        // Peers join one at a time: a second joining while the first is still being added
+        // to the consensus can be refused.
+        server.start(i)?;
+        server.wait_peers(i + 1)?;
+    }
+    Ok(server)
+}
+
+impl Qdrant {
+    /// The gRPC address of each node, in order.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.url.split(',').map(str::to_string).collect()
+    }
+
+    /// The HTTP (REST) address of a node this harness started.
+    pub fn http_addr(&self, node: usize) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.nodes[node].http))
+    }
+
+    /// Kills a node at once (SIGKILL), its storage kept for [`Qdrant::start`].
+    pub fn kill(&mut self, node: usize) {
+        self.nodes[node].stop();
+    }
+
+    /// Starts (or restarts) a node on its ports and storage, and waits until it answers.
+    pub fn start(&mut self, node: usize) -> Result<(), String> {
+        let cluster = self.nodes.len() > 1;
+        let first_p2p = self.nodes[0].p2p;
+        let n = &mut self.nodes[node];
+        let mut command = Command::new(&self.binary);
+        command
+            .current_dir(&n.storage)
+            .env("RUN_MODE", "production")
+            .env("QDRANT__SERVICE__HOST", "127.0.0.1")
+            .env("QDRANT__SERVICE__HTTP_PORT", n.http.to_string())
+            .env("QDRANT__SERVICE__GRPC_PORT", n.grpc.to_string())
+            .env("QDRANT__STORAGE__STORAGE_PATH", n.storage.join("storage"))
+            .env("QDRANT__STORAGE__SNAPSHOTS_PATH", n.storage.join("snapshots"))
+            .env("QDRANT__TELEMETRY_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if cluster {
+            command
+                .env("QDRANT__CLUSTER__ENABLED", "true")
+                .env("QDRANT__CLUSTER__P2P__PORT", n.p2p.to_string())
+                .args(["--uri", &format!("http://127.0.0.1:{}", n.p2p)]);
+            if node > 0 {
+                command.args(["--bootstrap", &format!("http://127.0.0.1:{first_p2p}")]);
+            }
+        }
+        n.child = Some(command.spawn().map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], n.http));
+        // `/readyz` answers once the node has joined the consensus and its shards are loaded.
+        if crate::http::wait_healthy(addr, "/readyz", Duration::from_secs(60)) {
+            return Ok(());
+        }
+        Err(format!("Qdrant node {node} (HTTP port {}) was not ready (/readyz) within 60 s", n.http))
+    }
+
+    /// Waits until the first node's cluster view counts `peers` peers.
+    fn wait_peers(&self, peers: usize) -> Result<(), String> {
+        if self.nodes.len() < 2 {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let mut client = crate::http::HttpClient::new(self.http_addr(0), None);
+        while started.elapsed() < Duration::from_secs(60) {
+            if let Ok(answer) = client.request("GET", "/cluster", None, &[])
+                && answer.json()["result"]["peers"].as_object().is_some_and(|p| p.len() >= peers)
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(format!("the Qdrant cluster did not count {peers} peers within 60 s"))
+    }
+
+    /// Waits until every replica of `collection`'s shards is active again, as node `node`
+    /// sees it (after a node came back and caught up).
+    pub fn wait_replicas_active(&self, node: usize, collection: &str, within: Duration) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        let mut client = crate::http::HttpClient::new(self.http_addr(node), None);
+        let mut last = String::new();
+        while started.elapsed() < within {
+            if let Ok(answer) = client.request("GET", &format!("/collections/{collection}/cluster"), None, &[]) {
+                let body = answer.json();
+                let result = &body["result"];
+                let states: Vec<String> = ["local_shards", "remote_shards"]
+                    .iter()
+                    .flat_map(|k| result[*k].as_array().cloned().unwrap_or_default())
+                    .map(|s| s["state"].as_str().unwrap_or("?").to_string())
+                    .collect();
+                if !states.is_empty() && states.iter().all(|s| s == "Active") {
+                    return Ok(());
+                }
+                last = states.join(",");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(format!("replicas of {collection} not all active within {within:?} (last seen: {last})"))
+    }
 }
