@@ -5,6 +5,8 @@
 //! linked by rowid. One writer thread serialises all writes ([`writer`]); reads run on pooled
 //! `query_only` connections ([`readers`]). WAL mode lets both proceed at once.
 
+mod cache_file;
+mod caches;
 mod consolidation;
 mod error;
 pub mod migrations;
@@ -15,6 +17,8 @@ mod text_cache;
 mod vector_cache;
 mod writer;
 
+use crate::caches::CacheFiles;
+pub use crate::caches::CacheLoads;
 use crate::error::storage;
 use crate::readers::Readers;
 use crate::sql::{
@@ -81,6 +85,11 @@ pub struct SqliteOptions {
     /// Vectors the sign-bit scan keeps per result wanted, for exact rescoring (at least 256 in
     /// all): the accuracy of vector search against its time (`cargo xtask bench recall`).
     pub vector_shortlist: usize,
+    /// Keep the text and vector caches in files beside the database (`<db>.text.cache`,
+    /// `<db>.vectors.cache`), so that a new process's first search reads them instead of
+    /// rebuilding them from SQL. They are checked against the database's state and rebuilt
+    /// when stale; deleting them at any time is safe.
+    pub cache_files: bool,
 }
 
 impl Default for SqliteOptions {
@@ -91,6 +100,7 @@ impl Default for SqliteOptions {
             create: true,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             vector_shortlist: DEFAULT_VECTOR_SHORTLIST,
+            cache_files: true,
         }
     }
 }
@@ -111,16 +121,24 @@ pub struct SqliteStore {
     /// The in-memory BM25 index; `None` until the first text search.
     text_cache: SharedTextCache,
     tokenizer: Arc<Tokenizer>,
+    cache_files: CacheFiles,
 }
 
 type SharedTextCache = Arc<RwLock<Option<TextCache>>>;
+
+impl Drop for SqliteStore {
+    /// A closed store leaves no cache file half written and no thread writing one.
+    fn drop(&mut self) {
+        self.cache_files.settle();
+    }
+}
 
 /// Above this many memories in one write, the text cache is dropped and rebuilt by the next
 /// search rather than updated row by row (a reload reads the index far faster than the
 /// private tokenizer re-tokenises a bulk import).
 const TEXT_CACHE_BULK: usize = 5_000;
 
-const VECTOR_TABLE: &str = "memory_vectors";
+pub(crate) const VECTOR_TABLE: &str = "memory_vectors";
 
 impl SqliteStore {
     /// Opens the database at `path` (creating it only with `options.create`) and migrates it
@@ -243,11 +261,17 @@ impl SqliteStore {
             vector_shortlist: options.vector_shortlist.max(1),
             text_cache: Arc::new(RwLock::new(None)),
             tokenizer: Arc::new(Tokenizer::new()?),
+            cache_files: CacheFiles::new(options.cache_files.then(|| path.to_path_buf())),
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How this store's caches were loaded so far: from their files or rebuilt from SQL.
+    pub fn cache_loads(&self) -> CacheLoads {
+        self.cache_files.loads()
     }
 
     fn bound_model(&self) -> Option<EmbeddingModel> {
@@ -392,7 +416,7 @@ fn register_sqlite_vec() {
     });
 }
 
-fn read_model(conn: &Connection) -> Result<Option<EmbeddingModel>> {
+pub(crate) fn read_model(conn: &Connection) -> Result<Option<EmbeddingModel>> {
     let get = |key: &str| -> Result<Option<String>> {
         conn.query_row("SELECT value FROM settings WHERE key = ?", [key], |r| r.get(0)).optional().map_err(storage)
     };
@@ -587,6 +611,12 @@ impl MemoryStore for SqliteStore {
             }
         }
         self.update_text_cache(old, replies).await;
+        if forgotten {
+            let files = self.cache_files.clone();
+            tokio::task::spawn_blocking(move || files.remove_files())
+                .await
+                .map_err(|e| AtlasError::Storage(format!("removing the cache files failed: {e}")))?;
+        }
         Ok(forgotten)
     }
 
@@ -692,8 +722,9 @@ impl TextIndex for SqliteStore {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let (cache, tokenizer) = (Arc::clone(&self.text_cache), Arc::clone(&self.tokenizer));
-        self.readers.read(move |conn| search_text_sync(conn, &cache, &tokenizer, &terms, &filter, limit)).await
+        let (cache, tokenizer, files) =
+            (Arc::clone(&self.text_cache), Arc::clone(&self.tokenizer), self.cache_files.clone());
+        self.readers.read(move |conn| search_text_sync(conn, &cache, &files, &tokenizer, &terms, &filter, limit)).await
     }
 }
 
@@ -712,6 +743,7 @@ const TEXT_WINDOW_MAX: usize = 16_384;
 fn search_text_sync(
     conn: &Connection,
     cache: &SharedTextCache,
+    files: &CacheFiles,
     tokenizer: &Tokenizer,
     terms: &[String],
     filter: &RecallFilter,
@@ -733,7 +765,7 @@ fn search_text_sync(
                     // Load and search under the same write guard: nothing can change it in between.
                     let mut slot = cache.write().expect("text cache lock");
                     if slot.is_none() {
-                        *slot = Some(TextCache::load(conn)?);
+                        *slot = Some(files.load_text(conn, cache)?);
                     }
                     slot.as_ref().expect("loaded").search(&tokens, window)
                 }
@@ -955,10 +987,12 @@ impl VectorIndex for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let cache = Arc::clone(&self.vector_cache);
+        let (cache, files) = (Arc::clone(&self.vector_cache), self.cache_files.clone());
         let (dim, precision, shortlist) = (model.dimension, self.vector_precision, self.vector_shortlist);
         self.readers
-            .read(move |conn| search_vector_sync(conn, &cache, (dim, precision, shortlist), &query, &filter, limit))
+            .read(move |conn| {
+                search_vector_sync(conn, &cache, &files, (dim, precision, shortlist), &query, &filter, limit)
+            })
             .await
     }
 }
@@ -1239,6 +1273,7 @@ type SharedCache = Arc<RwLock<Option<vector_cache::Index>>>;
 fn search_vector_sync(
     conn: &Connection,
     cache: &SharedCache,
+    files: &CacheFiles,
     (dim, precision, shortlist): (usize, Option<Precision>, usize),
     query: &[f32],
     filter: &RecallFilter,
@@ -1255,7 +1290,7 @@ fn search_vector_sync(
             // Load and search under the same write guard: nothing can clear it in between.
             let mut slot = cache.write().expect("vector cache lock");
             if !ready(&slot) {
-                *slot = Some(load_vector_cache(conn, dim, precision)?);
+                *slot = Some(files.load_vectors(conn, cache, dim, precision)?);
             }
             let index = slot.as_ref().expect("loaded");
             (index.candidates(query, limit, shortlist), index.len())
@@ -1338,33 +1373,6 @@ fn admitted_ids(
         }
     }
     Ok(admitted)
-}
-
-fn load_vector_cache(conn: &Connection, dim: usize, precision: Option<Precision>) -> Result<vector_cache::Index> {
-    let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {VECTOR_TABLE}"), [], |r| r.get(0)).map_err(storage)?;
-    let n = n as usize;
-    let precision = precision.unwrap_or(if n >= INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 });
-    let mut index = vector_cache::Index::with_capacity(dim, precision, n);
-    let mut stmt = conn.prepare(&format!("SELECT rowid, embedding FROM {VECTOR_TABLE}")).map_err(storage)?;
-    let mut rows = stmt.query([]).map_err(storage)?;
-    let mut v = vec![0f32; dim];
-    while let Some(row) = rows.next().map_err(storage)? {
-        let id: i64 = row.get(0).map_err(storage)?;
-        let blob = row.get_ref(1).map_err(storage)?.as_blob().map_err(|e| AtlasError::Storage(e.to_string()))?;
-        if blob.len() != dim * 4 {
-            return Err(AtlasError::Storage(format!(
-                "vector of memory {id} has {} bytes, expected {}",
-                blob.len(),
-                dim * 4
-            )));
-        }
-        for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
-            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        index.upsert(id, &v);
-    }
-    tracing::debug!(vectors = index.len(), ?precision, "vector cache loaded");
-    Ok(index)
 }
 
 fn create_vector_table(conn: &Connection, dimension: usize) -> Result<()> {

@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/0005_consolidation.sql"),
     },
     Migration { version: 6, name: "0006_lifecycle", sql: include_str!("../../../migrations/0006_lifecycle.sql") },
+    Migration { version: 7, name: "0007_cache_epoch", sql: include_str!("../../../migrations/0007_cache_epoch.sql") },
 ];
 
 /// The newest schema this build understands.

@@ -136,6 +136,95 @@ impl TextCache {
         Ok(cache)
     }
 
+    /// What a cache file of this cache depends on: the tokenizer, the column weights and the
+    /// fingerprint function (a file from a build that fingerprints differently is rebuilt).
+    pub fn file_key() -> String {
+        let probe = Fields { id: 1, text: "probe".into(), speaker: Some("s".into()), context: None };
+        format!("text tokenize={TOKENIZE} weights={COLUMN_WEIGHTS:?} fingerprint={:016x}", probe.fingerprint())
+    }
+
+    /// Writes the cache as a cache file's body (crate::cache_file).
+    pub fn encode(&self, e: &mut crate::cache_file::Encoder<'_>) -> std::io::Result<()> {
+        let mut tokens = vec![""; self.postings.len()];
+        for (token, id) in &self.token_ids {
+            tokens[*id as usize] = token;
+        }
+        // Tokens no row holds any more are left out: the words of a forgotten memory must not
+        // reach a file.
+        let kept: Vec<usize> = (0..tokens.len()).filter(|t| !self.postings[*t].is_empty()).collect();
+        e.array(&kept.iter().map(|t| tokens[*t].len() as u32).collect::<Vec<_>>())?;
+        e.array(kept.iter().map(|t| tokens[*t]).collect::<String>().as_bytes())?;
+        let lists = || kept.iter().map(|t| &self.postings[*t]);
+        e.array(&lists().map(|l| l.len() as u32).collect::<Vec<_>>())?;
+        e.array(&lists().flatten().map(|p| p.slot).collect::<Vec<_>>())?;
+        e.array(&lists().flatten().map(|p| p.weight).collect::<Vec<_>>())?;
+        e.array(&self.ids)?;
+        e.array(&self.lengths)?;
+        e.array(&self.fingerprints)?;
+        e.array(&self.alive.iter().map(|a| u8::from(*a)).collect::<Vec<_>>())?;
+        e.u64(self.sorted as u64)?;
+        e.u64(self.rows)?;
+        e.u64(self.total_tokens)
+    }
+
+    /// A cache from what [`TextCache::encode`] wrote, checked whole.
+    pub fn decode(d: &mut crate::cache_file::Decoder<'_>) -> std::result::Result<Self, crate::cache_file::Stale> {
+        let token_lengths: Vec<u32> = d.array("token lengths")?;
+        let text: Vec<u8> = d.array("tokens")?;
+        let text = String::from_utf8(text).map_err(|e| format!("tokens: {e}"))?;
+        let mut cache = TextCache::default();
+        cache.token_ids.reserve(token_lengths.len());
+        let mut at = 0usize;
+        for len in &token_lengths {
+            let token = text.get(at..at + *len as usize).ok_or("tokens: lengths past the text")?;
+            at += *len as usize;
+            let id = cache.token_ids.len() as u32;
+            if cache.token_ids.insert(token.to_owned(), id).is_some() {
+                return Err(format!("token {token:?} twice"));
+            }
+        }
+        let lengths: Vec<u32> = d.array("posting lengths")?;
+        let slots: Vec<u32> = d.array("posting slots")?;
+        let weights: Vec<f32> = d.array("posting weights")?;
+        cache.ids = d.array("ids")?;
+        cache.lengths = d.array("row lengths")?;
+        cache.fingerprints = d.array("fingerprints")?;
+        cache.alive = d.array::<u8>("alive")?.into_iter().map(|b| b != 0).collect();
+        cache.sorted = d.u64("sorted")? as usize;
+        cache.rows = d.u64("rows")?;
+        cache.total_tokens = d.u64("total tokens")?;
+        let n = cache.ids.len();
+        let total: u64 = lengths.iter().map(|l| u64::from(*l)).sum();
+        if at != text.len()
+            || lengths.len() != token_lengths.len()
+            || slots.len() as u64 != total
+            || weights.len() != slots.len()
+            || cache.lengths.len() != n
+            || cache.fingerprints.len() != n
+            || cache.alive.len() != n
+            || cache.sorted > n
+            || slots.iter().any(|s| *s as usize >= n)
+        {
+            return Err("arrays of the text cache do not match one another".into());
+        }
+        let mut at = 0;
+        cache.postings = lengths
+            .iter()
+            .map(|len| {
+                let end = at + *len as usize;
+                let list = slots[at..end].iter().zip(&weights[at..end]).map(|(s, w)| Posting { slot: *s, weight: *w });
+                at = end;
+                list.collect()
+            })
+            .collect();
+        for slot in cache.sorted..n {
+            if cache.alive[slot] {
+                cache.out_of_order.insert(cache.ids[slot], slot as u32);
+            }
+        }
+        Ok(cache)
+    }
+
     /// The slot of a row this cache holds.
     fn slot(&self, id: i64) -> Option<u32> {
         if let Ok(i) = self.ids[..self.sorted].binary_search(&id)

@@ -138,6 +138,70 @@ impl Index {
         self.ids.len()
     }
 
+    #[cfg(test)]
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Writes the index as a cache file's body (crate::cache_file); positions are rebuilt on load.
+    pub fn encode(&self, e: &mut crate::cache_file::Encoder<'_>) -> std::io::Result<()> {
+        e.u64(self.dim as u64)?;
+        e.u64(match self.precision {
+            Precision::F32 => 0,
+            Precision::Int8 => 1,
+        })?;
+        e.array(&self.ids)?;
+        e.array(&self.bits)?;
+        e.array(&self.vectors)?;
+        e.array(&self.codes)?;
+        e.array(&self.scales)
+    }
+
+    /// An index from what [`Index::encode`] wrote, checked whole against `dim` and `precision`
+    /// (any, when `None`).
+    pub fn decode(
+        d: &mut crate::cache_file::Decoder<'_>,
+        dim: usize,
+        precision: Option<Precision>,
+    ) -> Result<Self, crate::cache_file::Stale> {
+        let found = d.u64("dimension")? as usize;
+        if found != dim {
+            return Err(format!("vectors of {found} dimensions, wanted {dim}"));
+        }
+        let precision = match (d.u64("precision")?, precision) {
+            (0, None | Some(Precision::F32)) => Precision::F32,
+            (1, None | Some(Precision::Int8)) => Precision::Int8,
+            (found, wanted) => return Err(format!("precision {found}, wanted {wanted:?}")),
+        };
+        let ids: Vec<i64> = d.array("ids")?;
+        let n = ids.len();
+        let mut index = Index::with_capacity(dim, precision, 0);
+        index.bits = d.array("sign bits")?;
+        index.vectors = d.array("vectors")?;
+        index.codes = d.array("codes")?;
+        index.scales = d.array("scales")?;
+        let (floats, codes, scales) = match precision {
+            Precision::F32 => (n * dim, 0, 0),
+            Precision::Int8 => (0, n * dim, n),
+        };
+        if index.bits.len() != n * index.words
+            || index.vectors.len() != floats
+            || index.codes.len() != codes
+            || index.scales.len() != scales
+        {
+            return Err(format!("arrays do not match {n} vectors of {dim} dimensions as {precision:?}"));
+        }
+        index.position = Positions::with_capacity(n);
+        for (i, id) in ids.iter().enumerate() {
+            if index.position.get(*id).is_some() {
+                return Err(format!("memory {id} twice"));
+            }
+            index.position.insert(*id, i);
+        }
+        index.ids = ids;
+        Ok(index)
+    }
+
     pub fn dim(&self) -> usize {
         self.dim
     }
@@ -303,6 +367,32 @@ mod tests {
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         v.iter_mut().for_each(|x| *x /= n);
         v
+    }
+
+    #[test]
+    fn an_index_read_back_from_its_file_answers_as_the_original() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.cache");
+        let stamp = crate::cache_file::Stamp { schema: 7, epoch: 1 };
+        for precision in [Precision::F32, Precision::Int8] {
+            let mut index = Index::with_capacity(48, precision, 0);
+            for id in (1..=300).chain([1 << 40]) {
+                index.upsert(id, &unit(id as u64, 48));
+            }
+            index.remove(7);
+            crate::cache_file::write(&path, stamp, "k", |e| index.encode(e)).unwrap().commit().unwrap();
+            let read = |dim, wanted| crate::cache_file::read(&path, stamp, "k", |d| Index::decode(d, dim, wanted));
+            let back = read(48, None).unwrap();
+            assert_eq!(back.precision(), precision);
+            assert_eq!(back.len(), index.len());
+            for q in [3u64, 70, 1 << 40] {
+                assert_eq!(back.candidates(&unit(q, 48), 10, 16), index.candidates(&unit(q, 48), 10, 16));
+            }
+            let other = if precision == Precision::F32 { Precision::Int8 } else { Precision::F32 };
+            assert!(read(48, Some(precision)).is_ok());
+            assert!(read(48, Some(other)).is_err());
+            assert!(read(32, None).err().unwrap().contains("48 dimensions"));
+        }
     }
 
     #[test]

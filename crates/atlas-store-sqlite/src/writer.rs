@@ -128,6 +128,12 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Box<dyn WriteJob>>) {
             jobs.into_iter().for_each(|j| j.finish(Err(&e)));
             continue;
         }
+        // Cache files made before this commit are stale from it on (crate::cache_file).
+        if let Err(e) = crate::cache_file::count_write(&conn) {
+            let _ = conn.execute_batch("ROLLBACK");
+            jobs.into_iter().for_each(|j| j.finish(Err(&e)));
+            continue;
+        }
         match conn.execute_batch("COMMIT").map_err(storage) {
             Ok(()) => jobs.into_iter().for_each(|j| j.finish(Ok(()))),
             Err(e) => {

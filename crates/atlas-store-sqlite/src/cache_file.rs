@@ -1,0 +1,347 @@
+//! Cache files beside the database: the text and vector caches, written after a process built
+//! them from SQL, so that the next process loads them with one sequential read instead.
+//!
+//! A file is never trusted blindly. It records the database's schema version and its count of
+//! committed writes (`cache_epoch`, which the writer raises in every write transaction), a key
+//! naming what the cache depends on (model and dimension, precision, tokenizer), and a CRC-32 of
+//! all of it; a file whose stamp, key or checksum differs, or that is truncated, is reported
+//! stale and the cache is rebuilt from SQL (and the file written again). A file is written to a
+//! temporary name, synced, then renamed over the old one, so a crash leaves the old file or
+//! none, never a torn one.
+
+use crate::error::storage;
+use atlas_domain::Result;
+use rusqlite::{Connection, OptionalExtension};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"ATLCACHE";
+/// The layout of the files; a file of another layout is rebuilt.
+const FORMAT: u32 = 1;
+
+/// Adds one to the count of committed writes, inside the writer's transaction. A database
+/// without the counter (older schema) has no cache files either.
+pub fn count_write(conn: &Connection) -> Result<()> {
+    match conn.prepare_cached("UPDATE cache_epoch SET changes = changes + 1 WHERE id = 1") {
+        Ok(mut stmt) => stmt.execute([]).map(drop).map_err(storage),
+        Err(e) if e.to_string().contains("no such table") => Ok(()),
+        Err(e) => Err(storage(e)),
+    }
+}
+
+/// What the database was when a cache was read from it: its schema version and count of
+/// committed writes. Read in the same read transaction as the cache's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub schema: i64,
+    pub epoch: i64,
+}
+
+impl Stamp {
+    /// `None` for a database without the counter.
+    pub fn read(conn: &Connection) -> Result<Option<Stamp>> {
+        let schema: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(storage)?;
+        let epoch = match conn.query_row("SELECT changes FROM cache_epoch WHERE id = 1", [], |r| r.get(0)).optional() {
+            Ok(epoch) => epoch,
+            Err(e) if e.to_string().contains("no such table") => None,
+            Err(e) => return Err(storage(e)),
+        };
+        Ok(epoch.map(|epoch| Stamp { schema, epoch }))
+    }
+}
+
+/// The file of one cache (`kind`: "text" or "vectors") beside the database at `db`.
+pub fn path_for(db: &Path, kind: &str) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{kind}.cache"));
+    db.with_file_name(name)
+}
+
+/// Plain numbers a cache's arrays hold: written and read as their bytes, in this machine's
+/// byte order (a file records which; one from a machine of the other order is rebuilt).
+pub trait Plain: bytemuck::Pod {}
+impl Plain for u8 {}
+impl Plain for i8 {}
+impl Plain for u32 {}
+impl Plain for u64 {}
+impl Plain for i64 {}
+impl Plain for f32 {}
+
+/// The layout's variant for this machine's byte order.
+const ENDIAN: u8 = if cfg!(target_endian = "little") { b'L' } else { b'B' };
+
+/// Writes a cache's values to its file, keeping the checksum.
+pub struct Encoder<'a> {
+    out: &'a mut dyn Write,
+    crc: crc32fast::Hasher,
+}
+
+impl Encoder<'_> {
+    fn raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.crc.update(bytes);
+        self.out.write_all(bytes)
+    }
+    pub fn u64(&mut self, v: u64) -> std::io::Result<()> {
+        self.raw(&v.to_ne_bytes())
+    }
+    /// A length, then the values.
+    pub fn array<T: Plain>(&mut self, values: &[T]) -> std::io::Result<()> {
+        self.u64(values.len() as u64)?;
+        self.raw(bytemuck::cast_slice(values))
+    }
+}
+
+/// Reads what an [`Encoder`] wrote, straight into the arrays' own memory; every read is
+/// bounded by what the file holds, and says what was missing.
+pub struct Decoder<'a> {
+    input: &'a mut dyn Read,
+    crc: crc32fast::Hasher,
+    left: u64,
+}
+
+/// Why a cache file cannot be used.
+pub type Stale = String;
+
+impl Decoder<'_> {
+    fn raw(&mut self, buf: &mut [u8], what: &str) -> std::result::Result<(), Stale> {
+        if buf.len() as u64 > self.left {
+            return Err(format!("{what}: {} bytes wanted, {} left", buf.len(), self.left));
+        }
+        self.input.read_exact(buf).map_err(|e| format!("{what}: {e}"))?;
+        self.crc.update(buf);
+        self.left -= buf.len() as u64;
+        Ok(())
+    }
+    pub fn u64(&mut self, what: &str) -> std::result::Result<u64, Stale> {
+        let mut b = [0u8; 8];
+        self.raw(&mut b, what)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+    pub fn array<T: Plain>(&mut self, what: &str) -> std::result::Result<Vec<T>, Stale> {
+        let n = self.u64(what)?;
+        let width = std::mem::size_of::<T>() as u64;
+        if n.checked_mul(width).is_none_or(|bytes| bytes > self.left) {
+            return Err(format!("{what}: {n} values do not fit the {} bytes left", self.left));
+        }
+        let mut values = vec![T::zeroed(); n as usize];
+        self.raw(bytemuck::cast_slice_mut(&mut values), what)?;
+        Ok(values)
+    }
+}
+
+/// Writes the cache file at `path` for the database state `stamp` and the cache's `key`, the
+/// body written by `body`, to a temporary file beside it; [`Written::commit`] then syncs it and
+/// renames it over the old one (and syncs the folder), so that readers see the old file or the
+/// new one whole. Dropped uncommitted, the temporary file is removed.
+pub fn write(
+    path: &Path,
+    stamp: Stamp,
+    key: &str,
+    body: impl FnOnce(&mut Encoder<'_>) -> std::io::Result<()>,
+) -> std::io::Result<Written> {
+    sweep_abandoned(path);
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    // Unique per write: two stores of one process may write the same file at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
+    let mut written = Written { tmp: path.with_file_name(tmp_name), path: path.to_path_buf(), file: None };
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&written.tmp)?);
+    let mut e = Encoder { out: &mut out, crc: crc32fast::Hasher::new() };
+    e.raw(MAGIC)?;
+    e.raw(&FORMAT.to_le_bytes())?;
+    e.raw(&[ENDIAN])?;
+    e.u64(stamp.schema as u64)?;
+    e.u64(stamp.epoch as u64)?;
+    e.array(key.as_bytes())?;
+    body(&mut e)?;
+    let crc = e.crc.finalize();
+    out.write_all(&crc.to_le_bytes())?;
+    written.file = Some(out.into_inner().map_err(|e| e.into_error())?);
+    Ok(written)
+}
+
+/// Removes the temporary files of `path` that processes no longer running left (killed while
+/// writing: `<file>.<pid>-<n>.tmp`).
+fn sweep_abandoned(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = file.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".tmp")) else { continue };
+        let pid = pid.split('-').next().unwrap_or_default();
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        if pid != std::process::id() as i32 && !process_alive(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    // Signal 0 checks that the process exists without touching it.
+    // SAFETY: kill(2) with signal 0 has no effect on the target and reads no memory of ours.
+    let answer = unsafe { libc::kill(pid, 0) };
+    answer == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// A cache file written under a temporary name, not yet in place.
+pub struct Written {
+    tmp: PathBuf,
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl Written {
+    pub fn commit(mut self) -> std::io::Result<()> {
+        let file = self.file.take().expect("written");
+        file.sync_all()?;
+        std::fs::rename(&self.tmp, &self.path)?;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        if self.file.is_some() || std::fs::metadata(&self.tmp).is_ok() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Reads the cache file at `path` with `body` if it was written for exactly `stamp` and `key`
+/// and is whole (its checksum is checked after `body` read it all); otherwise says why not.
+pub fn read<T>(
+    path: &Path,
+    stamp: Stamp,
+    key: &str,
+    body: impl FnOnce(&mut Decoder<'_>) -> std::result::Result<T, Stale>,
+) -> std::result::Result<T, Stale> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if size < (MAGIC.len() + 4 + 1 + 4) as u64 {
+        return Err(format!("{size} bytes: not a cache file"));
+    }
+    let mut input = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut d = Decoder { input: &mut input, crc: crc32fast::Hasher::new(), left: size - 4 };
+    let mut head = [0u8; MAGIC.len() + 4 + 1];
+    d.raw(&mut head, "header")?;
+    if &head[..MAGIC.len()] != MAGIC {
+        return Err("not a cache file".into());
+    }
+    let format = u32::from_le_bytes(head[MAGIC.len()..MAGIC.len() + 4].try_into().expect("4 bytes"));
+    if format != FORMAT || head[MAGIC.len() + 4] != ENDIAN {
+        return Err(format!(
+            "format {format}/{}, this build reads {FORMAT}/{}",
+            head[MAGIC.len() + 4] as char,
+            ENDIAN as char
+        ));
+    }
+    let found = Stamp { schema: d.u64("schema")? as i64, epoch: d.u64("epoch")? as i64 };
+    if found.schema != stamp.schema {
+        return Err(format!("made for schema {}, the database has {}", found.schema, stamp.schema));
+    }
+    if found.epoch != stamp.epoch {
+        return Err(format!("made after write {}, the database has had {}", found.epoch, stamp.epoch));
+    }
+    let found_key: Vec<u8> = d.array("key")?;
+    if found_key != key.as_bytes() {
+        return Err(format!("made for {:?}, wanted {key:?}", String::from_utf8_lossy(&found_key)));
+    }
+    let value = body(&mut d)?;
+    if d.left != 0 {
+        return Err(format!("{} bytes left over", d.left));
+    }
+    let mut tail = [0u8; 4];
+    d.input.read_exact(&mut tail).map_err(|e| format!("checksum: {e}"))?;
+    if d.crc.clone().finalize().to_le_bytes() != tail {
+        return Err("checksum differs (corrupted)".into());
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const STAMP: Stamp = Stamp { schema: 7, epoch: 42 };
+
+    fn write_bytes(path: &Path, key: &str, body: &[u8]) {
+        write(path, STAMP, key, |e| e.array(body)).unwrap().commit().unwrap();
+    }
+
+    fn read_bytes(path: &Path, stamp: Stamp, key: &str) -> std::result::Result<Vec<u8>, Stale> {
+        read(path, stamp, key, |d| d.array("body"))
+    }
+
+    #[test]
+    fn a_file_is_read_back_only_for_its_own_stamp_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = path_for(&dir.path().join("space.db"), "vectors");
+        assert!(path.ends_with("space.db.vectors.cache"));
+        write_bytes(&path, "model a/384/f32", b"body bytes");
+        assert_eq!(read_bytes(&path, STAMP, "model a/384/f32").unwrap(), b"body bytes");
+        let later = Stamp { epoch: 43, ..STAMP };
+        assert!(read_bytes(&path, later, "model a/384/f32").unwrap_err().contains("write 42"));
+        let other_schema = Stamp { schema: 8, ..STAMP };
+        assert!(read_bytes(&path, other_schema, "model a/384/f32").unwrap_err().contains("schema 7"));
+        assert!(read_bytes(&path, STAMP, "model b/384/f32").unwrap_err().contains("model a"));
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left: {leftovers:?}");
+    }
+
+    #[test]
+    fn a_missing_file_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_bytes(&dir.path().join("none.cache"), STAMP, "k").is_err());
+    }
+
+    proptest! {
+        /// Every truncation and every flipped bit is detected.
+        #[test]
+        fn truncated_or_corrupted_files_are_refused(
+            body in proptest::collection::vec(any::<u8>(), 0..200),
+            cut in any::<prop::sample::Index>(),
+            flip in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("x.cache");
+            write_bytes(&path, "key", &body);
+            let whole = std::fs::read(&path).unwrap();
+            std::fs::write(&path, &whole[..cut.index(whole.len())]).unwrap();
+            prop_assert!(read_bytes(&path, STAMP, "key").is_err());
+            let mut flipped = whole.clone();
+            flipped[flip.index(whole.len())] ^= 1 << bit;
+            std::fs::write(&path, &flipped).unwrap();
+            prop_assert!(read_bytes(&path, STAMP, "key").is_err());
+            std::fs::write(&path, &whole).unwrap();
+            prop_assert_eq!(read_bytes(&path, STAMP, "key").unwrap(), body);
+        }
+
+        #[test]
+        fn arrays_round_trip(
+            a in proptest::collection::vec(any::<u32>(), 0..50),
+            b in proptest::collection::vec(any::<i64>(), 0..50),
+            c in proptest::collection::vec(any::<f32>(), 0..50),
+            d in proptest::collection::vec(any::<i8>(), 0..50),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("x.cache");
+            write(&path, STAMP, "k", |e| { e.array(&a)?; e.array(&b)?; e.array(&c)?; e.array(&d)?; e.u64(7) }).unwrap().commit().unwrap();
+            let back = read(&path, STAMP, "k", |r| {
+                Ok((r.array::<u32>("a")?, r.array::<i64>("b")?, r.array::<f32>("c")?, r.array::<i8>("d")?, r.u64("e")?))
+            }).unwrap();
+            prop_assert_eq!(&back.0, &a);
+            prop_assert_eq!(&back.1, &b);
+            prop_assert!(back.2.len() == c.len() && back.2.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()));
+            prop_assert_eq!(&back.3, &d);
+            prop_assert_eq!(back.4, 7);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Loading the text and vector caches on a process's first search: from their cache files when
+//! these were made at the database's current state, else from SQL, after which the file is
+//! written again in the background (crate::cache_file says how a file is checked and written).
+
+use crate::cache_file::{self, Stamp};
+use crate::error::storage;
+use crate::text_cache::TextCache;
+use crate::vector_cache::{Index, Precision};
+use atlas_domain::{AtlasError, Result};
+use rusqlite::Connection;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+/// How this store's caches were loaded so far (for tests and the benchmark).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLoads {
+    pub text_from_file: u64,
+    pub text_rebuilt: u64,
+    pub vectors_from_file: u64,
+    pub vectors_rebuilt: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    text_from_file: AtomicU64,
+    text_rebuilt: AtomicU64,
+    vectors_from_file: AtomicU64,
+    vectors_rebuilt: AtomicU64,
+}
+
+/// Where a store's cache files are (none for a database without a folder of its own to write
+/// in), what its loads did, and the threads writing its files.
+#[derive(Clone)]
+pub struct CacheFiles {
+    db: Option<PathBuf>,
+    counters: Arc<Counters>,
+    writing: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl CacheFiles {
+    pub fn new(db: Option<PathBuf>) -> Self {
+        CacheFiles { db, counters: Arc::default(), writing: Arc::default() }
+    }
+
+    /// Waits for this store's cache files being written.
+    pub fn settle(&self) {
+        let writing = std::mem::take(&mut *self.writing.lock().expect("cache writers lock"));
+        for thread in writing {
+            let _ = thread.join();
+        }
+    }
+
+    /// Deletes both cache files once this store's writes of them are done: a memory erased
+    /// from the database must not live on in a file (files made from now on no longer hold it).
+    pub fn remove_files(&self) {
+        self.settle();
+        let Some(db) = &self.db else { return };
+        for kind in ["text", "vectors"] {
+            let path = cache_file::path_for(db, kind);
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(file = %path.display(), error = %e, "cache file not removed");
+            }
+        }
+    }
+
+    pub fn loads(&self) -> CacheLoads {
+        let c = &self.counters;
+        CacheLoads {
+            text_from_file: c.text_from_file.load(Ordering::Relaxed),
+            text_rebuilt: c.text_rebuilt.load(Ordering::Relaxed),
+            vectors_from_file: c.vectors_from_file.load(Ordering::Relaxed),
+            vectors_rebuilt: c.vectors_rebuilt.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The text cache, from its file or from SQL.
+    pub fn load_text(&self, conn: &Connection, slot: &Arc<RwLock<Option<TextCache>>>) -> Result<TextCache> {
+        let tx = conn.unchecked_transaction().map_err(storage)?;
+        let stamp = Stamp::read(&tx)?;
+        let key = TextCache::file_key();
+        let file = self.db.as_ref().map(|db| cache_file::path_for(db, "text"));
+        if let (Some(path), Some(stamp)) = (&file, stamp) {
+            match cache_file::read(path, stamp, &key, TextCache::decode) {
+                Ok(cache) => {
+                    self.counters.text_from_file.fetch_add(1, Ordering::Relaxed);
+                    return Ok(cache);
+                }
+                Err(why) => tracing::debug!(file = %path.display(), %why, "text cache file not used; rebuilding"),
+            }
+        }
+        let cache = TextCache::load(&tx)?;
+        drop(tx);
+        self.counters.text_rebuilt.fetch_add(1, Ordering::Relaxed);
+        if let (Some(path), Some(stamp)) = (file, stamp) {
+            self.write_later(path, stamp, key, Arc::clone(slot), TextCache::encode);
+        }
+        Ok(cache)
+    }
+
+    /// The vector cache of `dim` dimensions, from its file or from SQL; `precision` as
+    /// configured (`None`: by size, [`crate::INT8_FROM_VECTORS`]).
+    pub fn load_vectors(
+        &self,
+        conn: &Connection,
+        slot: &Arc<RwLock<Option<Index>>>,
+        dim: usize,
+        precision: Option<Precision>,
+    ) -> Result<Index> {
+        let tx = conn.unchecked_transaction().map_err(storage)?;
+        let stamp = Stamp::read(&tx)?;
+        let model = crate::read_model(&tx)?.map(|m| m.name).unwrap_or_default();
+        let file = self.db.as_ref().map(|db| cache_file::path_for(db, "vectors"));
+        if let (Some(path), Some(stamp)) = (&file, stamp) {
+            let key = vectors_key(&model, dim, precision);
+            match cache_file::read(path, stamp, &key, |d| Index::decode(d, dim, precision)) {
+                Ok(index) => {
+                    self.counters.vectors_from_file.fetch_add(1, Ordering::Relaxed);
+                    return Ok(index);
+                }
+                Err(why) => tracing::debug!(file = %path.display(), %why, "vector cache file not used; rebuilding"),
+            }
+        }
+        let index = load_vectors_from_sql(&tx, dim, precision)?;
+        drop(tx);
+        self.counters.vectors_rebuilt.fetch_add(1, Ordering::Relaxed);
+        if let (Some(path), Some(stamp)) = (file, stamp) {
+            let key = vectors_key(&model, dim, precision);
+            self.write_later(path, stamp, key, Arc::clone(slot), Index::encode);
+        }
+        Ok(index)
+    }
+
+    /// Writes the cache in `slot` to `path` on a thread of its own, once the loader has stored
+    /// it there and released it. The file may then hold writes of this process made after
+    /// `stamp`: the database has moved past `stamp` by then, so such a file is only ever found
+    /// stale.
+    fn write_later<T: Send + Sync + 'static>(
+        &self,
+        path: PathBuf,
+        stamp: Stamp,
+        key: String,
+        slot: Arc<RwLock<Option<T>>>,
+        encode: fn(&T, &mut cache_file::Encoder<'_>) -> std::io::Result<()>,
+    ) {
+        let spawned = std::thread::Builder::new().name("atlas-cache-file".into()).spawn(move || {
+            // Read while written: no copy of the cache is made. The guard is held until the bytes
+            // are handed to the file, not while it is synced.
+            let written = {
+                let guard = slot.read().expect("cache lock");
+                let Some(cache) = guard.as_ref() else { return };
+                cache_file::write(&path, stamp, &key, |e| encode(cache, e))
+            };
+            let written = written.and_then(cache_file::Written::commit);
+            match written {
+                Ok(()) => tracing::debug!(file = %path.display(), "cache file written"),
+                Err(e) => tracing::info!(file = %path.display(), error = %e, "cache file not written"),
+            }
+        });
+        match spawned {
+            Ok(thread) => {
+                let mut writing = self.writing.lock().expect("cache writers lock");
+                writing.retain(|t| !t.is_finished());
+                writing.push(thread);
+            }
+            Err(e) => tracing::info!(error = %e, "no thread to write a cache file"),
+        }
+    }
+}
+
+/// A vector cache file depends on the model and dimension, and on the precision when one is
+/// configured (unset, the file's own is taken).
+fn vectors_key(model: &str, dim: usize, precision: Option<Precision>) -> String {
+    format!("vectors model={model:?} dim={dim} precision={precision:?}")
+}
+
+fn load_vectors_from_sql(conn: &Connection, dim: usize, precision: Option<Precision>) -> Result<Index> {
+    let table = crate::VECTOR_TABLE;
+    let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).map_err(storage)?;
+    let n = n as usize;
+    let precision = precision.unwrap_or(if n >= crate::INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 });
+    let mut index = Index::with_capacity(dim, precision, n);
+    let mut stmt = conn.prepare(&format!("SELECT rowid, embedding FROM {table}")).map_err(storage)?;
+    let mut rows = stmt.query([]).map_err(storage)?;
+    let mut v = vec![0f32; dim];
+    while let Some(row) = rows.next().map_err(storage)? {
+        let id: i64 = row.get(0).map_err(storage)?;
+        let blob = row.get_ref(1).map_err(storage)?.as_blob().map_err(|e| AtlasError::Storage(e.to_string()))?;
+        if blob.len() != dim * 4 {
+            return Err(AtlasError::Storage(format!(
+                "vector of memory {id} has {} bytes, expected {}",
+                blob.len(),
+                dim * 4
+            )));
+        }
+        for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        index.upsert(id, &v);
+    }
+    tracing::debug!(vectors = index.len(), ?precision, "vector cache loaded");
+    Ok(index)
+}

@@ -1,0 +1,254 @@
+//! The cache files beside the database: a new process's first search reads them and answers as
+//! a rebuild from SQL would; a file made before a later write, truncated, corrupted, or made for
+//! another model is detected, the cache rebuilt from SQL, and the file written again.
+
+use atlas_domain::ports::{Embedder, MemoryStore, TextIndex, VectorIndex};
+use atlas_domain::{MemoryId, NewMemory, RecallFilter, Scope, Timestamp};
+use atlas_store_sqlite::{CacheLoads, SqliteOptions, SqliteStore};
+use atlas_testing::HashEmbedder;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const WORDS: &[&str] = &["lake", "tram", "pottery", "Paris", "sketch", "blue", "river", "violin", "garden", "chess"];
+
+fn turn(i: usize) -> NewMemory {
+    let text: Vec<&str> = (0..3 + i % 5).map(|j| WORDS[(i * 7 + j * 3) % WORDS.len()]).collect();
+    NewMemory::episode(text.join(" "), Scope::default(), Some("Ann".into()), Timestamp(i as i64), Timestamp(i as i64))
+}
+
+fn files(db: &Path) -> [PathBuf; 2] {
+    ["text", "vectors"]
+        .map(|kind| db.with_file_name(format!("{}.{kind}.cache", db.file_name().unwrap().to_string_lossy())))
+}
+
+/// What searches answer: text and vector rankings for a few queries.
+async fn answers(store: &SqliteStore, embedder: &HashEmbedder) -> Vec<Vec<(MemoryId, String)>> {
+    let mut out = Vec::new();
+    for query in ["lake tram", "violin", "garden chess blue"] {
+        let terms: Vec<String> = query.split(' ').map(str::to_string).collect();
+        let text = store.search_text(terms, RecallFilter::default(), 20).await.unwrap();
+        out.push(text.iter().map(|h| (h.id, format!("{:.9}", h.score))).collect());
+        let vectors = store.search_vector(embedder.embed_one(query), RecallFilter::default(), 20).await.unwrap();
+        out.push(vectors.iter().map(|h| (h.id, format!("{:.6}", h.score))).collect());
+    }
+    out
+}
+
+async fn populated(db: &Path, embedder: &HashEmbedder, n: usize) -> SqliteStore {
+    let store = SqliteStore::open(db, &SqliteOptions::default()).unwrap();
+    store.bind_model(embedder.model()).await.unwrap();
+    let ids = store.insert((0..n).map(turn).collect(), None).await.unwrap();
+    let vectors = ids.iter().enumerate().map(|(i, id)| (*id, embedder.embed_one(&turn(i).text))).collect();
+    store.put_vectors(vectors).await.unwrap();
+    store
+}
+
+/// Opens the store again until a search loaded both caches from their files (they are written
+/// in the background after a rebuild).
+async fn reopened_from_files(db: &Path, embedder: &HashEmbedder) -> (SqliteStore, Vec<Vec<(MemoryId, String)>>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let store = SqliteStore::open(db, &SqliteOptions::default()).unwrap();
+        let found = answers(&store, embedder).await;
+        let loads = store.cache_loads();
+        if loads.text_from_file == 1 && loads.vectors_from_file == 1 {
+            return (store, found);
+        }
+        assert!(Instant::now() < deadline, "caches never came from their files: {loads:?}");
+        drop(store);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_reads_the_files_and_answers_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    let store = populated(&db, &embedder, 400).await;
+    let built = answers(&store, &embedder).await;
+    assert_eq!(store.cache_loads(), CacheLoads { text_rebuilt: 1, vectors_rebuilt: 1, ..CacheLoads::default() });
+    drop(store);
+    let (reopened, found) = reopened_from_files(&db, &embedder).await;
+    assert_eq!(found, built);
+    assert_eq!(reopened.cache_loads().text_rebuilt + reopened.cache_loads().vectors_rebuilt, 0);
+    // Writes of this process keep its caches in step, whatever they were loaded from.
+    let text = "lighthouse keeper";
+    let fresh = NewMemory::episode(text, Scope::default(), None, Timestamp(5), Timestamp(5));
+    let id = reopened.insert(vec![fresh], None).await.unwrap()[0];
+    reopened.put_vectors(vec![(id, embedder.embed_one(text))]).await.unwrap();
+    let hits = reopened.search_text(vec!["lighthouse".into()], RecallFilter::default(), 5).await.unwrap();
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![id]);
+    let near = reopened.search_vector(embedder.embed_one(text), RecallFilter::default(), 1).await.unwrap();
+    assert_eq!(near[0].id, id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_made_before_a_later_write_are_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    drop(populated(&db, &embedder, 300).await);
+    drop(reopened_from_files(&db, &embedder).await);
+    // Another process writes (and searches nothing): the files no longer describe the database.
+    let writer = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    let text = "violin violin garden lighthouse";
+    let id = writer.insert(vec![NewMemory::episode(text, Scope::default(), None, Timestamp(9), Timestamp(9))], None);
+    let id = id.await.unwrap()[0];
+    writer.put_vectors(vec![(id, embedder.embed_one(text))]).await.unwrap();
+    drop(writer);
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    let hits = store.search_text(vec!["lighthouse".into()], RecallFilter::default(), 5).await.unwrap();
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![id]);
+    let near = store.search_vector(embedder.embed_one(text), RecallFilter::default(), 1).await.unwrap();
+    assert_eq!(near[0].id, id);
+    assert_eq!(store.cache_loads(), CacheLoads { text_rebuilt: 1, vectors_rebuilt: 1, ..CacheLoads::default() });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_corrupted_and_foreign_files_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    let store = populated(&db, &embedder, 300).await;
+    let expected = answers(&store, &embedder).await;
+    drop(store);
+    drop(reopened_from_files(&db, &embedder).await);
+    // The same memories under another model's name, for a vector file made for another model.
+    let other_db = dir.path().join("other.db");
+    let other = SqliteStore::open(&other_db, &SqliteOptions::default()).unwrap();
+    let mut other_model = embedder.model();
+    other_model.name.push_str("-other");
+    other.bind_model(other_model).await.unwrap();
+    let ids = other.insert((0..300).map(turn).collect(), None).await.unwrap();
+    let vectors = ids.iter().enumerate().map(|(i, id)| (*id, embedder.embed_one(&turn(i).text))).collect();
+    other.put_vectors(vectors).await.unwrap();
+    answers(&other, &embedder).await;
+    drop(other);
+    let foreign = reopened_from_files(&other_db, &embedder).await;
+    drop(foreign);
+
+    let [text_file, vector_file] = files(&db);
+    let [_, other_vectors] = files(&other_db);
+    type Damage = Box<dyn Fn(&Path)>;
+    let damages: Vec<(&str, Damage)> = vec![
+        (
+            "truncated",
+            Box::new(|p: &Path| {
+                let bytes = std::fs::read(p).unwrap();
+                std::fs::write(p, &bytes[..bytes.len() / 2]).unwrap();
+            }),
+        ),
+        (
+            "corrupted",
+            Box::new(|p: &Path| {
+                let mut bytes = std::fs::read(p).unwrap();
+                let middle = bytes.len() / 2;
+                bytes[middle] ^= 0x10;
+                std::fs::write(p, bytes).unwrap();
+            }),
+        ),
+        ("empty", Box::new(|p: &Path| std::fs::write(p, b"").unwrap())),
+    ];
+    for (name, damage) in &damages {
+        damage(&text_file);
+        damage(&vector_file);
+        let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+        assert_eq!(answers(&store, &embedder).await, expected, "{name}");
+        assert_eq!(store.cache_loads(), CacheLoads { text_rebuilt: 1, vectors_rebuilt: 1, ..Default::default() });
+        drop(store);
+        // Written again whole.
+        let (_, found) = reopened_from_files(&db, &embedder).await;
+        assert_eq!(found, expected, "{name}, from the rewritten files");
+    }
+    // Another model's vectors (same dimension, same database state count): not used.
+    std::fs::copy(&other_vectors, &vector_file).unwrap();
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    assert_eq!(answers(&store, &embedder).await, expected);
+    assert_eq!(store.cache_loads().vectors_rebuilt, 1, "another model's file was read");
+    // A text file under the vectors' name: refused too.
+    drop(store);
+    std::fs::copy(&text_file, &vector_file).unwrap();
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    assert_eq!(answers(&store, &embedder).await, expected);
+    assert_eq!(store.cache_loads().vectors_rebuilt, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cache_files_nothing_is_written_beside_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    drop(populated(&db, &embedder, 50).await);
+    let options = SqliteOptions { cache_files: false, ..SqliteOptions::default() };
+    let store = SqliteStore::open(&db, &options).unwrap();
+    answers(&store, &embedder).await;
+    drop(store);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(files(&db).iter().all(|f| !f.exists()));
+}
+
+/// The child of [`a_kill_while_the_files_are_written_leaves_old_whole_or_no_files`]: rebuilds
+/// the caches of the database `ATLAS_CACHE_CHILD_DB` names (so their files are written in the
+/// background), says so, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by a_kill_while_the_files_are_written_leaves_old_whole_or_no_files as its child"]
+async fn child_rebuilding_the_caches() {
+    let db = PathBuf::from(std::env::var("ATLAS_CACHE_CHILD_DB").expect("ATLAS_CACHE_CHILD_DB"));
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    answers(&store, &HashEmbedder::new(EMBED_DIM)).await;
+    println!("rebuilt");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+const EMBED_DIM: usize = 256;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_while_the_files_are_written_leaves_old_whole_or_no_files() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(EMBED_DIM);
+    // Files of some tens of megabytes: long enough to be killed while they are written.
+    let store = populated(&db, &embedder, 30_000).await;
+    drop(store);
+    let reference = {
+        let options = SqliteOptions { cache_files: false, ..SqliteOptions::default() };
+        answers(&SqliteStore::open(&db, &options).unwrap(), &embedder).await
+    };
+    let (mut from_file, mut rebuilt) = (0, 0);
+    for delay_ms in [0u64, 5, 15, 30, 60, 100, 150, 250] {
+        for file in files(&db) {
+            let _ = std::fs::remove_file(file);
+        }
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_rebuilding_the_caches", "--ignored", "--nocapture"])
+            .env("ATLAS_CACHE_CHILD_DB", &db)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(lines.any(|l| l.is_ok_and(|l| l.contains("rebuilt"))), "the child did not rebuild");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+        assert_eq!(answers(&store, &embedder).await, reference, "after a kill {delay_ms} ms into the write");
+        let loads = store.cache_loads();
+        from_file += loads.text_from_file + loads.vectors_from_file;
+        rebuilt += loads.text_rebuilt + loads.vectors_rebuilt;
+        drop(store);
+        // A later write sweeps what the killed process left under temporary names (this
+        // process's own writes may still be under way).
+        let killed = format!(".{}-", child.id());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp") && n.contains(&killed))
+            .collect();
+        assert!(left.is_empty(), "temporary files of the killed process left: {left:?}");
+    }
+    eprintln!("after 8 kills: {from_file} caches read from a whole file, {rebuilt} rebuilt");
+    assert!(rebuilt > 0, "no kill landed before the files were in place");
+}
