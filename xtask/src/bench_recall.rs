@@ -263,6 +263,9 @@ fn process_peak_rss(db: &std::path::Path, queries: &[String], dir: &std::path::P
         .arg(&file)
         .output()?;
     anyhow::ensure!(out.status.success(), "recall process failed: {}", String::from_utf8_lossy(&out.stderr));
+    for line in String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("first recall:")) {
+        println!("|  |  | {line} |");
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     let value = |key: &str| -> Result<f64> {
         let found = text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok());
@@ -280,7 +283,14 @@ pub fn recall_process(db: &std::path::Path, queries: &std::path::Path) -> Result
         let mut first_ms = None;
         for q in std::fs::read_to_string(queries)?.lines() {
             let started = Instant::now();
-            atlas.recall(RecallRequest { query: q.to_owned(), k: 10, ..RecallRequest::default() }).await?;
+            let answer = atlas.recall(RecallRequest { query: q.to_owned(), k: 10, ..RecallRequest::default() }).await?;
+            if first_ms.is_none() {
+                let s = &answer.stages;
+                eprintln!(
+                    "first recall: query embedding {:.1} ms, text {:.1} ms, vector {:.1} ms",
+                    s.query_embedding_ms, s.text_ms, s.vector_ms
+                );
+            }
             first_ms.get_or_insert(started.elapsed().as_secs_f64() * 1e3);
         }
         println!("first_query_ms {:.1}", first_ms.unwrap_or_default());
