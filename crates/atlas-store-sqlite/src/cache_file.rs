@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"ATLCACHE";
 /// The layout of the files; a file of another layout is rebuilt.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// Adds one to the count of committed writes, inside the writer's transaction. A database
 /// without the counter (older schema) has no cache files either.

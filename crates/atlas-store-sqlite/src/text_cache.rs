@@ -58,7 +58,10 @@ pub struct TokenizedRow {
     pub tokens: Tokens,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// Plain data (`repr(C)`, no padding), so that a cache file's posting lists are read straight
+/// into their own memory.
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct Posting {
     slot: u32,
     /// Column-weighted frequency of the token in the row.
@@ -87,6 +90,8 @@ pub struct TextCache {
     rows: u64,
     total_tokens: u64,
 }
+
+impl crate::cache_file::Plain for Posting {}
 
 impl TextCache {
     /// Reads every token instance of `memories_fts` (ordered by token, then row) in one pass.
@@ -154,10 +159,9 @@ impl TextCache {
         let kept: Vec<usize> = (0..tokens.len()).filter(|t| !self.postings[*t].is_empty()).collect();
         e.array(&kept.iter().map(|t| tokens[*t].len() as u32).collect::<Vec<_>>())?;
         e.array(kept.iter().map(|t| tokens[*t]).collect::<String>().as_bytes())?;
-        let lists = || kept.iter().map(|t| &self.postings[*t]);
-        e.array(&lists().map(|l| l.len() as u32).collect::<Vec<_>>())?;
-        e.array(&lists().flatten().map(|p| p.slot).collect::<Vec<_>>())?;
-        e.array(&lists().flatten().map(|p| p.weight).collect::<Vec<_>>())?;
+        for t in &kept {
+            e.array(&self.postings[*t])?;
+        }
         e.array(&self.ids)?;
         e.array(&self.lengths)?;
         e.array(&self.fingerprints)?;
@@ -183,9 +187,10 @@ impl TextCache {
                 return Err(format!("token {token:?} twice"));
             }
         }
-        let lengths: Vec<u32> = d.array("posting lengths")?;
-        let slots: Vec<u32> = d.array("posting slots")?;
-        let weights: Vec<f32> = d.array("posting weights")?;
+        cache.postings = Vec::with_capacity(token_lengths.len());
+        for _ in 0..token_lengths.len() {
+            cache.postings.push(d.array("postings")?);
+        }
         cache.ids = d.array("ids")?;
         cache.lengths = d.array("row lengths")?;
         cache.fingerprints = d.array("fingerprints")?;
@@ -194,29 +199,15 @@ impl TextCache {
         cache.rows = d.u64("rows")?;
         cache.total_tokens = d.u64("total tokens")?;
         let n = cache.ids.len();
-        let total: u64 = lengths.iter().map(|l| u64::from(*l)).sum();
         if at != text.len()
-            || lengths.len() != token_lengths.len()
-            || slots.len() as u64 != total
-            || weights.len() != slots.len()
             || cache.lengths.len() != n
             || cache.fingerprints.len() != n
             || cache.alive.len() != n
             || cache.sorted > n
-            || slots.iter().any(|s| *s as usize >= n)
+            || cache.postings.iter().flatten().any(|p| p.slot as usize >= n)
         {
             return Err("arrays of the text cache do not match one another".into());
         }
-        let mut at = 0;
-        cache.postings = lengths
-            .iter()
-            .map(|len| {
-                let end = at + *len as usize;
-                let list = slots[at..end].iter().zip(&weights[at..end]).map(|(s, w)| Posting { slot: *s, weight: *w });
-                at = end;
-                list.collect()
-            })
-            .collect();
         for slot in cache.sorted..n {
             if cache.alive[slot] {
                 cache.out_of_order.insert(cache.ids[slot], slot as u32);
