@@ -1,8 +1,10 @@
 //! Cache files beside the database: the text and vector caches, written after a process built
 //! them from SQL, so that the next process loads them with one sequential read instead.
 //!
-//! A file is never trusted blindly. It records the database's schema version and its count of
-//! committed writes (`cache_epoch`, which the writer raises in every write transaction), a key
+//! A file is never trusted blindly. It records the database's schema version, its count of
+//! committed writes and the random number the last of them drew (`cache_epoch`, which the
+//! writer updates in every write transaction: a database replaced by another, or restored from
+//! a backup and written again, draws another number at the same count), a key
 //! naming what the cache depends on (model and dimension, precision, tokenizer), and a CRC-32 of
 //! all of it; a file whose stamp, key or checksum differs, or that is truncated, is reported
 //! stale and the cache is rebuilt from SQL (and the file written again). A file is written to a
@@ -17,36 +19,38 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"ATLCACHE";
 /// The layout of the files; a file of another layout is rebuilt.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
-/// Adds one to the count of committed writes, inside the writer's transaction. A database
-/// without the counter (older schema) has no cache files either.
+/// Adds one to the count of committed writes and draws a new random number, inside the
+/// writer's transaction. A database without the counter (older schema) has no cache files.
 pub fn count_write(conn: &Connection) -> Result<()> {
-    match conn.prepare_cached("UPDATE cache_epoch SET changes = changes + 1 WHERE id = 1") {
+    match conn.prepare_cached("UPDATE cache_epoch SET changes = changes + 1, nonce = random() WHERE id = 1") {
         Ok(mut stmt) => stmt.execute([]).map(drop).map_err(storage),
         Err(e) if e.to_string().contains("no such table") => Ok(()),
         Err(e) => Err(storage(e)),
     }
 }
 
-/// What the database was when a cache was read from it: its schema version and count of
-/// committed writes. Read in the same read transaction as the cache's rows.
+/// What the database was when a cache was read from it: its schema version, count of committed
+/// writes and the last write's random number. Read in the same read transaction as the rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
     pub schema: i64,
     pub epoch: i64,
+    pub nonce: i64,
 }
 
 impl Stamp {
     /// `None` for a database without the counter.
     pub fn read(conn: &Connection) -> Result<Option<Stamp>> {
         let schema: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(storage)?;
-        let epoch = match conn.query_row("SELECT changes FROM cache_epoch WHERE id = 1", [], |r| r.get(0)).optional() {
-            Ok(epoch) => epoch,
+        let sql = "SELECT changes, nonce FROM cache_epoch WHERE id = 1";
+        let found = match conn.query_row(sql, [], |r| Ok((r.get(0)?, r.get(1)?))).optional() {
+            Ok(found) => found,
             Err(e) if e.to_string().contains("no such table") => None,
             Err(e) => return Err(storage(e)),
         };
-        Ok(epoch.map(|epoch| Stamp { schema, epoch }))
+        Ok(found.map(|(epoch, nonce)| Stamp { schema, epoch, nonce }))
     }
 }
 
@@ -156,6 +160,7 @@ pub fn write(
     e.raw(&[ENDIAN])?;
     e.u64(stamp.schema as u64)?;
     e.u64(stamp.epoch as u64)?;
+    e.u64(stamp.nonce as u64)?;
     e.array(key.as_bytes())?;
     body(&mut e)?;
     let crc = e.crc.finalize();
@@ -244,12 +249,15 @@ pub fn read<T>(
             ENDIAN as char
         ));
     }
-    let found = Stamp { schema: d.u64("schema")? as i64, epoch: d.u64("epoch")? as i64 };
+    let found = Stamp { schema: d.u64("schema")? as i64, epoch: d.u64("epoch")? as i64, nonce: d.u64("nonce")? as i64 };
     if found.schema != stamp.schema {
         return Err(format!("made for schema {}, the database has {}", found.schema, stamp.schema));
     }
     if found.epoch != stamp.epoch {
         return Err(format!("made after write {}, the database has had {}", found.epoch, stamp.epoch));
+    }
+    if found.nonce != stamp.nonce {
+        return Err(format!("made after write {} of another history (replaced or restored database)", found.epoch));
     }
     let found_key: Vec<u8> = d.array("key")?;
     if found_key != key.as_bytes() {
@@ -272,7 +280,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const STAMP: Stamp = Stamp { schema: 7, epoch: 42 };
+    const STAMP: Stamp = Stamp { schema: 7, epoch: 42, nonce: -5 };
 
     fn write_bytes(path: &Path, key: &str, body: &[u8]) {
         write(path, STAMP, key, |e| e.array(body)).unwrap().commit().unwrap();
@@ -293,6 +301,8 @@ mod tests {
         assert!(read_bytes(&path, later, "model a/384/f32").unwrap_err().contains("write 42"));
         let other_schema = Stamp { schema: 8, ..STAMP };
         assert!(read_bytes(&path, other_schema, "model a/384/f32").unwrap_err().contains("schema 7"));
+        let other_history = Stamp { nonce: 9, ..STAMP };
+        assert!(read_bytes(&path, other_history, "model a/384/f32").unwrap_err().contains("another history"));
         assert!(read_bytes(&path, STAMP, "model b/384/f32").unwrap_err().contains("model a"));
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(leftovers.len(), 1, "no temporary file left: {leftovers:?}");

@@ -373,7 +373,7 @@ mod tests {
     fn an_index_read_back_from_its_file_answers_as_the_original() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v.cache");
-        let stamp = crate::cache_file::Stamp { schema: 7, epoch: 1 };
+        let stamp = crate::cache_file::Stamp { schema: 7, epoch: 1, nonce: 3 };
         for precision in [Precision::F32, Precision::Int8] {
             let mut index = Index::with_capacity(48, precision, 0);
             for id in (1..=300).chain([1 << 40]) {

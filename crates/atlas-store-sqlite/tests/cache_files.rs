@@ -252,3 +252,30 @@ async fn a_kill_while_the_files_are_written_leaves_old_whole_or_no_files() {
     eprintln!("after 8 kills: {from_file} caches read from a whole file, {rebuilt} rebuilt");
     assert!(rebuilt > 0, "no kill landed before the files were in place");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_replaced_by_another_with_as_many_writes_does_not_use_the_old_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    drop(populated(&db, &embedder, 300).await);
+    drop(reopened_from_files(&db, &embedder).await);
+    // Another database in its place, made by the same three writes, with other memories.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("space.db{suffix}")));
+    }
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    store.bind_model(embedder.model()).await.unwrap();
+    let texts: Vec<String> = (0..40).map(|i| format!("violin lesson {i} in the lighthouse")).collect();
+    let batch = texts.iter().map(|t| NewMemory::episode(t.clone(), Scope::default(), None, Timestamp(1), Timestamp(1)));
+    let ids = store.insert(batch.collect(), None).await.unwrap();
+    store.put_vectors(ids.iter().zip(&texts).map(|(id, t)| (*id, embedder.embed_one(t))).collect()).await.unwrap();
+    drop(store);
+    let expected = {
+        let options = SqliteOptions { cache_files: false, ..SqliteOptions::default() };
+        answers(&SqliteStore::open(&db, &options).unwrap(), &embedder).await
+    };
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    assert_eq!(answers(&store, &embedder).await, expected);
+    assert_eq!(store.cache_loads(), CacheLoads { text_rebuilt: 1, vectors_rebuilt: 1, ..CacheLoads::default() });
+}
