@@ -203,13 +203,11 @@ fn qdrant_suite(url: &str, settings: &[(&str, &str)], filter: &[&str]) -> Result
     Ok(())
 }
 
+/// The loud banner of a suite that did not run (atlas_testing's), with the remedy.
 fn skipped(what: &str, why: &str) {
-    let bar = "!".repeat(78);
-    println!("{bar}");
-    println!("!! SKIPPED: {what} did NOT run:");
-    println!("!! {why}. Point QDRANT_URL at a Qdrant server (gRPC, e.g. http://localhost:6334)");
-    println!("!! or ATLAS_QDRANT_BIN at a Qdrant binary, and run `cargo xtask ci` again.");
-    println!("{bar}");
+    let remedy = "point QDRANT_URL at a Qdrant server (gRPC, e.g. http://localhost:6334) or ATLAS_QDRANT_BIN \
+                  at a Qdrant binary, and run `cargo xtask ci` again";
+    atlas_testing::servers::skipped(what, &format!("{why}; {remedy}"));
 }
 
 /// Tests build in the release profile: the demo and benchmarks need it anyway, so one build
