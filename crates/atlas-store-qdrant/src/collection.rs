@@ -226,6 +226,14 @@ impl Collection {
             request = request.quantization_config(ScalarQuantizationBuilder::default().quantile(0.99).always_ram(true));
         }
         self.call("create the collection", self.client.create_collection(request.build())).await?;
+        // In a cluster the node asked may apply the new collection a moment after answering:
+        // writes sent before then would find no collection.
+        for pause_ms in [0, 50, 100, 200, 400, 800, 1600] {
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+            if self.call("check the collection", self.client.collection_exists(self.name.clone())).await? {
+                break;
+            }
+        }
         for (field, kind) in INDEXED_FIELDS {
             let request = CreateFieldIndexCollectionBuilder::new(&self.name, field, kind).wait(true);
             self.call(&format!("index payload field {field}"), self.client.create_field_index(request.build())).await?;
