@@ -129,11 +129,11 @@ fn rust_figures(threads: usize, spinning: bool, texts: &[String]) -> Result<(Fig
 /// A virtualenv in the cache with Python's onnxruntime and tokenizers, for the baseline.
 fn python_env() -> Result<PathBuf> {
     let manifest = Manifest::builtin()?;
-    crate::clients::python_venv(
+    Ok(atlas_embed_onnx::assets::python_venv(
         "bench-pyenv",
         "onnxruntime, tokenizers, numpy",
         &[&manifest.runtime.package, "tokenizers", "numpy"],
-    )
+    )?)
 }
 
 fn python_figures(

@@ -4,33 +4,7 @@
 
 use anyhow::{Result, bail};
 use atlas_embed_onnx::assets;
-use std::path::PathBuf;
 use std::process::Command;
-
-/// A virtual environment in the cache named `name`, where `import` succeeds: made with
-/// `python3 -m venv` and filled with `pip install install_args` when it does not.
-pub fn python_venv(name: &str, import: &str, install_args: &[&str]) -> Result<PathBuf> {
-    let venv = assets::cache_dir().join(name);
-    let python = venv.join("bin").join("python");
-    if !python.exists() {
-        let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status()?;
-        if !status.success() {
-            bail!("python3 -m venv {} failed", venv.display());
-        }
-    }
-    let ready = Command::new(&python)
-        .args(["-c", &format!("import {import}")])
-        .stderr(std::process::Stdio::null())
-        .status()?
-        .success();
-    if !ready {
-        let status = Command::new(&python).args(["-m", "pip", "install", "--quiet"]).args(install_args).status()?;
-        if !status.success() {
-            bail!("pip install {} into {} failed", install_args.join(" "), venv.display());
-        }
-    }
-    Ok(python)
-}
 
 pub fn run() -> Result<()> {
     let requirements = crate::root().join("clients").join("requirements.txt");
@@ -41,7 +15,7 @@ pub fn run() -> Result<()> {
         .and_then(|l| l.split_whitespace().next())
         .ok_or_else(|| anyhow::anyhow!("{}: no mcp==VERSION line", requirements.display()))?;
     // The environment is named after the pinned version: a new pin gets a new environment.
-    let python = python_venv(
+    let python = assets::python_venv(
         &format!("mcp-pyenv-{pinned}"),
         "mcp",
         &["--require-hashes", "-r", &requirements.display().to_string()],

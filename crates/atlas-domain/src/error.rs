@@ -22,7 +22,7 @@ pub enum AtlasError {
 
     /// Vectors in the store were made by another embedding model.
     #[error(
-        "database vectors were made by {stored_model} ({stored_dim} dimensions) but the configured embedder is {configured_model} ({configured_dim} dimensions); run `atlas reembed` to re-embed every memory with the configured model"
+        "database vectors were made by {stored_model} ({stored_dim} dimensions) but the configured embedder is {configured_model} ({configured_dim} dimensions); run `atlas reembed` to re-embed every memory with the configured model, or configure `onnx.model = \"{stored_model}\"` to keep using the store's"
     )]
     ModelMismatch { stored_model: String, stored_dim: usize, configured_model: String, configured_dim: usize },
 

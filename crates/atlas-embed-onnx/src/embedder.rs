@@ -36,7 +36,7 @@ pub struct OnnxOptions {
 impl Default for OnnxOptions {
     fn default() -> Self {
         OnnxOptions {
-            model: "all-minilm-l6-v2-int8".into(),
+            model: "all-minilm-l6-v2-qint8".into(),
             max_length: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             batch_size: 32,

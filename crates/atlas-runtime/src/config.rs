@@ -157,7 +157,7 @@ pub struct OnnxConfig {
 impl Default for OnnxConfig {
     fn default() -> Self {
         OnnxConfig {
-            model: "all-minilm-l6-v2-int8".into(),
+            model: "all-minilm-l6-v2-qint8".into(),
             max_length: None,
             threads: None,
             batch_size: 32,
