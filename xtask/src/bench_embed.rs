@@ -100,8 +100,9 @@ struct Figures {
     batch32_per_s: f64,
 }
 
-fn rust_figures(threads: usize, spinning: bool, texts: &[String]) -> Result<(Figures, f64)> {
-    let embedder = OnnxEmbedder::load(&OnnxOptions { threads, spinning, ..OnnxOptions::default() })?;
+fn rust_figures(model: &str, threads: usize, spinning: bool, texts: &[String]) -> Result<(Figures, f64)> {
+    let embedder =
+        OnnxEmbedder::load(&OnnxOptions { model: model.into(), threads, spinning, ..OnnxOptions::default() })?;
     for t in &texts[..20] {
         embedder.embed_blocking(std::slice::from_ref(t))?;
     }
@@ -174,11 +175,19 @@ fn peak_rss_mb(command: &mut Command) -> Result<f64> {
     Ok(kb / 1024.0)
 }
 
+/// The default model, and the model it is made from (the baseline of the same run).
+fn models(manifest: &Manifest) -> Vec<String> {
+    let default = manifest.default_model();
+    let mut names = vec![default.name.clone()];
+    names.extend(default.files.iter().filter_map(|f| f.derive.as_ref()).map(|d| d.from_model.clone()));
+    names.dedup();
+    names
+}
+
 pub fn run(rss_sentences: usize) -> Result<()> {
     crate::fetch_models()?;
     let atlas = crate::atlas_binary()?;
     let manifest = Manifest::builtin()?;
-    let model_dir = assets::model_dir(manifest.default_model());
     let texts = sentences(rss_sentences.max(640));
     let dir = tempfile::tempdir()?;
     let sentences_file = dir.path().join("sentences.json");
@@ -186,24 +195,27 @@ pub fn run(rss_sentences: usize) -> Result<()> {
     let python = python_env()?;
 
     println!(
-        "| threads | spinning | Rust p50 (ms) | Rust p95 (ms) | Python p50 (ms) | p50 Python / Rust | Rust batch-32 (sent/s) | Python batch-32 (sent/s) | throughput Rust / Python | Rust 640 length-bucketed (sent/s) |"
+        "| model | threads | spinning | Rust p50 (ms) | Rust p95 (ms) | Python p50 (ms) | p50 Python / Rust | Rust batch-32 (sent/s) | Python batch-32 (sent/s) | throughput Rust / Python | Rust 640 length-bucketed (sent/s) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (threads, spinning) in [(1, false), (2, false), (2, true)] {
-        let (rust, bucketed) = rust_figures(threads, spinning, &texts)?;
-        let py = python_figures(&python, &sentences_file, &model_dir, threads, spinning)?;
-        println!(
-            "| {threads} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} |",
-            if spinning { "on" } else { "off" },
-            rust.p50_ms,
-            rust.p95_ms,
-            py.p50_ms,
-            py.p50_ms / rust.p50_ms,
-            rust.batch32_per_s,
-            py.batch32_per_s,
-            rust.batch32_per_s / py.batch32_per_s,
-            bucketed
-        );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for model in models(&manifest) {
+        let model_dir = assets::model_dir(manifest.model(&model)?);
+        for (threads, spinning) in [(1, false), (2, false), (2, true)] {
+            let (rust, bucketed) = rust_figures(&model, threads, spinning, &texts)?;
+            let py = python_figures(&python, &sentences_file, &model_dir, threads, spinning)?;
+            println!(
+                "| {model} | {threads} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} |",
+                if spinning { "on" } else { "off" },
+                rust.p50_ms,
+                rust.p95_ms,
+                py.p50_ms,
+                py.p50_ms / rust.p50_ms,
+                rust.batch32_per_s,
+                py.batch32_per_s,
+                rust.batch32_per_s / py.batch32_per_s,
+                bucketed
+            );
+        }
     }
 
     let jsonl = dir.path().join("rss.jsonl");
@@ -215,29 +227,36 @@ pub fn run(rss_sentences: usize) -> Result<()> {
     std::fs::write(&jsonl, lines)?;
     let all_file = dir.path().join("all.json");
     std::fs::write(&all_file, serde_json::to_string(&texts[..rss_sentences])?)?;
-    let rust_rss = peak_rss_mb(
-        Command::new("/usr/bin/time")
-            .args(["-f", "MAXRSS_KB=%M"])
-            .arg(&atlas)
-            .args(["--db", "/nonexistent/unused.db", "embed", "--json", "--batch"])
-            .arg(&jsonl)
-            .env("ATLAS_EMBED_THREADS", "2")
-            .stdout(std::process::Stdio::null()),
-    )?;
-    let py_rss = peak_rss_mb(
-        Command::new("/usr/bin/time")
-            .args(["-f", "MAXRSS_KB=%M"])
-            .arg(&python)
-            .arg(crate::root().join("xtask/scripts/bench_embed.py"))
-            .arg(&all_file)
-            .arg(&model_dir)
-            .args(["2", "0", "--rss-only"]),
-    )?;
     println!();
-    println!("| process embedding {rss_sentences} sentences | peak RSS (MB) |");
-    println!("|---|---|");
-    println!("| atlas embed --batch (Rust) | {rust_rss:.0} |");
-    println!("| Python onnxruntime + tokenizers | {py_rss:.0} |");
-    println!("| ratio Rust / Python | {:.2} |", rust_rss / py_rss);
+    println!("| model | process embedding {rss_sentences} sentences | peak RSS (MB) |");
+    println!("|---|---|---|");
+    for model in models(&manifest) {
+        let model_dir = assets::model_dir(manifest.model(&model)?);
+        let config = dir.path().join("model.toml");
+        std::fs::write(&config, format!("[onnx]\nmodel = {model:?}\n"))?;
+        let rust_rss = peak_rss_mb(
+            Command::new("/usr/bin/time")
+                .args(["-f", "MAXRSS_KB=%M"])
+                .arg(&atlas)
+                .args(["--db", "/nonexistent/unused.db", "--config"])
+                .arg(&config)
+                .args(["embed", "--json", "--batch"])
+                .arg(&jsonl)
+                .env("ATLAS_EMBED_THREADS", "2")
+                .stdout(std::process::Stdio::null()),
+        )?;
+        let py_rss = peak_rss_mb(
+            Command::new("/usr/bin/time")
+                .args(["-f", "MAXRSS_KB=%M"])
+                .arg(&python)
+                .arg(crate::root().join("xtask/scripts/bench_embed.py"))
+                .arg(&all_file)
+                .arg(&model_dir)
+                .args(["2", "0", "--rss-only"]),
+        )?;
+        println!("| {model} | atlas embed --batch (Rust) | {rust_rss:.0} |");
+        println!("| {model} | Python onnxruntime + tokenizers | {py_rss:.0} |");
+        println!("| {model} | ratio Rust / Python | {:.2} |", rust_rss / py_rss);
+    }
     Ok(())
 }
