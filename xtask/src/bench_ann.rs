@@ -14,7 +14,7 @@ use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
 use atlas_runtime::Config;
 use atlas_runtime::config::EmbedderKind;
-use atlas_store_sqlite::{SqliteOptions, SqliteStore};
+use atlas_store_sqlite::{Precision, SqliteOptions, SqliteStore};
 use std::io::{Read, Write};
 use std::time::Instant;
 
@@ -127,11 +127,17 @@ pub async fn run(size: usize) -> Result<()> {
     );
     println!();
     println!(
-        "| shortlist per result | shortlist at k = 100 | recall@10 | recall@100 | vector search p50 (ms) | exact one-thread scan p50 (ms) | search / scan |"
+        "| vector cache | shortlist per result | shortlist at k = 100 | recall@10 | recall@100 | vector search p50 (ms) | exact one-thread scan p50 (ms) | search / scan |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    for per_result in SHORTLISTS {
-        let options = SqliteOptions { vector_shortlist: per_result, ..SqliteOptions::default() };
+    println!("|---|---|---|---|---|---|---|---|");
+    let by_size = if size >= atlas_store_sqlite::INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 };
+    for (precision, per_result) in [Precision::F32, Precision::Int8].into_iter().flat_map(|p| SHORTLISTS.map(|s| (p, s))) {
+        let options = SqliteOptions {
+            vector_shortlist: per_result,
+            vector_precision: Some(precision),
+            cache_files: false,
+            ..SqliteOptions::default()
+        };
         let store = SqliteStore::open(&db, &options)?;
         // The first search loads the cache.
         store.search_vector(queries[..dim].to_vec(), RecallFilter::default(), 100).await?;
@@ -146,9 +152,13 @@ pub async fn run(size: usize) -> Result<()> {
             at100 += overlap(100);
         }
         let p50 = percentile(&sorted(ms), 0.5);
-        let default = if per_result == atlas_store_sqlite::DEFAULT_VECTOR_SHORTLIST { " (default)" } else { "" };
+        let default = if per_result == atlas_store_sqlite::DEFAULT_VECTOR_SHORTLIST && precision == by_size {
+            " (default)"
+        } else {
+            ""
+        };
         println!(
-            "| {per_result}{default} | {} | {:.3} | {:.3} | {p50:.2} | {scan_p50:.2} | {:.2} |",
+            "| {precision:?} | {per_result}{default} | {} | {:.3} | {:.3} | {p50:.2} | {scan_p50:.2} | {:.2} |",
             (100 * per_result).max(256).min(size),
             at10 / QUERIES as f64,
             at100 / QUERIES as f64,

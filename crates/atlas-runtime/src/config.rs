@@ -16,7 +16,7 @@ pub struct Config {
     pub storage: StorageKind,
     pub qdrant: QdrantConfig,
     pub durability: DurabilityKind,
-    /// What the SQLite store's vector cache keeps for rescoring: `auto` (floats below 500k
+    /// What the SQLite store's vector cache keeps for rescoring: `auto` (floats below 50k
     /// vectors, int8 codes from there), `f32` or `int8`.
     pub vector_cache: VectorCacheKind,
     /// Largest accepted text of one memory, in bytes.
