@@ -131,7 +131,9 @@ pub async fn run(size: usize) -> Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|");
     let by_size = if size >= atlas_store_sqlite::INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 };
-    for (precision, per_result) in [Precision::F32, Precision::Int8].into_iter().flat_map(|p| SHORTLISTS.map(|s| (p, s))) {
+    for (precision, per_result) in
+        [Precision::F32, Precision::Int8].into_iter().flat_map(|p| SHORTLISTS.map(|s| (p, s)))
+    {
         let options = SqliteOptions {
             vector_shortlist: per_result,
             vector_precision: Some(precision),

@@ -164,7 +164,12 @@ fn derive_file(derivation: &Derivation, expected: &str, dest: &Path) -> Result<(
         &format!("{} on {}", derivation.script, source.display()),
     )?;
     verify(&staged, expected).map_err(|e| {
-        AtlasError::Embedding(format!("{} (made by {} with {}): {e}", dest.display(), derivation.script, derivation.tools.join(" ")))
+        AtlasError::Embedding(format!(
+            "{} (made by {} with {}): {e}",
+            dest.display(),
+            derivation.script,
+            derivation.tools.join(" ")
+        ))
     })?;
     std::fs::rename(&staged, dest).map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
     Ok(())
