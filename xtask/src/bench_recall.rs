@@ -228,6 +228,23 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
          cache files ({:.2}× the {rebuilt_ms:.0} ms of the rebuild above); peak RSS {process_rss:.0} MB |",
         from_files_ms / rebuilt_ms
     );
+    // A one-shot writer in between (an agent's `atlas remember`): the files are now behind the
+    // database, and the next process catches them up.
+    wait_for_cache_files(&db)?;
+    let atlas = crate::atlas_binary()?;
+    let status = std::process::Command::new(&atlas)
+        .arg("--db")
+        .arg(&db)
+        .args(["remember", "the lighthouse keeper moved the meeting to Friday"])
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "atlas remember failed ({status})");
+    let (_, caught_up_ms) = process_peak_rss(&db, &queries, dir.path())?;
+    println!(
+        "|  |  | after an `atlas remember` by another process: the next process's first recall {caught_up_ms:.0} ms \
+         (files caught up; {:.2}× the rebuild) |",
+        caught_up_ms / rebuilt_ms
+    );
     if let Some(url) = qdrant_url {
         // The same memories, vectors and edges, copied into a fresh Qdrant space.
         let space = dir.path().join("bench.qdrant.db");

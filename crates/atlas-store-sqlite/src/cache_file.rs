@@ -7,9 +7,12 @@
 //! a backup and written again, draws another number at the same count), a key
 //! naming what the cache depends on (model and dimension, precision, tokenizer), and a CRC-32 of
 //! all of it; a file whose stamp, key or checksum differs, or that is truncated, is reported
-//! stale and the cache is rebuilt from SQL (and the file written again). A file is written to a
-//! temporary name, synced, then renamed over the old one, so a crash leaves the old file or
-//! none, never a torn one.
+//! stale and the cache is rebuilt from SQL (and the file written again). A file some writes
+//! behind is caught up instead when those writes are still logged (schema 8: `cache_epochs`
+//! holds each recent write's random number, `cache_log` the memories it changed): the file's
+//! state must be one this database went through, and the rows changed since are read again
+//! ([`Behind`]). A file is written to a temporary name, synced, then renamed over the old
+//! one, so a crash leaves the old file or none, never a torn one.
 
 use crate::error::storage;
 use atlas_domain::Result;
@@ -21,13 +24,105 @@ const MAGIC: &[u8; 8] = b"ATLCACHE";
 /// The layout of the files; a file of another layout is rebuilt.
 const FORMAT: u32 = 3;
 
+/// Writes whose changes stay logged for catching files up; an older file is rebuilt.
+pub const LOGGED_WRITES: i64 = 100_000;
+
 /// Adds one to the count of committed writes and draws a new random number, inside the
-/// writer's transaction. A database without the counter (older schema) has no cache files.
+/// writer's transaction, logs both, and forgets the log older than [`LOGGED_WRITES`]. A
+/// database without the counter (older schema) has no cache files.
 pub fn count_write(conn: &Connection) -> Result<()> {
     match conn.prepare_cached("UPDATE cache_epoch SET changes = changes + 1, nonce = random() WHERE id = 1") {
-        Ok(mut stmt) => stmt.execute([]).map(drop).map_err(storage),
+        Ok(mut stmt) => stmt.execute([]).map_err(storage)?,
+        Err(e) if e.to_string().contains("no such table") => return Ok(()),
+        Err(e) => return Err(storage(e)),
+    };
+    let logged = conn.prepare_cached(
+        "INSERT INTO cache_epochs (epoch, nonce) SELECT changes, nonce FROM cache_epoch WHERE id = 1 RETURNING epoch",
+    );
+    let epoch: i64 = match logged {
+        Ok(mut stmt) => stmt.query_row([], |r| r.get(0)).map_err(storage)?,
+        Err(e) if e.to_string().contains("no such table") => return Ok(()),
+        Err(e) => return Err(storage(e)),
+    };
+    // Pruned a hundredth of the window at a time, so the deletes stay small and rare.
+    if epoch % (LOGGED_WRITES / 100) == 0 {
+        let before = epoch - LOGGED_WRITES;
+        conn.prepare_cached("DELETE FROM cache_epochs WHERE epoch <= ?1")
+            .and_then(|mut s| s.execute([before]))
+            .map_err(storage)?;
+        conn.prepare_cached("DELETE FROM cache_log WHERE epoch <= ?1")
+            .and_then(|mut s| s.execute([before]))
+            .map_err(storage)?;
+    }
+    Ok(())
+}
+
+/// Logs that the current write transaction changed what the caches hold of memory `id` (its
+/// vector: its row's changes are logged by triggers).
+pub fn log_changed(conn: &Connection, id: i64) -> Result<()> {
+    match conn.prepare_cached("INSERT OR IGNORE INTO cache_log (epoch, id) SELECT changes + 1, ?1 FROM cache_epoch") {
+        Ok(mut stmt) => stmt.execute([id]).map(drop).map_err(storage),
         Err(e) if e.to_string().contains("no such table") => Ok(()),
         Err(e) => Err(storage(e)),
+    }
+}
+
+/// Forgets which writes changed what, inside a write transaction that changes more than the
+/// log can say (every vector, at a model switch): files made before it are rebuilt.
+pub fn forget_history(conn: &Connection) -> Result<()> {
+    match conn.execute_batch("DELETE FROM cache_epochs; DELETE FROM cache_log;") {
+        Ok(()) => Ok(()),
+        Err(e) if e.to_string().contains("no such table") => Ok(()),
+        Err(e) => Err(storage(e)),
+    }
+}
+
+/// A file some writes behind the database, and the memories those writes changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    pub made_at: Stamp,
+    pub changed: Vec<i64>,
+}
+
+/// Whether a file made at `found` may be used with the database now at `now` (read in the same
+/// read transaction as `conn`): `Ok(None)` as it is, `Ok(Some(behind))` after the memories in
+/// `behind` are read again, or why not.
+pub fn accept(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<Behind>, Stale> {
+    if found.schema != now.schema {
+        return Err(format!("made for schema {}, the database has {}", found.schema, now.schema));
+    }
+    if found.epoch == now.epoch {
+        return if found.nonce == now.nonce {
+            Ok(None)
+        } else {
+            Err(format!("made after write {} of another history (replaced or restored database)", found.epoch))
+        };
+    }
+    if found.epoch > now.epoch {
+        return Err(format!("made after write {}, the database has had {}", found.epoch, now.epoch));
+    }
+    let nonce: Option<i64> = conn
+        .query_row("SELECT nonce FROM cache_epochs WHERE epoch = ?1", [found.epoch], |r| r.get(0))
+        .optional()
+        .unwrap_or(None);
+    match nonce {
+        None => Err(format!(
+            "made after write {}, the database has had {} and no longer logs what changed since",
+            found.epoch, now.epoch
+        )),
+        Some(n) if n != found.nonce => {
+            Err(format!("made after write {} of another history (replaced or restored database)", found.epoch))
+        }
+        Some(_) => {
+            let mut stmt = conn
+                .prepare("SELECT DISTINCT id FROM cache_log WHERE epoch > ?1 ORDER BY id")
+                .map_err(|e| format!("reading the cache log: {e}"))?;
+            let changed = stmt
+                .query_map([found.epoch], |r| r.get(0))
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
+                .map_err(|e| format!("reading the cache log: {e}"))?;
+            Ok(Some(Behind { made_at: found, changed }))
+        }
     }
 }
 
@@ -229,6 +324,29 @@ pub fn read<T>(
     key: &str,
     body: impl FnOnce(&mut Decoder<'_>) -> std::result::Result<T, Stale>,
 ) -> std::result::Result<T, Stale> {
+    let exact = |found: Stamp| {
+        if found.schema != stamp.schema {
+            return Err(format!("made for schema {}, the database has {}", found.schema, stamp.schema));
+        }
+        if found.epoch != stamp.epoch {
+            return Err(format!("made after write {}, the database has had {}", found.epoch, stamp.epoch));
+        }
+        if found.nonce != stamp.nonce {
+            return Err(format!("made after write {} of another history (replaced or restored database)", found.epoch));
+        }
+        Ok(())
+    };
+    read_accepting(path, key, exact, body).map(|((), value)| value)
+}
+
+/// [`read`], with the file's stamp judged by `accept` (before the body is read): what it
+/// returns comes back beside the body.
+pub fn read_accepting<A, T>(
+    path: &Path,
+    key: &str,
+    accept: impl FnOnce(Stamp) -> std::result::Result<A, Stale>,
+    body: impl FnOnce(&mut Decoder<'_>) -> std::result::Result<T, Stale>,
+) -> std::result::Result<(A, T), Stale> {
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
     if size < (MAGIC.len() + 4 + 1 + 4) as u64 {
@@ -250,15 +368,7 @@ pub fn read<T>(
         ));
     }
     let found = Stamp { schema: d.u64("schema")? as i64, epoch: d.u64("epoch")? as i64, nonce: d.u64("nonce")? as i64 };
-    if found.schema != stamp.schema {
-        return Err(format!("made for schema {}, the database has {}", found.schema, stamp.schema));
-    }
-    if found.epoch != stamp.epoch {
-        return Err(format!("made after write {}, the database has had {}", found.epoch, stamp.epoch));
-    }
-    if found.nonce != stamp.nonce {
-        return Err(format!("made after write {} of another history (replaced or restored database)", found.epoch));
-    }
+    let accepted = accept(found)?;
     let found_key: Vec<u8> = d.array("key")?;
     if found_key != key.as_bytes() {
         return Err(format!("made for {:?}, wanted {key:?}", String::from_utf8_lossy(&found_key)));
@@ -272,7 +382,7 @@ pub fn read<T>(
     if d.crc.clone().finalize().to_le_bytes() != tail {
         return Err("checksum differs (corrupted)".into());
     }
-    Ok(value)
+    Ok((accepted, value))
 }
 
 #[cfg(test)]

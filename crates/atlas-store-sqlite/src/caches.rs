@@ -1,13 +1,15 @@
 //! Loading the text and vector caches on a process's first search: from their cache files when
-//! these were made at the database's current state, else from SQL, after which the file is
-//! written again in the background (crate::cache_file says how a file is checked and written).
+//! these were made at the database's current state, or caught up when they are a few logged
+//! writes behind (the memories those writes changed are read again), else from SQL; after a
+//! catch-up or a rebuild the file is written again in the background (crate::cache_file says
+//! how a file is checked and written).
 
 use crate::cache_file::{self, Stamp};
 use crate::error::storage;
-use crate::text_cache::TextCache;
+use crate::text_cache::{Fields, TextCache, Tokenizer};
 use crate::vector_cache::{Index, Precision};
 use atlas_domain::{AtlasError, Result};
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -17,17 +19,37 @@ use std::thread::JoinHandle;
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CacheLoads {
     pub text_from_file: u64,
+    /// From a file some writes behind, caught up.
+    pub text_caught_up: u64,
     pub text_rebuilt: u64,
     pub vectors_from_file: u64,
+    pub vectors_caught_up: u64,
     pub vectors_rebuilt: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     text_from_file: AtomicU64,
+    text_caught_up: AtomicU64,
     text_rebuilt: AtomicU64,
     vectors_from_file: AtomicU64,
+    vectors_caught_up: AtomicU64,
     vectors_rebuilt: AtomicU64,
+}
+
+/// A file behind by more changed memories than this is rebuilt instead: reading them again
+/// would cost about as much.
+const CATCH_UP_MAX: usize = 20_000;
+
+/// [`cache_file::accept`], refusing a catch-up of more than [`CATCH_UP_MAX`] memories.
+fn acceptable(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<cache_file::Behind>, String> {
+    match cache_file::accept(conn, now, found)? {
+        Some(behind) if behind.changed.len() > CATCH_UP_MAX => Err(format!(
+            "{} memories changed since the file was made; rebuilding is as quick",
+            behind.changed.len()
+        )),
+        accepted => Ok(accepted),
+    }
 }
 
 /// Where a store's cache files are (none for a database without a folder of its own to write
@@ -71,22 +93,36 @@ impl CacheFiles {
         let c = &self.counters;
         CacheLoads {
             text_from_file: c.text_from_file.load(Ordering::Relaxed),
+            text_caught_up: c.text_caught_up.load(Ordering::Relaxed),
             text_rebuilt: c.text_rebuilt.load(Ordering::Relaxed),
             vectors_from_file: c.vectors_from_file.load(Ordering::Relaxed),
+            vectors_caught_up: c.vectors_caught_up.load(Ordering::Relaxed),
             vectors_rebuilt: c.vectors_rebuilt.load(Ordering::Relaxed),
         }
     }
 
-    /// The text cache, from its file or from SQL.
-    pub fn load_text(&self, conn: &Connection, slot: &Arc<RwLock<Option<TextCache>>>) -> Result<TextCache> {
+    /// The text cache, from its file (caught up if behind) or from SQL.
+    pub fn load_text(
+        &self,
+        conn: &Connection,
+        slot: &Arc<RwLock<Option<TextCache>>>,
+        tokenizer: &Tokenizer,
+    ) -> Result<TextCache> {
         let tx = conn.unchecked_transaction().map_err(storage)?;
         let stamp = Stamp::read(&tx)?;
         let key = TextCache::file_key();
         let file = self.db.as_ref().map(|db| cache_file::path_for(db, "text"));
         if let (Some(path), Some(stamp)) = (&file, stamp) {
-            match cache_file::read(path, stamp, &key, TextCache::decode) {
-                Ok(cache) => {
+            match cache_file::read_accepting(path, &key, |found| acceptable(&tx, stamp, found), TextCache::decode) {
+                Ok((None, cache)) => {
                     self.counters.text_from_file.fetch_add(1, Ordering::Relaxed);
+                    return Ok(cache);
+                }
+                Ok((Some(behind), mut cache)) => {
+                    catch_up_text(&tx, &mut cache, tokenizer, &behind.changed)?;
+                    drop(tx);
+                    self.counters.text_caught_up.fetch_add(1, Ordering::Relaxed);
+                    self.write_later(path.clone(), stamp, key, Arc::clone(slot), TextCache::encode);
                     return Ok(cache);
                 }
                 Err(why) => tracing::debug!(file = %path.display(), %why, "text cache file not used; rebuilding"),
@@ -116,9 +152,17 @@ impl CacheFiles {
         let file = self.db.as_ref().map(|db| cache_file::path_for(db, "vectors"));
         if let (Some(path), Some(stamp)) = (&file, stamp) {
             let key = vectors_key(&model, dim, precision);
-            match cache_file::read(path, stamp, &key, |d| Index::decode(d, dim, precision)) {
-                Ok(index) => {
+            let decode = |d: &mut cache_file::Decoder<'_>| Index::decode(d, dim, precision);
+            match cache_file::read_accepting(path, &key, |found| acceptable(&tx, stamp, found), decode) {
+                Ok((None, index)) => {
                     self.counters.vectors_from_file.fetch_add(1, Ordering::Relaxed);
+                    return Ok(index);
+                }
+                Ok((Some(behind), mut index)) => {
+                    catch_up_vectors(&tx, &mut index, &behind.changed)?;
+                    drop(tx);
+                    self.counters.vectors_caught_up.fetch_add(1, Ordering::Relaxed);
+                    self.write_later(path.clone(), stamp, key, Arc::clone(slot), Index::encode);
                     return Ok(index);
                 }
                 Err(why) => tracing::debug!(file = %path.display(), %why, "vector cache file not used; rebuilding"),
@@ -175,6 +219,51 @@ impl CacheFiles {
 /// configured (unset, the file's own is taken).
 fn vectors_key(model: &str, dim: usize, precision: Option<Precision>) -> String {
     format!("vectors model={model:?} dim={dim} precision={precision:?}")
+}
+
+/// Brings a text cache read from a file up to the read transaction `conn`: the memories in
+/// `changed` lose whatever version the file held and get the one the database holds, if any.
+/// Replaying a change the file already holds is harmless.
+fn catch_up_text(conn: &Connection, cache: &mut TextCache, tokenizer: &Tokenizer, changed: &[i64]) -> Result<()> {
+    cache.remove_ids(changed);
+    let mut stmt =
+        conn.prepare_cached("SELECT id, text, speaker, context FROM memories WHERE id = ?1").map_err(storage)?;
+    let mut rows = Vec::new();
+    for &id in changed {
+        let row = stmt
+            .query_row([id], |r| Ok(Fields { id: r.get(0)?, text: r.get(1)?, speaker: r.get(2)?, context: r.get(3)? }))
+            .optional()
+            .map_err(storage)?;
+        rows.extend(row);
+    }
+    cache.add(tokenizer.tokenize(&rows)?);
+    Ok(())
+}
+
+/// [`catch_up_text`] for the vector cache: each changed memory's vector as the database holds
+/// it, or none.
+fn catch_up_vectors(conn: &Connection, index: &mut Index, changed: &[i64]) -> Result<()> {
+    let table = crate::VECTOR_TABLE;
+    let mut stmt = conn.prepare_cached(&format!("SELECT embedding FROM {table} WHERE rowid = ?1")).map_err(storage)?;
+    let dim = index.dim();
+    for &id in changed {
+        let blob: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional().map_err(storage)?;
+        match blob {
+            Some(blob) if blob.len() == dim * 4 => {
+                let v: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                index.upsert(id, &v);
+            }
+            Some(blob) => {
+                return Err(AtlasError::Storage(format!(
+                    "vector of memory {id} has {} bytes, expected {}",
+                    blob.len(),
+                    dim * 4
+                )));
+            }
+            None => index.remove(id),
+        }
+    }
+    Ok(())
 }
 
 fn load_vectors_from_sql(conn: &Connection, dim: usize, precision: Option<Precision>) -> Result<Index> {

@@ -766,7 +766,7 @@ fn search_text_sync(
                     // Load and search under the same write guard: nothing can change it in between.
                     let mut slot = cache.write().expect("text cache lock");
                     if slot.is_none() {
-                        *slot = Some(files.load_text(conn, cache)?);
+                        *slot = Some(files.load_text(conn, cache, tokenizer)?);
                     }
                     slot.as_ref().expect("loaded").search(&tokens, window)
                 }
@@ -835,6 +835,8 @@ impl VectorIndex for SqliteStore {
             .writer
             .write(move |conn| {
                 conn.execute_batch(&format!("DROP TABLE IF EXISTS {VECTOR_TABLE}")).map_err(storage)?;
+                // Every vector changes: no cache file made before can be caught up.
+                crate::cache_file::forget_history(conn)?;
                 conn.execute(
                     "INSERT OR REPLACE INTO settings (key, value) VALUES ('embedding_model', ?), ('embedding_dimension', ?)",
                     params![stored.name, stored.dimension.to_string()],
@@ -959,6 +961,7 @@ impl VectorIndex for SqliteStore {
                     delete.execute([id.0]).map_err(storage)?;
                     insert.execute(params![id.0, vector_blob(&v)]).map_err(storage)?;
                     dequeue.execute([id.0]).map_err(storage)?;
+                    crate::cache_file::log_changed(conn, id.0)?;
                     stored.push((id, v));
                 }
                 Ok(stored)
@@ -1204,6 +1207,7 @@ impl SqliteStore {
                             )
                             .map_err(storage)?;
                             dequeue.execute([m.id.0]).map_err(storage)?;
+                            crate::cache_file::log_changed(conn, m.id.0)?;
                             written.push((m.id, Some(v)));
                         }
                         None => {

@@ -24,6 +24,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 6, name: "0006_lifecycle", sql: include_str!("../../../migrations/0006_lifecycle.sql") },
     Migration { version: 7, name: "0007_cache_epoch", sql: include_str!("../../../migrations/0007_cache_epoch.sql") },
+    Migration { version: 8, name: "0008_cache_log", sql: include_str!("../../../migrations/0008_cache_log.sql") },
 ];
 
 /// The newest schema this build understands.

@@ -302,6 +302,30 @@ impl TextCache {
         self.rows = self.rows.saturating_sub(1);
     }
 
+    /// Removes the rows `ids` in whatever version this cache holds them, without their old
+    /// fields: one pass over every posting list finds their postings. For catching a cache file
+    /// up (crate::cache_file::Behind); a store's own writes use [`TextCache::remove`].
+    pub fn remove_ids(&mut self, ids: &[i64]) {
+        let mut dead = vec![false; self.ids.len()];
+        let mut any = false;
+        for &id in ids {
+            let Some(slot) = self.slot(id) else { continue };
+            let slot = slot as usize;
+            dead[slot] = true;
+            any = true;
+            self.alive[slot] = false;
+            self.out_of_order.remove(&id);
+            self.total_tokens -= u64::from(self.lengths[slot]);
+            self.lengths[slot] = 0;
+            self.rows = self.rows.saturating_sub(1);
+        }
+        if any {
+            for list in &mut self.postings {
+                list.retain(|p| !dead[p.slot as usize]);
+            }
+        }
+    }
+
     /// The `limit` best rows for the query tokens (one per query phrase, repeats counting
     /// twice, as in FTS5), scored as FTS5's `bm25()` with the column weights, negated so that
     /// higher is better. Ties go to the smaller id.

@@ -1,6 +1,7 @@
 //! The cache files beside the database: a new process's first search reads them and answers as
-//! a rebuild from SQL would; a file made before a later write, truncated, corrupted, or made for
-//! another model is detected, the cache rebuilt from SQL, and the file written again.
+//! a rebuild from SQL would; a file a few logged writes behind is caught up; a file truncated,
+//! corrupted, made for another model or another history, or behind a model switch is detected,
+//! the cache rebuilt from SQL, and the file written again.
 
 use atlas_domain::ports::{Embedder, MemoryStore, TextIndex, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, RecallFilter, Scope, Timestamp};
@@ -83,26 +84,80 @@ async fn a_new_process_reads_the_files_and_answers_the_same() {
     assert_eq!(near[0].id, id);
 }
 
+/// What a store that rebuilds both caches from SQL answers on the database at `db`.
+async fn rebuilt_answers(db: &Path, embedder: &HashEmbedder) -> Vec<Vec<(MemoryId, String)>> {
+    let options = SqliteOptions { cache_files: false, ..SqliteOptions::default() };
+    answers(&SqliteStore::open(db, &options).unwrap(), embedder).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_made_before_a_later_write_are_stale() {
+async fn files_a_few_writes_behind_are_caught_up_and_answer_as_a_rebuild() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("space.db");
     let embedder = HashEmbedder::new(32);
     drop(populated(&db, &embedder, 300).await);
     drop(reopened_from_files(&db, &embedder).await);
-    // Another process writes (and searches nothing): the files no longer describe the database.
-    let writer = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
-    let text = "violin violin garden lighthouse";
-    let id = writer.insert(vec![NewMemory::episode(text, Scope::default(), None, Timestamp(9), Timestamp(9))], None);
-    let id = id.await.unwrap()[0];
-    writer.put_vectors(vec![(id, embedder.embed_one(text))]).await.unwrap();
-    drop(writer);
+    // Other processes write (and search nothing), as `atlas remember` does: new memories, a
+    // vector for some of them, memories and vectors replaced by a restore, one forgotten.
+    {
+        let writer = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+        let text = "violin violin garden lighthouse";
+        let id = writer.insert(vec![NewMemory::episode(text, Scope::default(), None, Timestamp(9), Timestamp(9))], None);
+        let id = id.await.unwrap()[0];
+        writer.put_vectors(vec![(id, embedder.embed_one(text))]).await.unwrap();
+        let unembedded = NewMemory::episode("lighthouse chess", Scope::default(), Some("Bo".into()), Timestamp(10), Timestamp(10));
+        writer.insert(vec![unembedded], None).await.unwrap();
+    }
+    {
+        use atlas_domain::ports::Replica;
+        let writer = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+        // Two memories come back from an export with other text and vectors, in place.
+        let mut changed = writer.export_batch(Some(MemoryId(40)), 2).await.unwrap();
+        for (i, item) in changed.iter_mut().enumerate() {
+            item.memory.text = format!("lighthouse tram number {i}");
+            item.vector = Some(embedder.embed_one(&item.memory.text));
+        }
+        writer.restore(changed).await.unwrap();
+    }
+    let expected = rebuilt_answers(&db, &embedder).await;
     let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
-    let hits = store.search_text(vec!["lighthouse".into()], RecallFilter::default(), 5).await.unwrap();
-    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![id]);
-    let near = store.search_vector(embedder.embed_one(text), RecallFilter::default(), 1).await.unwrap();
-    assert_eq!(near[0].id, id);
-    assert_eq!(store.cache_loads(), CacheLoads { text_rebuilt: 1, vectors_rebuilt: 1, ..CacheLoads::default() });
+    let found = answers(&store, &embedder).await;
+    assert_eq!(store.cache_loads(), CacheLoads { text_caught_up: 1, vectors_caught_up: 1, ..CacheLoads::default() });
+    assert_eq!(found, expected);
+    let hits = store.search_text(vec!["lighthouse".into()], RecallFilter::default(), 10).await.unwrap();
+    assert_eq!(hits.len(), 4, "the new, the unembedded and the two restored memories: {hits:?}");
+    drop(store);
+    // The caught-up caches were written again: the next process reads them as they are.
+    let (_, found) = reopened_from_files(&db, &embedder).await;
+    assert_eq!(found, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_switch_leaves_no_vector_file_to_catch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    drop(populated(&db, &embedder, 100).await);
+    drop(reopened_from_files(&db, &embedder).await);
+    let vector_file = files(&db)[1].clone();
+    let old_file = dir.path().join("old.vectors.cache");
+    std::fs::copy(&vector_file, &old_file).unwrap();
+    {
+        // Switched to another model and back: every vector changed, none logged one by one.
+        let writer = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+        let mut other = embedder.model();
+        other.name.push_str("-other");
+        writer.rebind_model(other).await.unwrap();
+        writer.rebind_model(embedder.model()).await.unwrap();
+        let ids: Vec<MemoryId> = (1..=10).map(MemoryId).collect();
+        let vectors = ids.iter().map(|id| (*id, embedder.embed_one(&format!("new vector {id}")))).collect();
+        writer.put_vectors(vectors).await.unwrap();
+    }
+    std::fs::copy(&old_file, &vector_file).unwrap();
+    let expected = rebuilt_answers(&db, &embedder).await;
+    let store = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
+    assert_eq!(answers(&store, &embedder).await, expected);
+    assert_eq!(store.cache_loads().vectors_rebuilt, 1, "{:?}", store.cache_loads());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
