@@ -84,16 +84,15 @@ pub struct Behind {
     pub changed: Vec<i64>,
 }
 
-/// Whether a file made at `found` may be used with the database now at `now` (read in the same
-/// read transaction as `conn`): `Ok(None)` as it is, `Ok(Some(behind))` after the memories in
-/// `behind` are read again, or why not.
-pub fn accept(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<Behind>, Stale> {
+/// Whether a file made at `found` is behind the database at `now` (`false`: made at it), or
+/// why it cannot be used at all, before the log is read.
+fn behind(now: Stamp, found: Stamp) -> std::result::Result<bool, Stale> {
     if found.schema != now.schema {
         return Err(format!("made for schema {}, the database has {}", found.schema, now.schema));
     }
     if found.epoch == now.epoch {
         return if found.nonce == now.nonce {
-            Ok(None)
+            Ok(false)
         } else {
             Err(format!("made after write {} of another history (replaced or restored database)", found.epoch))
         };
@@ -101,10 +100,20 @@ pub fn accept(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Resul
     if found.epoch > now.epoch {
         return Err(format!("made after write {}, the database has had {}", found.epoch, now.epoch));
     }
+    Ok(true)
+}
+
+/// Whether a file made at `found` may be used with the database now at `now` (read in the same
+/// read transaction as `conn`): `Ok(None)` as it is, `Ok(Some(behind))` after the memories in
+/// `behind` are read again, or why not.
+pub fn accept(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<Behind>, Stale> {
+    if !behind(now, found)? {
+        return Ok(None);
+    }
     let nonce: Option<i64> = conn
         .query_row("SELECT nonce FROM cache_epochs WHERE epoch = ?1", [found.epoch], |r| r.get(0))
         .optional()
-        .unwrap_or(None);
+        .map_err(|e| format!("reading the cache log: {e}"))?;
     match nonce {
         None => Err(format!(
             "made after write {}, the database has had {} and no longer logs what changed since",
@@ -316,31 +325,24 @@ impl Drop for Written {
     }
 }
 
-/// Reads the cache file at `path` with `body` if it was written for exactly `stamp` and `key`
-/// and is whole (its checksum is checked after `body` read it all); otherwise says why not.
-pub fn read<T>(
+/// (Tests) [`read_accepting`] for exactly `stamp`.
+#[cfg(test)]
+pub(crate) fn read<T>(
     path: &Path,
     stamp: Stamp,
     key: &str,
     body: impl FnOnce(&mut Decoder<'_>) -> std::result::Result<T, Stale>,
 ) -> std::result::Result<T, Stale> {
-    let exact = |found: Stamp| {
-        if found.schema != stamp.schema {
-            return Err(format!("made for schema {}, the database has {}", found.schema, stamp.schema));
-        }
-        if found.epoch != stamp.epoch {
-            return Err(format!("made after write {}, the database has had {}", found.epoch, stamp.epoch));
-        }
-        if found.nonce != stamp.nonce {
-            return Err(format!("made after write {} of another history (replaced or restored database)", found.epoch));
-        }
-        Ok(())
+    let exact = |found: Stamp| match behind(stamp, found)? {
+        false => Ok(()),
+        true => Err(format!("made after write {}, the database has had {}", found.epoch, stamp.epoch)),
     };
     read_accepting(path, key, exact, body).map(|((), value)| value)
 }
 
-/// [`read`], with the file's stamp judged by `accept` (before the body is read): what it
-/// returns comes back beside the body.
+/// Reads the cache file at `path` with `body` if its stamp passes `accept` (judged before the
+/// body is read; what it returns comes back beside the body), it was written for `key` and it
+/// is whole (its checksum is checked after `body` read it all); otherwise says why not.
 pub fn read_accepting<A, T>(
     path: &Path,
     key: &str,

@@ -44,10 +44,9 @@ const CATCH_UP_MAX: usize = 20_000;
 /// [`cache_file::accept`], refusing a catch-up of more than [`CATCH_UP_MAX`] memories.
 fn acceptable(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<cache_file::Behind>, String> {
     match cache_file::accept(conn, now, found)? {
-        Some(behind) if behind.changed.len() > CATCH_UP_MAX => Err(format!(
-            "{} memories changed since the file was made; rebuilding is as quick",
-            behind.changed.len()
-        )),
+        Some(behind) if behind.changed.len() > CATCH_UP_MAX => {
+            Err(format!("{} memories changed since the file was made; rebuilding is as quick", behind.changed.len()))
+        }
         accepted => Ok(accepted),
     }
 }

@@ -102,10 +102,12 @@ async fn files_a_few_writes_behind_are_caught_up_and_answer_as_a_rebuild() {
     {
         let writer = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
         let text = "violin violin garden lighthouse";
-        let id = writer.insert(vec![NewMemory::episode(text, Scope::default(), None, Timestamp(9), Timestamp(9))], None);
+        let id =
+            writer.insert(vec![NewMemory::episode(text, Scope::default(), None, Timestamp(9), Timestamp(9))], None);
         let id = id.await.unwrap()[0];
         writer.put_vectors(vec![(id, embedder.embed_one(text))]).await.unwrap();
-        let unembedded = NewMemory::episode("lighthouse chess", Scope::default(), Some("Bo".into()), Timestamp(10), Timestamp(10));
+        let unembedded =
+            NewMemory::episode("lighthouse chess", Scope::default(), Some("Bo".into()), Timestamp(10), Timestamp(10));
         writer.insert(vec![unembedded], None).await.unwrap();
     }
     {
