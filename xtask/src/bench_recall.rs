@@ -219,7 +219,8 @@ pub async fn populate(dir: &std::path::Path, n: usize) -> Result<Space> {
 async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let Space { db, config: onnx, queries, floor, dim, real } = populate(dir.path(), n).await?;
-    let label = if real { onnx.onnx.model.as_str() } else { "random unit" };
+    let default_model = atlas_embed_onnx::OnnxOptions::default().model;
+    let label = if real { onnx.onnx.model.as_deref().unwrap_or(&default_model) } else { "random unit" };
     let rebuilt_ms = measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
     wait_for_cache_files(&db)?;
     let (process_rss, from_files_ms) = process_peak_rss(&db, &queries, dir.path())?;

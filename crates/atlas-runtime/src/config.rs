@@ -140,8 +140,9 @@ impl EmbedderKind {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OnnxConfig {
-    /// A model named in models/manifest.toml.
-    pub model: String,
+    /// A model named in models/manifest.toml. Unset: the model the store was embedded with
+    /// when it is one of the manifest's, else the manifest's default.
+    pub model: Option<String>,
     /// Tokens per text; defaults to the manifest's (256 for MiniLM).
     pub max_length: Option<usize>,
     /// Intra-op threads; defaults to the available cores, at most 4 (ATLAS_EMBED_THREADS).
@@ -157,7 +158,7 @@ pub struct OnnxConfig {
 impl Default for OnnxConfig {
     fn default() -> Self {
         OnnxConfig {
-            model: "all-minilm-l6-v2-qint8".into(),
+            model: None,
             max_length: None,
             threads: None,
             batch_size: 32,

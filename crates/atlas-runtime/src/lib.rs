@@ -160,7 +160,22 @@ impl Atlas {
     /// Opens the memory space `config.db` with the adapters this build was compiled with.
     pub async fn open(config: Config) -> Result<Atlas> {
         let parts = open_parts(&config).await?;
-        Atlas::from_parts(parts, config).await
+        match Atlas::from_parts(parts, config.clone()).await {
+            // A store embedded with another model of the manifest keeps it unless a model is
+            // configured: a new default model never forces a re-embedding.
+            Err(AtlasError::ModelMismatch { stored_model, .. })
+                if config.embedder == config::EmbedderKind::Onnx
+                    && config.onnx.model.is_none()
+                    && manifest_has_model(&stored_model) =>
+            {
+                tracing::info!(model = %stored_model, "embedding with the model the store was embedded with");
+                let config =
+                    Config { onnx: config::OnnxConfig { model: Some(stored_model), ..config.onnx.clone() }, ..config };
+                let parts = open_parts(&config).await?;
+                Atlas::from_parts(parts, config).await
+            }
+            other => other,
+        }
     }
 
     /// Composes an instance from explicit adapters; binds the embedder's model to the store (a
@@ -474,7 +489,7 @@ pub async fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>>
 async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
     let defaults = atlas_embed_onnx::OnnxOptions::default();
     let options = atlas_embed_onnx::OnnxOptions {
-        model: config.onnx.model.clone(),
+        model: config.onnx.model.clone().unwrap_or(defaults.model),
         max_length: config.onnx.max_length,
         threads: config.onnx.threads.unwrap_or(defaults.threads),
         batch_size: config.onnx.batch_size,
@@ -486,6 +501,17 @@ async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
         .await
         .map_err(|e| AtlasError::Embedding(format!("loading the embedder failed: {e}")))??;
     Ok(Some(Arc::new(embedder)))
+}
+
+/// Whether models/manifest.toml (as compiled in) names `model`.
+#[cfg(feature = "embed-onnx")]
+fn manifest_has_model(model: &str) -> bool {
+    atlas_embed_onnx::manifest::Manifest::builtin().is_ok_and(|m| m.model(model).is_ok())
+}
+
+#[cfg(not(feature = "embed-onnx"))]
+fn manifest_has_model(_: &str) -> bool {
+    false
 }
 
 #[cfg(not(feature = "embed-onnx"))]

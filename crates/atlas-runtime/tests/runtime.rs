@@ -444,6 +444,36 @@ async fn reembed_moves_a_store_to_the_configured_model() {
     assert_eq!(Atlas::reembed(config, None).await.unwrap(), 0, "already done: nothing to resume");
 }
 
+/// A store embedded with a model of the manifest that is no longer the default keeps its
+/// model when none is configured (an upgrade never forces `atlas reembed`), and refuses a
+/// model configured otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_keeps_the_manifest_model_it_was_embedded_with_unless_another_is_configured() {
+    use atlas_domain::ports::{EmbeddingModel, VectorIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { db: dir.path().join("older.db"), embedder: EmbedderKind::Onnx, ..Config::default() };
+    let older = EmbeddingModel { name: "all-minilm-l6-v2-int8".into(), dimension: 384 };
+    atlas_store_sqlite_open(&config).bind_model(older.clone()).await.unwrap();
+    let atlas = Atlas::open(config.clone()).await.unwrap();
+    assert_eq!(atlas.config().onnx.model.as_deref(), Some("all-minilm-l6-v2-int8"));
+    let id = atlas.remember(say("the ferry leaves at nine", "s")).await.unwrap();
+    atlas.flush_vectors(None).await.unwrap();
+    let hits = atlas.recall(query("when does the boat depart", 1)).await.unwrap().hits;
+    assert_eq!(hits[0].memory.id, id);
+    assert_eq!(atlas.stats().await.unwrap().store.embedding_model, Some(older));
+    drop(atlas);
+    let mut configured = config.clone();
+    configured.onnx.model = Some("all-minilm-l6-v2-qint8".into());
+    let err = Atlas::open(configured).await.err().expect("another model configured").to_string();
+    assert!(err.contains("all-minilm-l6-v2-int8") && err.contains("atlas reembed"), "{err}");
+    // A new store takes the default.
+    let fresh = Config { db: dir.path().join("new.db"), ..config };
+    let atlas = Atlas::open(fresh).await.unwrap();
+    atlas.remember(say("hello", "s")).await.unwrap();
+    let model = atlas.stats().await.unwrap().store.embedding_model.unwrap();
+    assert_eq!(model.name, "all-minilm-l6-v2-qint8");
+}
+
 #[tokio::test]
 async fn replies_are_found_by_their_question_and_context_spreads_to_neighbours() {
     let (atlas, _) = fake_atlas(None).await;
