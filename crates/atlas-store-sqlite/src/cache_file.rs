@@ -105,8 +105,8 @@ fn behind(now: Stamp, found: Stamp) -> std::result::Result<bool, Stale> {
 
 /// Whether a file made at `found` may be used with the database now at `now` (read in the same
 /// read transaction as `conn`): `Ok(None)` as it is, `Ok(Some(behind))` after the memories in
-/// `behind` are read again, or why not.
-pub fn accept(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<Behind>, Stale> {
+/// `behind` (at most `most`) are read again, or why not.
+pub fn accept(conn: &Connection, now: Stamp, found: Stamp, most: usize) -> std::result::Result<Option<Behind>, Stale> {
     if !behind(now, found)? {
         return Ok(None);
     }
@@ -124,12 +124,15 @@ pub fn accept(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Resul
         }
         Some(_) => {
             let mut stmt = conn
-                .prepare("SELECT DISTINCT id FROM cache_log WHERE epoch > ?1 ORDER BY id")
+                .prepare("SELECT DISTINCT id FROM cache_log WHERE epoch > ?1 ORDER BY id LIMIT ?2")
                 .map_err(|e| format!("reading the cache log: {e}"))?;
             let changed = stmt
-                .query_map([found.epoch], |r| r.get(0))
+                .query_map([found.epoch, most as i64 + 1], |r| r.get(0))
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
                 .map_err(|e| format!("reading the cache log: {e}"))?;
+            if changed.len() > most {
+                return Err(format!("more than {most} memories changed since the file was made: rebuilding"));
+            }
             Ok(Some(Behind { made_at: found, changed }))
         }
     }

@@ -41,16 +41,6 @@ struct Counters {
 /// would cost about as much.
 const CATCH_UP_MAX: usize = 20_000;
 
-/// [`cache_file::accept`], refusing a catch-up of more than [`CATCH_UP_MAX`] memories.
-fn acceptable(conn: &Connection, now: Stamp, found: Stamp) -> std::result::Result<Option<cache_file::Behind>, String> {
-    match cache_file::accept(conn, now, found)? {
-        Some(behind) if behind.changed.len() > CATCH_UP_MAX => {
-            Err(format!("{} memories changed since the file was made; rebuilding is as quick", behind.changed.len()))
-        }
-        accepted => Ok(accepted),
-    }
-}
-
 /// Where a store's cache files are (none for a database without a folder of its own to write
 /// in), what its loads did, and the threads writing its files.
 #[derive(Clone)]
@@ -112,7 +102,12 @@ impl CacheFiles {
         let key = TextCache::file_key();
         let file = self.db.as_ref().map(|db| cache_file::path_for(db, "text"));
         if let (Some(path), Some(stamp)) = (&file, stamp) {
-            match cache_file::read_accepting(path, &key, |found| acceptable(&tx, stamp, found), TextCache::decode) {
+            match cache_file::read_accepting(
+                path,
+                &key,
+                |found| cache_file::accept(&tx, stamp, found, CATCH_UP_MAX),
+                TextCache::decode,
+            ) {
                 Ok((None, cache)) => {
                     self.counters.text_from_file.fetch_add(1, Ordering::Relaxed);
                     return Ok(cache);
@@ -152,7 +147,12 @@ impl CacheFiles {
         if let (Some(path), Some(stamp)) = (&file, stamp) {
             let key = vectors_key(&model, dim, precision);
             let decode = |d: &mut cache_file::Decoder<'_>| Index::decode(d, dim, precision);
-            match cache_file::read_accepting(path, &key, |found| acceptable(&tx, stamp, found), decode) {
+            match cache_file::read_accepting(
+                path,
+                &key,
+                |found| cache_file::accept(&tx, stamp, found, CATCH_UP_MAX),
+                decode,
+            ) {
                 Ok((None, index)) => {
                     self.counters.vectors_from_file.fetch_add(1, Ordering::Relaxed);
                     return Ok(index);
@@ -244,23 +244,31 @@ fn catch_up_text(conn: &Connection, cache: &mut TextCache, tokenizer: &Tokenizer
 fn catch_up_vectors(conn: &Connection, index: &mut Index, changed: &[i64]) -> Result<()> {
     let table = crate::VECTOR_TABLE;
     let mut stmt = conn.prepare_cached(&format!("SELECT embedding FROM {table} WHERE rowid = ?1")).map_err(storage)?;
-    let dim = index.dim();
+    let mut v = vec![0f32; index.dim()];
     for &id in changed {
         let blob: Option<Vec<u8>> = stmt.query_row([id], |r| r.get(0)).optional().map_err(storage)?;
         match blob {
-            Some(blob) if blob.len() == dim * 4 => {
-                let v: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-                index.upsert(id, &v);
-            }
             Some(blob) => {
-                return Err(AtlasError::Storage(format!(
-                    "vector of memory {id} has {} bytes, expected {}",
-                    blob.len(),
-                    dim * 4
-                )));
+                decode_vector(id, &blob, &mut v)?;
+                index.upsert(id, &v);
             }
             None => index.remove(id),
         }
+    }
+    Ok(())
+}
+
+/// A stored vector (little-endian floats) into `v`, which has the cache's dimension.
+fn decode_vector(id: i64, blob: &[u8], v: &mut [f32]) -> Result<()> {
+    if blob.len() != v.len() * 4 {
+        return Err(AtlasError::Storage(format!(
+            "vector of memory {id} has {} bytes, expected {}",
+            blob.len(),
+            v.len() * 4
+        )));
+    }
+    for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
+        *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     }
     Ok(())
 }
@@ -277,16 +285,7 @@ fn load_vectors_from_sql(conn: &Connection, dim: usize, precision: Option<Precis
     while let Some(row) = rows.next().map_err(storage)? {
         let id: i64 = row.get(0).map_err(storage)?;
         let blob = row.get_ref(1).map_err(storage)?.as_blob().map_err(|e| AtlasError::Storage(e.to_string()))?;
-        if blob.len() != dim * 4 {
-            return Err(AtlasError::Storage(format!(
-                "vector of memory {id} has {} bytes, expected {}",
-                blob.len(),
-                dim * 4
-            )));
-        }
-        for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
-            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
+        decode_vector(id, blob, &mut v)?;
         index.upsert(id, &v);
     }
     tracing::debug!(vectors = index.len(), ?precision, "vector cache loaded");
