@@ -65,10 +65,15 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 }
 
 fn peak_rss_mb() -> f64 {
+    status_mb("VmHWM:")
+}
+
+/// A size field of /proc/self/status (`VmHWM:` the peak resident set, `VmRSS:` the current), in MB.
+fn status_mb(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
@@ -281,7 +286,8 @@ fn process_peak_rss(db: &std::path::Path, queries: &[String], dir: &std::path::P
         .arg(&file)
         .output()?;
     anyhow::ensure!(out.status.success(), "recall process failed: {}", String::from_utf8_lossy(&out.stderr));
-    for line in String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("first recall:")) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines().filter(|l| l.starts_with("first recall:") || l.starts_with("resident:")) {
         println!("|  |  | {line} |");
     }
     let text = String::from_utf8_lossy(&out.stdout);
@@ -298,6 +304,7 @@ pub fn recall_process(db: &std::path::Path, queries: &std::path::Path) -> Result
     rt.block_on(async {
         let atlas =
             Atlas::open(Config { db: db.to_path_buf(), embedder: EmbedderKind::Onnx, ..Config::default() }).await?;
+        let opened = status_mb("VmRSS:");
         let mut first_ms = None;
         for q in std::fs::read_to_string(queries)?.lines() {
             let started = Instant::now();
@@ -308,9 +315,15 @@ pub fn recall_process(db: &std::path::Path, queries: &std::path::Path) -> Result
                     "first recall: query embedding {:.1} ms, text {:.1} ms, vector {:.1} ms",
                     s.query_embedding_ms, s.text_ms, s.vector_ms
                 );
+                eprintln!(
+                    "resident: {opened:.0} MB once open, {:.0} MB after the first recall (peak so far {:.0} MB)",
+                    status_mb("VmRSS:"),
+                    peak_rss_mb()
+                );
             }
             first_ms.get_or_insert(started.elapsed().as_secs_f64() * 1e3);
         }
+        eprintln!("resident: {:.0} MB after every query", status_mb("VmRSS:"));
         println!("first_query_ms {:.1}", first_ms.unwrap_or_default());
         println!("peak_rss_mb {:.1}", peak_rss_mb());
         Ok(())
