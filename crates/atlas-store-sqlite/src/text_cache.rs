@@ -89,10 +89,10 @@ pub struct TextCache {
     /// Rows of the FTS5 table (memories with no token count too) and their total token count.
     rows: u64,
     total_tokens: u64,
-    /// Score arrays (one per slot, all zero between searches) kept for reuse: allocated anew,
-    /// at a million rows they are 8 MB a search, and the allocator keeps what was freed by each
-    /// of the threads searches run on.
-    score_buffers: std::sync::Mutex<Vec<Vec<f64>>>,
+    /// Score arrays (one per slot, all zero between searches) and lists of the slots a search
+    /// touched, kept for reuse: allocated anew, at a million rows they are 8 MB and more a
+    /// search, and the allocator keeps what was freed by each of the threads searches run on.
+    score_buffers: std::sync::Mutex<Vec<(Vec<f64>, Vec<u32>)>>,
 }
 
 /// Score arrays kept for reuse: as many as searches run at once on two cores, and a spare.
@@ -342,9 +342,9 @@ impl TextCache {
         }
         let n = self.rows as f64;
         let avgdl = self.total_tokens as f64 / n;
-        let mut scores = self.score_buffers.lock().expect("score buffers lock").pop().unwrap_or_default();
+        let (mut scores, mut touched) =
+            self.score_buffers.lock().expect("score buffers lock").pop().unwrap_or_default();
         scores.resize(self.ids.len(), 0.0);
-        let mut touched: Vec<u32> = Vec::new();
         for term in query_tokens {
             let Some(&token) = self.token_ids.get(term) else { continue };
             let list = &self.postings[token as usize];
@@ -365,23 +365,28 @@ impl TextCache {
                 *score += idf * (freq * (K1 + 1.0)) / (freq + norm);
             }
         }
-        let mut hits: Vec<ScoredId> = touched
-            .into_iter()
-            .map(|slot| {
-                let score = std::mem::take(&mut scores[slot as usize]);
-                ScoredId { id: MemoryId(self.ids[slot as usize]), score }
-            })
+        // The best `limit` slots are chosen among the touched ones in place; only they become hits.
+        let by_rank = |a: &u32, b: &u32| {
+            let (a, b) = (*a as usize, *b as usize);
+            scores[b].total_cmp(&scores[a]).then(self.ids[a].cmp(&self.ids[b]))
+        };
+        if touched.len() > limit {
+            touched.select_nth_unstable_by(limit - 1, by_rank);
+        }
+        let mut hits: Vec<ScoredId> = touched[..touched.len().min(limit)]
+            .iter()
+            .map(|&slot| ScoredId { id: MemoryId(self.ids[slot as usize]), score: scores[slot as usize] })
             .collect();
+        for &slot in &touched {
+            scores[slot as usize] = 0.0;
+        }
+        touched.clear();
         let mut kept = self.score_buffers.lock().expect("score buffers lock");
         if kept.len() < SPARE_BUFFERS {
-            kept.push(scores);
+            kept.push((scores, touched));
         }
         drop(kept);
         let order = |a: &ScoredId, b: &ScoredId| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
-        }
         hits.sort_unstable_by(order);
         hits
     }
