@@ -89,10 +89,10 @@ pub struct TextCache {
     /// Rows of the FTS5 table (memories with no token count too) and their total token count.
     rows: u64,
     total_tokens: u64,
-    /// Score arrays (one per slot, all zero between searches) and lists of the slots a search
-    /// touched, kept for reuse: allocated anew, at a million rows they are 8 MB and more a
+    /// Score arrays (one per slot, all zero between searches), lists of the slots a search
+    /// touched and of their scores, kept for reuse: allocated anew, at a million rows they are 8 MB and more a
     /// search, and the allocator keeps what was freed by each of the threads searches run on.
-    score_buffers: std::sync::Mutex<Vec<(Vec<f64>, Vec<u32>)>>,
+    score_buffers: std::sync::Mutex<Vec<(Vec<f64>, Vec<u32>, Vec<ScoredId>)>>,
 }
 
 /// Score arrays kept for reuse: as many as searches run at once on two cores, and a spare.
@@ -342,7 +342,7 @@ impl TextCache {
         }
         let n = self.rows as f64;
         let avgdl = self.total_tokens as f64 / n;
-        let (mut scores, mut touched) =
+        let (mut scores, mut touched, mut ranked) =
             self.score_buffers.lock().expect("score buffers lock").pop().unwrap_or_default();
         scores.resize(self.ids.len(), 0.0);
         for term in query_tokens {
@@ -365,29 +365,24 @@ impl TextCache {
                 *score += idf * (freq * (K1 + 1.0)) / (freq + norm);
             }
         }
-        // The best `limit` slots are chosen among the touched ones in place; only they become hits.
-        let by_rank = |a: &u32, b: &u32| {
-            let (a, b) = (*a as usize, *b as usize);
-            scores[b].total_cmp(&scores[a]).then(self.ids[a].cmp(&self.ids[b]))
-        };
-        if touched.len() > limit {
-            touched.select_nth_unstable_by(limit - 1, by_rank);
-        }
-        let mut hits: Vec<ScoredId> = touched[..touched.len().min(limit)]
-            .iter()
-            .map(|&slot| ScoredId { id: MemoryId(self.ids[slot as usize]), score: scores[slot as usize] })
-            .collect();
-        for &slot in &touched {
-            scores[slot as usize] = 0.0;
-        }
+        // Every touched row with its score, in a reused buffer (selection over plain pairs is
+        // far quicker than over slots that point into the score array).
+        ranked.clear();
+        ranked.extend(touched.iter().map(|&slot| {
+            let score = std::mem::take(&mut scores[slot as usize]);
+            ScoredId { id: MemoryId(self.ids[slot as usize]), score }
+        }));
         touched.clear();
+        let order = |a: &ScoredId, b: &ScoredId| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
+        if ranked.len() > limit {
+            ranked.select_nth_unstable_by(limit - 1, order);
+        }
+        let mut hits = ranked[..ranked.len().min(limit)].to_vec();
+        hits.sort_unstable_by(order);
         let mut kept = self.score_buffers.lock().expect("score buffers lock");
         if kept.len() < SPARE_BUFFERS {
-            kept.push((scores, touched));
+            kept.push((scores, touched, ranked));
         }
-        drop(kept);
-        let order = |a: &ScoredId, b: &ScoredId| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
-        hits.sort_unstable_by(order);
         hits
     }
 }
