@@ -92,10 +92,14 @@ pub struct TextCache {
     /// Score arrays (one per slot, all zero between searches), lists of the slots a search
     /// touched and of their scores, kept for reuse: allocated anew, at a million rows they are 8 MB and more a
     /// search, and the allocator keeps what was freed by each of the threads searches run on.
-    score_buffers: std::sync::Mutex<Vec<(Vec<f64>, Vec<u32>, Vec<ScoredId>)>>,
+    score_buffers: std::sync::Mutex<Vec<SearchBuffers>>,
 }
 
-/// Score arrays kept for reuse: as many as searches run at once on two cores, and a spare.
+/// One search's working memory: the score of every slot (all zero between searches), the
+/// slots it touched, and those rows with their scores.
+type SearchBuffers = (Vec<f64>, Vec<u32>, Vec<ScoredId>);
+
+/// Search buffers kept for reuse: as many as searches run at once on two cores, and a spare.
 const SPARE_BUFFERS: usize = 3;
 
 impl crate::cache_file::Plain for Posting {}
