@@ -112,13 +112,17 @@ impl CacheFiles {
                     self.counters.text_from_file.fetch_add(1, Ordering::Relaxed);
                     return Ok(cache);
                 }
-                Ok((Some(behind), mut cache)) => {
-                    catch_up_text(&tx, &mut cache, tokenizer, &behind.changed)?;
-                    drop(tx);
-                    self.counters.text_caught_up.fetch_add(1, Ordering::Relaxed);
-                    self.write_later(path.clone(), stamp, key, Arc::clone(slot), TextCache::encode);
-                    return Ok(cache);
-                }
+                Ok((Some(behind), mut cache)) => match catch_up_text(&tx, &mut cache, tokenizer, &behind.changed) {
+                    Ok(()) => {
+                        drop(tx);
+                        self.counters.text_caught_up.fetch_add(1, Ordering::Relaxed);
+                        self.write_later(path.clone(), stamp, key, Arc::clone(slot), TextCache::encode);
+                        return Ok(cache);
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "text cache file not caught up; rebuilding")
+                    }
+                },
                 Err(why) => tracing::debug!(file = %path.display(), %why, "text cache file not used; rebuilding"),
             }
         }
@@ -157,13 +161,17 @@ impl CacheFiles {
                     self.counters.vectors_from_file.fetch_add(1, Ordering::Relaxed);
                     return Ok(index);
                 }
-                Ok((Some(behind), mut index)) => {
-                    catch_up_vectors(&tx, &mut index, &behind.changed)?;
-                    drop(tx);
-                    self.counters.vectors_caught_up.fetch_add(1, Ordering::Relaxed);
-                    self.write_later(path.clone(), stamp, key, Arc::clone(slot), Index::encode);
-                    return Ok(index);
-                }
+                Ok((Some(behind), mut index)) => match catch_up_vectors(&tx, &mut index, &behind.changed) {
+                    Ok(()) => {
+                        drop(tx);
+                        self.counters.vectors_caught_up.fetch_add(1, Ordering::Relaxed);
+                        self.write_later(path.clone(), stamp, key, Arc::clone(slot), Index::encode);
+                        return Ok(index);
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "vector cache file not caught up; rebuilding")
+                    }
+                },
                 Err(why) => tracing::debug!(file = %path.display(), %why, "vector cache file not used; rebuilding"),
             }
         }

@@ -68,6 +68,11 @@ pub use crate::vector_cache::{Precision, int8_dot, quantize};
 /// int8 cache finds 0.995 of the exact top 10 against the float cache's 1.000 (docs/BENCHMARKS.md).
 pub const INT8_FROM_VECTORS: usize = 50_000;
 
+/// Sets of per-search buffers each cache keeps for reuse: as many as searches run at once on two
+/// cores, and a spare. (Allocated anew, they are 8 MB and more a search at a million memories,
+/// and the allocator keeps what each search thread freed.)
+pub(crate) const SEARCH_BUFFERS_KEPT: usize = 3;
+
 /// [`SqliteOptions::vector_shortlist`] by default.
 pub const DEFAULT_VECTOR_SHORTLIST: usize = 16;
 

@@ -89,18 +89,13 @@ pub struct TextCache {
     /// Rows of the FTS5 table (memories with no token count too) and their total token count.
     rows: u64,
     total_tokens: u64,
-    /// Score arrays (one per slot, all zero between searches), lists of the slots a search
-    /// touched and of their scores, kept for reuse: allocated anew, at a million rows they are 8 MB and more a
-    /// search, and the allocator keeps what was freed by each of the threads searches run on.
+    /// Working memory of past searches, kept for reuse ([`crate::SEARCH_BUFFERS_KEPT`]).
     score_buffers: std::sync::Mutex<Vec<SearchBuffers>>,
 }
 
 /// One search's working memory: the score of every slot (all zero between searches), the
 /// slots it touched, and those rows with their scores.
 type SearchBuffers = (Vec<f64>, Vec<u32>, Vec<ScoredId>);
-
-/// Search buffers kept for reuse: as many as searches run at once on two cores, and a spare.
-const SPARE_BUFFERS: usize = 3;
 
 impl crate::cache_file::Plain for Posting {}
 
@@ -384,7 +379,7 @@ impl TextCache {
         let mut hits = ranked[..ranked.len().min(limit)].to_vec();
         hits.sort_unstable_by(order);
         let mut kept = self.score_buffers.lock().expect("score buffers lock");
-        if kept.len() < SPARE_BUFFERS {
+        if kept.len() < crate::SEARCH_BUFFERS_KEPT {
             kept.push((scores, touched, ranked));
         }
         hits

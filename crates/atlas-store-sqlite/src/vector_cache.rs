@@ -37,14 +37,10 @@ pub struct Index {
     codes: Vec<i8>,
     scales: Vec<f32>,
     position: Positions,
-    /// Buffers of the sign-bit scan (a distance per vector), kept between searches: allocated
-    /// anew each time, at a million vectors they are 8 MB a search, and the allocator keeps
-    /// what was freed by each of the threads searches run on (170 MB measured at 1M).
+    /// Buffers of past sign-bit scans (a distance per vector), kept for reuse
+    /// ([`crate::SEARCH_BUFFERS_KEPT`]).
     scan_buffers: std::sync::Mutex<Vec<Vec<(u32, u32)>>>,
 }
-
-/// Scan buffers kept for reuse: as many as searches run at once on two cores, and a spare.
-const SPARE_BUFFERS: usize = 3;
 
 /// Where each memory's vector sits. Memory ids are mostly dense from 1, so a plain array
 /// indexed by id (4 bytes a memory) replaces a hash map (about 35 bytes a memory at a million);
@@ -329,7 +325,7 @@ impl Index {
     fn keep_scan_buffer(&self, mut buffer: Vec<(u32, u32)>) {
         buffer.clear();
         let mut kept = self.scan_buffers.lock().expect("scan buffers lock");
-        if kept.len() < SPARE_BUFFERS {
+        if kept.len() < crate::SEARCH_BUFFERS_KEPT {
             kept.push(buffer);
         }
     }
