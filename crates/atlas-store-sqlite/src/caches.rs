@@ -37,6 +37,23 @@ struct Counters {
     vectors_rebuilt: AtomicU64,
 }
 
+type CatchUp<'a, T> = &'a dyn Fn(&Connection, &mut T, &[i64]) -> Result<()>;
+
+/// What differs between loading the text cache and the vector cache.
+struct Kind<'a, T> {
+    /// "text" or "vectors": names the file.
+    name: &'static str,
+    /// What the cache depends on besides the database's state ([`cache_file::read_accepting`]).
+    key: String,
+    /// Loads from the file as it was, caught up, and rebuilt.
+    counters: [&'a AtomicU64; 3],
+    decode: &'a dyn Fn(&mut cache_file::Decoder<'_>) -> std::result::Result<T, cache_file::Stale>,
+    /// Reads the changed memories (ids) again into a cache read from a file behind.
+    catch_up: CatchUp<'a, T>,
+    rebuild: &'a dyn Fn(&Connection) -> Result<T>,
+    encode: fn(&T, &mut cache_file::Encoder<'_>) -> std::io::Result<()>,
+}
+
 /// A file behind by more changed memories than this is rebuilt instead: reading them again
 /// would cost about as much.
 const CATCH_UP_MAX: usize = 20_000;
@@ -98,45 +115,21 @@ impl CacheFiles {
         tokenizer: &Tokenizer,
     ) -> Result<TextCache> {
         let tx = conn.unchecked_transaction().map_err(storage)?;
-        let stamp = Stamp::read(&tx)?;
-        let key = TextCache::file_key();
-        let file = self.db.as_ref().map(|db| cache_file::path_for(db, "text"));
-        if let (Some(path), Some(stamp)) = (&file, stamp) {
-            match cache_file::read_accepting(
-                path,
-                &key,
-                |found| cache_file::accept(&tx, stamp, found, CATCH_UP_MAX),
-                TextCache::decode,
-            ) {
-                Ok((None, cache)) => {
-                    self.counters.text_from_file.fetch_add(1, Ordering::Relaxed);
-                    return Ok(cache);
-                }
-                Ok((Some(behind), mut cache)) => match catch_up_text(&tx, &mut cache, tokenizer, &behind.changed) {
-                    Ok(()) => {
-                        drop(tx);
-                        self.counters.text_caught_up.fetch_add(1, Ordering::Relaxed);
-                        self.write_later(path.clone(), stamp, key, Arc::clone(slot), TextCache::encode);
-                        return Ok(cache);
-                    }
-                    Err(e) => {
-                        tracing::warn!(file = %path.display(), error = %e, "text cache file not caught up; rebuilding")
-                    }
-                },
-                Err(why) => tracing::debug!(file = %path.display(), %why, "text cache file not used; rebuilding"),
-            }
-        }
-        let cache = TextCache::load(&tx)?;
-        drop(tx);
-        self.counters.text_rebuilt.fetch_add(1, Ordering::Relaxed);
-        if let (Some(path), Some(stamp)) = (file, stamp) {
-            self.write_later(path, stamp, key, Arc::clone(slot), TextCache::encode);
-        }
-        Ok(cache)
+        let c = &self.counters;
+        let kind = Kind {
+            name: "text",
+            key: TextCache::file_key(),
+            counters: [&c.text_from_file, &c.text_caught_up, &c.text_rebuilt],
+            decode: &TextCache::decode,
+            catch_up: &|conn, cache, changed| catch_up_text(conn, cache, tokenizer, changed),
+            rebuild: &TextCache::load,
+            encode: TextCache::encode,
+        };
+        self.load(tx, slot, kind)
     }
 
-    /// The vector cache of `dim` dimensions, from its file or from SQL; `precision` as
-    /// configured (`None`: by size, [`crate::INT8_FROM_VECTORS`]).
+    /// The vector cache of `dim` dimensions, from its file (caught up if behind) or from SQL;
+    /// `precision` as configured (`None`: by size, [`crate::INT8_FROM_VECTORS`]).
     pub fn load_vectors(
         &self,
         conn: &Connection,
@@ -145,50 +138,65 @@ impl CacheFiles {
         precision: Option<Precision>,
     ) -> Result<Index> {
         let tx = conn.unchecked_transaction().map_err(storage)?;
-        let stamp = Stamp::read(&tx)?;
         let model = crate::read_model(&tx)?.map(|m| m.name).unwrap_or_default();
-        let file = self.db.as_ref().map(|db| cache_file::path_for(db, "vectors"));
+        let c = &self.counters;
+        let kind = Kind {
+            name: "vectors",
+            key: vectors_key(&model, dim, precision),
+            counters: [&c.vectors_from_file, &c.vectors_caught_up, &c.vectors_rebuilt],
+            decode: &|d| Index::decode(d, dim, precision),
+            catch_up: &catch_up_vectors,
+            rebuild: &|conn| load_vectors_from_sql(conn, dim, precision),
+            encode: Index::encode,
+        };
+        self.load(tx, slot, kind)
+    }
+
+    /// Either cache in the read transaction `tx`: from its file as it is, or caught up, or
+    /// rebuilt from SQL; after a catch-up or a rebuild its file is written again.
+    fn load<T: Send + Sync + 'static>(
+        &self,
+        tx: rusqlite::Transaction<'_>,
+        slot: &Arc<RwLock<Option<T>>>,
+        kind: Kind<'_, T>,
+    ) -> Result<T> {
+        let [from_file, caught_up, rebuilt] = kind.counters;
+        let stamp = Stamp::read(&tx)?;
+        let file = self.db.as_ref().map(|db| cache_file::path_for(db, kind.name));
         if let (Some(path), Some(stamp)) = (&file, stamp) {
-            let key = vectors_key(&model, dim, precision);
-            let decode = |d: &mut cache_file::Decoder<'_>| Index::decode(d, dim, precision);
-            match cache_file::read_accepting(
-                path,
-                &key,
-                |found| cache_file::accept(&tx, stamp, found, CATCH_UP_MAX),
-                decode,
-            ) {
-                Ok((None, index)) => {
-                    self.counters.vectors_from_file.fetch_add(1, Ordering::Relaxed);
-                    return Ok(index);
+            let accept = |found| cache_file::accept(&tx, stamp, found, CATCH_UP_MAX);
+            match cache_file::read_accepting(path, &kind.key, accept, kind.decode) {
+                Ok((None, cache)) => {
+                    from_file.fetch_add(1, Ordering::Relaxed);
+                    return Ok(cache);
                 }
-                Ok((Some(behind), mut index)) => match catch_up_vectors(&tx, &mut index, &behind.changed) {
+                Ok((Some(behind), mut cache)) => match (kind.catch_up)(&tx, &mut cache, &behind.changed) {
                     Ok(()) => {
                         drop(tx);
-                        self.counters.vectors_caught_up.fetch_add(1, Ordering::Relaxed);
-                        self.write_later(path.clone(), stamp, key, Arc::clone(slot), Index::encode);
-                        return Ok(index);
+                        caught_up.fetch_add(1, Ordering::Relaxed);
+                        self.write_later(path.clone(), stamp, kind.key, Arc::clone(slot), kind.encode);
+                        return Ok(cache);
                     }
                     Err(e) => {
-                        tracing::warn!(file = %path.display(), error = %e, "vector cache file not caught up; rebuilding")
+                        tracing::warn!(file = %path.display(), error = %e, "cache file not caught up; rebuilding")
                     }
                 },
-                Err(why) => tracing::debug!(file = %path.display(), %why, "vector cache file not used; rebuilding"),
+                Err(why) => tracing::debug!(file = %path.display(), %why, "cache file not used; rebuilding"),
             }
         }
-        let index = load_vectors_from_sql(&tx, dim, precision)?;
+        let cache = (kind.rebuild)(&tx)?;
         drop(tx);
-        self.counters.vectors_rebuilt.fetch_add(1, Ordering::Relaxed);
+        rebuilt.fetch_add(1, Ordering::Relaxed);
         if let (Some(path), Some(stamp)) = (file, stamp) {
-            let key = vectors_key(&model, dim, precision);
-            self.write_later(path, stamp, key, Arc::clone(slot), Index::encode);
+            self.write_later(path, stamp, kind.key, Arc::clone(slot), kind.encode);
         }
-        Ok(index)
+        Ok(cache)
     }
 
     /// Writes the cache in `slot` to `path` on a thread of its own, once the loader has stored
     /// it there and released it. The file may then hold writes of this process made after
-    /// `stamp`: the database has moved past `stamp` by then, so such a file is only ever found
-    /// stale.
+    /// `stamp`: the database has moved past `stamp` by then, so such a file is caught up from
+    /// `stamp`, and replaying a change the file already holds is harmless.
     fn write_later<T: Send + Sync + 'static>(
         &self,
         path: PathBuf,
