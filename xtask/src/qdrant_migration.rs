@@ -115,7 +115,7 @@ pub fn to_qdrant(args: ToQdrant) -> Result<()> {
 
 pub fn from_qdrant(args: FromQdrant) -> Result<()> {
     let Some(space) = args.common.space.clone() else {
-        bail!("--space PATH is required: the Qdrant space's sidecar file names the collection and holds its edges");
+        bail!("--space PATH is required: the Qdrant space's sidecar file names the collection and holds its ledger");
     };
     if !space.is_file() {
         bail!("--space {}: no such file", space.display());

@@ -4,15 +4,22 @@
 
 use async_trait::async_trait;
 use qdrant_client::qdrant::{
-    CountPoints, CreateCollection, CreateFieldIndexCollection, CreateVectorNameRequest, DeletePoints,
-    DeleteVectorNameRequest, GetCollectionInfoResponse, GetPoints, QueryPoints, RetrievedPoint, ScoredPoint,
-    ScrollPoints, UpdatePointVectors, UpsertPoints,
+    CountPoints, CreateCollection, CreateFieldIndexCollection, CreateVectorNameRequest, DeletePayloadPoints,
+    DeletePoints, DeleteVectorNameRequest, GetCollectionInfoResponse, GetPoints, QueryPoints, RetrievedPoint,
+    ScoredPoint, ScrollPoints, SetPayloadPoints, UpdatePointVectors, UpsertPoints,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tonic::Code;
 
 pub type ApiResult<T> = Result<T, QdrantError>;
+
+/// One page of a scroll: its points, and where the next page starts (none after the last).
+#[derive(Debug, Clone, Default)]
+pub struct ScrollPage {
+    pub points: Vec<RetrievedPoint>,
+    pub next: Option<qdrant_client::qdrant::PointId>,
+}
 
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
@@ -28,7 +35,9 @@ pub trait QdrantApi: Send + Sync {
     async fn update_vectors(&self, request: UpdatePointVectors) -> ApiResult<()>;
     async fn count(&self, request: CountPoints) -> ApiResult<u64>;
     async fn get_points(&self, request: GetPoints) -> ApiResult<Vec<RetrievedPoint>>;
-    async fn scroll(&self, request: ScrollPoints) -> ApiResult<Vec<RetrievedPoint>>;
+    async fn scroll(&self, request: ScrollPoints) -> ApiResult<ScrollPage>;
+    async fn set_payload(&self, request: SetPayloadPoints) -> ApiResult<()>;
+    async fn delete_payload(&self, request: DeletePayloadPoints) -> ApiResult<()>;
     async fn query(&self, request: QueryPoints) -> ApiResult<Vec<ScoredPoint>>;
 }
 
@@ -67,8 +76,15 @@ impl QdrantApi for Qdrant {
     async fn get_points(&self, request: GetPoints) -> ApiResult<Vec<RetrievedPoint>> {
         Ok(Qdrant::get_points(self, request).await?.result)
     }
-    async fn scroll(&self, request: ScrollPoints) -> ApiResult<Vec<RetrievedPoint>> {
-        Ok(Qdrant::scroll(self, request).await?.result)
+    async fn scroll(&self, request: ScrollPoints) -> ApiResult<ScrollPage> {
+        let page = Qdrant::scroll(self, request).await?;
+        Ok(ScrollPage { points: page.result, next: page.next_page_offset })
+    }
+    async fn set_payload(&self, request: SetPayloadPoints) -> ApiResult<()> {
+        Qdrant::set_payload(self, request).await.map(drop)
+    }
+    async fn delete_payload(&self, request: DeletePayloadPoints) -> ApiResult<()> {
+        Qdrant::delete_payload(self, request).await.map(drop)
     }
     async fn query(&self, request: QueryPoints) -> ApiResult<Vec<ScoredPoint>> {
         Ok(Qdrant::query(self, request).await?.result)
@@ -186,8 +202,14 @@ impl QdrantApi for Nodes {
     async fn get_points(&self, request: GetPoints) -> ApiResult<Vec<RetrievedPoint>> {
         on_nodes!(self, n => QdrantApi::get_points(n, request.clone()))
     }
-    async fn scroll(&self, request: ScrollPoints) -> ApiResult<Vec<RetrievedPoint>> {
+    async fn scroll(&self, request: ScrollPoints) -> ApiResult<ScrollPage> {
         on_nodes!(self, n => QdrantApi::scroll(n, request.clone()))
+    }
+    async fn set_payload(&self, request: SetPayloadPoints) -> ApiResult<()> {
+        on_nodes!(self, n => QdrantApi::set_payload(n, request.clone()))
+    }
+    async fn delete_payload(&self, request: DeletePayloadPoints) -> ApiResult<()> {
+        on_nodes!(self, n => QdrantApi::delete_payload(n, request.clone()))
     }
     async fn query(&self, request: QueryPoints) -> ApiResult<Vec<ScoredPoint>> {
         on_nodes!(self, n => QdrantApi::query(n, request.clone()))

@@ -12,14 +12,17 @@ use qdrant_client::qdrant::{
     Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
     CreateVectorNameRequestBuilder, DeletePointsBuilder, DeleteVectorNameRequestBuilder,
     DenseVectorCreationConfigBuilder, Distance, FieldType, Filter, Modifier, PointId, PointStruct, PointsIdsList,
-    ScalarQuantizationBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder,
-    VectorParamsBuilder, VectorsConfigBuilder,
+    RetrievedPoint, ScalarQuantizationBuilder, ScrollPointsBuilder, SparseVectorParamsBuilder,
+    SparseVectorsConfigBuilder, UpsertPointsBuilder, VectorParamsBuilder, VectorsConfigBuilder,
 };
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tonic::Code;
+
+/// Points per scroll request.
+const SCROLL_PAGE: u32 = 1000;
 
 /// The sparse vector carrying BM25 term weights.
 pub const TEXT_VECTOR: &str = "text";
@@ -98,16 +101,42 @@ pub fn describe(url: &str, collection: &str, op: &str, e: &QdrantError) -> Atlas
     }
 }
 
+/// The space's two collections: its memories, and what is not a memory (edges, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Memories as points: a sparse text vector, a dense vector per model, payload indexes.
+    Memories,
+    /// Points without vectors, one `type` each ([`crate::meta`]).
+    Meta,
+}
+
+/// The meta collection of the memory collection `name`.
+pub fn meta_name(name: &str) -> String {
+    format!("{name}_meta")
+}
+
 pub struct Collection {
     client: Arc<dyn QdrantApi>,
     name: String,
     options: QdrantOptions,
+    shape: Shape,
     known_to_exist: AtomicBool,
 }
 
 impl Collection {
     pub fn new(client: Arc<dyn QdrantApi>, name: String, options: QdrantOptions) -> Self {
-        Collection { client, name, options, known_to_exist: AtomicBool::new(false) }
+        Collection { client, name, options, shape: Shape::Memories, known_to_exist: AtomicBool::new(false) }
+    }
+
+    /// The meta collection beside `memories`, on the same server and with the same settings.
+    pub fn meta_of(memories: &Collection) -> Self {
+        Collection {
+            client: Arc::clone(&memories.client),
+            name: meta_name(&memories.name),
+            options: memories.options.clone(),
+            shape: Shape::Meta,
+            known_to_exist: AtomicBool::new(false),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -180,7 +209,7 @@ impl Collection {
             }
             self.known_to_exist.store(true, Ordering::Release);
         }
-        let Some(model) = model else { return Ok(()) };
+        let (Shape::Memories, Some(model)) = (self.shape, model) else { return Ok(()) };
         self.check(Some(model)).await?;
         let wanted = dense_vector_name(model);
         if !self.dense_vectors().await?.iter().any(|(name, _, _)| *name == wanted) {
@@ -202,10 +231,13 @@ impl Collection {
 
     async fn create(&self, model: Option<&EmbeddingModel>) -> Result<()> {
         let o = &self.options;
-        let mut sparse = SparseVectorsConfigBuilder::default();
-        sparse.add_named_vector_params(TEXT_VECTOR, SparseVectorParamsBuilder::default().modifier(Modifier::Idf));
-        let mut request = CreateCollectionBuilder::new(&self.name).sparse_vectors_config(sparse);
-        if let Some(model) = model {
+        let mut request = CreateCollectionBuilder::new(&self.name);
+        if self.shape == Shape::Memories {
+            let mut sparse = SparseVectorsConfigBuilder::default();
+            sparse.add_named_vector_params(TEXT_VECTOR, SparseVectorParamsBuilder::default().modifier(Modifier::Idf));
+            request = request.sparse_vectors_config(sparse);
+        }
+        if let (Shape::Memories, Some(model)) = (self.shape, model) {
             let mut dense = VectorsConfigBuilder::default();
             dense.add_named_vector_params(
                 dense_vector_name(model),
@@ -222,7 +254,7 @@ impl Collection {
         if let Some(factor) = o.write_consistency_factor {
             request = request.write_consistency_factor(factor);
         }
-        if o.quantization == Quantization::Int8 {
+        if o.quantization == Quantization::Int8 && self.shape == Shape::Memories {
             request = request.quantization_config(ScalarQuantizationBuilder::default().quantile(0.99).always_ram(true));
         }
         self.call("create the collection", self.client.create_collection(request.build())).await?;
@@ -234,7 +266,11 @@ impl Collection {
                 break;
             }
         }
-        for (field, kind) in INDEXED_FIELDS {
+        let indexed: &[(&str, FieldType)] = match self.shape {
+            Shape::Memories => &INDEXED_FIELDS,
+            Shape::Meta => &crate::meta::INDEXED_FIELDS,
+        };
+        for &(field, kind) in indexed {
             let request = CreateFieldIndexCollectionBuilder::new(&self.name, field, kind).wait(true);
             self.call(&format!("index payload field {field}"), self.client.create_field_index(request.build())).await?;
         }
@@ -264,6 +300,40 @@ impl Collection {
         let ids = ids.iter().map(|id| crate::payload::point_id(*id).map(PointId::from)).collect::<Result<Vec<_>>>()?;
         let request = DeletePointsBuilder::new(&self.name).points(PointsIdsList { ids }).wait(true);
         self.call("delete points", self.client.delete_points(request.build())).await
+    }
+
+    /// Deletes every point that matches `filter`.
+    pub async fn delete_matching(&self, filter: Filter) -> Result<()> {
+        if !self.exists().await? {
+            return Ok(());
+        }
+        let request = DeletePointsBuilder::new(&self.name).points(filter).wait(true);
+        self.call("delete points", self.client.delete_points(request.build())).await
+    }
+
+    /// Every point that matches `filter`, with its payload, page by page in id order.
+    pub async fn scroll_matching(&self, filter: Filter) -> Result<Vec<RetrievedPoint>> {
+        if !self.exists().await? {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        let mut offset: Option<PointId> = None;
+        loop {
+            let mut request = ScrollPointsBuilder::new(&self.name)
+                .filter(filter.clone())
+                .limit(SCROLL_PAGE)
+                .with_payload(true)
+                .with_vectors(false);
+            if let Some(o) = offset.take() {
+                request = request.offset(o);
+            }
+            let page = self.call("scroll", self.client.scroll(request.build())).await?;
+            found.extend(page.points);
+            match page.next {
+                Some(next) => offset = Some(next),
+                None => return Ok(found),
+            }
+        }
     }
 
     pub async fn count(&self, filter: Option<Filter>) -> Result<u64> {

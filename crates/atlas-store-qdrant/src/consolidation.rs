@@ -35,7 +35,7 @@ impl QdrantStore {
                 .limit(PAGE)
                 .with_payload(true)
                 .with_vectors(false);
-            let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+            let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
             let n = points.len();
             for p in points {
                 found.push(crate::decode(p, None)?.0);
@@ -141,8 +141,9 @@ impl Consolidator for QdrantStore {
         let written: Result<()> = async {
             let memories = self.with_context(batch.memories.clone(), &linked).await?;
             let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
+            let links = crate::temporal_edges(&memories, &linked);
             if !points.is_empty() {
-                self.upsert_or_roll_back(&ids, points).await?;
+                self.upsert_or_roll_back(&ids, points, &links).await?;
             }
             let dense = model.as_ref().map(dense_vector_name);
             let mut points = Vec::new();
@@ -184,6 +185,10 @@ impl Consolidator for QdrantStore {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        if let Err(e) = crate::meta::put_edges(&self.meta, &edges).await {
+            self.roll_back(ids).await;
+            return Err(e);
+        }
         let summaries: Vec<(MemoryId, u32)> = batch
             .memories
             .iter()
@@ -200,9 +205,6 @@ impl Consolidator for QdrantStore {
             .side
             .write(move |tx| {
                 sidecar::finish_insert(tx, &done)?;
-                for e in &edges {
-                    sidecar::put_edge(tx, e)?;
-                }
                 sidecar::record_cycle(
                     tx,
                     batch.at.millis(),
@@ -277,7 +279,7 @@ mod tests {
                     && f.contains("IsEmpty")
                     && f.contains("deleted_at")
             })
-            .returning(|_| Ok(Vec::new()));
+            .returning(|_| Ok(Default::default()));
         let store = open(dir.path(), api).await;
         let scope = Scope { user: Some("ann".into()), agent: None, session: None };
         assert!(store.known(vec!["checkout".into()], Vec::new(), scope).await.unwrap().is_empty());

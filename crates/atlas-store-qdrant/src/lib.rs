@@ -5,12 +5,14 @@
 //! per embedding model and a sparse `text` vector that finds BM25 candidates, rescored as FTS5
 //! scores them (see [`sparse`]). Filters are
 //! pushed down to Qdrant. What Qdrant does not model (id allocation, the ledger of acknowledged
-//! writes, edges, the vector queue, settings) lives in the space's SQLite file ([`sidecar`]).
+//! writes, the vector queue, settings) lives in the space's SQLite file ([`sidecar`]); typed
+//! edges are points of the space's meta collection ([`meta`]).
 
 pub mod api;
 mod collection;
 mod consolidation;
 pub mod filter;
+pub mod meta;
 pub mod payload;
 pub mod sidecar;
 pub mod sparse;
@@ -109,6 +111,8 @@ struct CorpusStats {
 /// The Qdrant store of one memory space.
 pub struct QdrantStore {
     collection: Collection,
+    /// The space's meta collection: its edges.
+    meta: Collection,
     side: Sidecar,
     bm25: Bm25,
     corpus: std::sync::Mutex<Option<CorpusStats>>,
@@ -165,6 +169,7 @@ impl QdrantStore {
         let collection = Collection::new(client, name, options.clone());
         collection.check(model.as_ref()).await?;
         let store = QdrantStore {
+            meta: Collection::meta_of(&collection),
             collection,
             side,
             bm25: Bm25::new(options.bm25_avg_len),
@@ -177,7 +182,25 @@ impl QdrantStore {
         };
         store.recover().await?;
         store.upgrade_text_index().await?;
+        store.move_legacy_edges().await?;
         Ok(store)
+    }
+
+    /// A space file of an earlier version kept the edges: they move to the meta collection
+    /// (written before the file forgets them, so an interrupted move is done again).
+    async fn move_legacy_edges(&self) -> Result<()> {
+        let edges = self.side.read(sidecar::legacy_edges).await?;
+        if edges.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(count = edges.len(), collection = self.meta.name(), "moving the space's edges to the server");
+        meta::put_edges(&self.meta, &edges).await?;
+        self.side
+            .write(|tx| {
+                tx.execute("DELETE FROM edges", []).map_err(|e| AtlasError::Storage(format!("edges: {e}")))?;
+                Ok(())
+            })
+            .await
     }
 
     /// A collection written before the exact text rescoring lacks the `terms` and `text_len`
@@ -202,7 +225,7 @@ impl QdrantStore {
             if let Some(o) = offset.take() {
                 request = request.offset(o);
             }
-            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
             let Some(last) = page.last() else { break };
             let next = last.id.clone();
             let full = page.len() == self.batch;
@@ -276,7 +299,7 @@ impl QdrantStore {
             if let Some(o) = offset.take() {
                 request = request.offset(o);
             }
-            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
             let full = page.len() == 1000;
             for p in &page {
                 if let Some(n) = p.payload.get(payload::field::TEXT_LEN).and_then(|v| v.as_integer()) {
@@ -309,6 +332,11 @@ impl QdrantStore {
         self.collection.name()
     }
 
+    /// The collection of the space's edges, beside [`QdrantStore::collection`].
+    pub fn meta_collection(&self) -> &str {
+        self.meta.name()
+    }
+
     fn bound_model(&self) -> Option<EmbeddingModel> {
         self.model.read().expect("model lock").clone()
     }
@@ -320,6 +348,7 @@ impl QdrantStore {
         }
         tracing::warn!(count = unfinished.len(), collection = self.collection(), "rolling back unfinished writes");
         self.collection.delete_points(&unfinished).await?;
+        meta::delete_edges_of(&self.meta, &unfinished).await?;
         self.side.write(move |tx| sidecar::delete(tx, &unfinished)).await
     }
 
@@ -374,17 +403,20 @@ impl QdrantStore {
         &self,
         ids: Vec<MemoryId>,
         points: Vec<PointStruct>,
+        edges: Vec<Edge>,
         key: Option<String>,
     ) -> Result<Receipt> {
         let Some(key) = key else {
-            self.write_points(ids.clone(), points).await?;
+            self.upsert_or_roll_back(&ids, points, &edges).await?;
+            let done = ids.clone();
+            self.side.write(move |tx| sidecar::finish_insert(tx, &done)).await?;
             return Ok(Receipt {
                 ids,
                 replayed: false,
                 recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
             });
         };
-        self.upsert_or_roll_back(&ids, points).await?;
+        self.upsert_or_roll_back(&ids, points, &edges).await?;
         let done = ids.clone();
         let outcome = self
             .side
@@ -411,23 +443,26 @@ impl QdrantStore {
         }
     }
 
-    /// Upserts the points in batches; on failure deletes them (and their ledger rows) again.
-    async fn upsert_or_roll_back(&self, ids: &[MemoryId], points: Vec<PointStruct>) -> Result<()> {
-        let mut chunk_start = 0;
-        while chunk_start < points.len() {
-            let chunk = points[chunk_start..(chunk_start + self.batch).min(points.len())].to_vec();
-            if let Err(e) = self.collection.upsert(chunk).await {
-                self.roll_back(ids.to_vec()).await;
-                return Err(e);
+    /// Upserts the points in batches, then the edges; on failure deletes them (and their ledger
+    /// rows) again.
+    async fn upsert_or_roll_back(&self, ids: &[MemoryId], points: Vec<PointStruct>, edges: &[Edge]) -> Result<()> {
+        let written: Result<()> = async {
+            for chunk in points.chunks(self.batch) {
+                self.collection.upsert(chunk.to_vec()).await?;
             }
-            chunk_start += self.batch;
+            meta::put_edges(&self.meta, edges).await
+        }
+        .await;
+        if let Err(e) = written {
+            self.roll_back(ids.to_vec()).await;
+            return Err(e);
         }
         Ok(())
     }
 
     /// Best effort: if this fails too, the next open rolls them back after the lease.
     async fn roll_back(&self, ids: Vec<MemoryId>) {
-        if self.collection.delete_points(&ids).await.is_ok() {
+        if self.collection.delete_points(&ids).await.is_ok() && meta::delete_edges_of(&self.meta, &ids).await.is_ok() {
             self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
         }
     }
@@ -459,16 +494,12 @@ impl QdrantStore {
         };
         let ids: Vec<MemoryId> = memories.iter().map(|m| m.id).collect();
         let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
-        let receipt = self.write_points_keyed(ids.clone(), points, key).await?;
+        let edges = temporal_edges(&memories, &linked);
+        let receipt = self.write_points_keyed(ids.clone(), points, edges, key).await?;
         if let Some(p) = progress {
             p(ids.len());
         }
         Ok(receipt)
-    }
-
-    async fn write_points(&self, ids: Vec<MemoryId>, points: Vec<PointStruct>) -> Result<()> {
-        self.upsert_or_roll_back(&ids, points).await?;
-        self.side.write(move |tx| sidecar::finish_insert(tx, &ids)).await
     }
 
     async fn fetch(&self, ids: &[MemoryId], with_dense: bool) -> Result<Vec<(Memory, Option<Vec<f32>>)>> {
@@ -500,6 +531,24 @@ impl QdrantStore {
         let hits = self.collection.call("query", self.collection.client().query(request.build())).await?;
         hits.into_iter().map(|p| Ok(ScoredId { id: memory_id(p.id.as_ref())?, score: f64::from(p.score) })).collect()
     }
+}
+
+/// The temporal edge from each new episode's predecessor to it.
+fn temporal_edges(memories: &[Memory], linked: &[(MemoryId, Option<MemoryId>)]) -> Vec<Edge> {
+    memories
+        .iter()
+        .zip(linked)
+        .filter_map(|(m, (id, prev))| {
+            prev.map(|prev| Edge {
+                src: prev,
+                dst: *id,
+                kind: atlas_domain::EdgeKind::Temporal,
+                weight: 1.0,
+                validity: atlas_domain::Validity { valid_from: m.event_time, valid_until: None },
+                recorded_at: m.recorded_at,
+            })
+        })
+        .collect()
 }
 
 /// Only these payload fields in the answer.
@@ -560,7 +609,17 @@ impl MemoryStore for QdrantStore {
         }
         // The turns that answered it carry its text: rewrite them without it, and without the
         // dense vector embedded with it (an upsert replaces every vector), before it goes.
-        let answers = self.side.read(move |c| sidecar::answers(c, id)).await?;
+        let answers: Vec<MemoryId> = meta::edges_of(&self.meta, id)
+            .await?
+            .into_iter()
+            .filter(|e| e.src == id && e.dst != id && e.kind == atlas_domain::EdgeKind::Temporal)
+            .map(|e| e.dst)
+            .collect();
+        let live = {
+            let ids = answers.clone();
+            self.side.read(move |c| sidecar::stored_among(c, &ids)).await?
+        };
+        let answers: Vec<MemoryId> = answers.into_iter().filter(|a| live.contains(a)).collect();
         let mut rewritten = Vec::new();
         for mut answer in self.get_many(answers).await? {
             answer.context = None;
@@ -575,6 +634,7 @@ impl MemoryStore for QdrantStore {
             self.side.write(move |tx| sidecar::enqueue(tx, &requeued)).await?;
         }
         self.collection.delete_points(&[id]).await?;
+        meta::delete_edges_of(&self.meta, &[id]).await?;
         self.side.write(move |tx| sidecar::delete(tx, &[id])).await?;
         Ok(true)
     }
@@ -626,7 +686,7 @@ impl MemoryStore for QdrantStore {
             .limit((limit * 2 + 8).min(u32::MAX as usize) as u32)
             .with_payload(true)
             .with_vectors(false);
-        let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+        let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
         let mut found = points.into_iter().map(|p| decode(p, None).map(|(m, _)| m)).collect::<Result<Vec<_>>>()?;
         let ids: Vec<MemoryId> = found.iter().map(|m| m.id).collect();
         let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
@@ -637,7 +697,7 @@ impl MemoryStore for QdrantStore {
     }
 
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
-        self.side.read(move |c| sidecar::edges_of(c, id)).await
+        meta::edges_of(&self.meta, id).await
     }
 
     async fn stats(&self) -> Result<StoreStats> {
@@ -645,7 +705,6 @@ impl MemoryStore for QdrantStore {
             .side
             .read(|c| {
                 Ok(StoreStats {
-                    edges: sidecar::count(c, "SELECT count(*) FROM edges")?,
                     pending_vectors: sidecar::count(
                         c,
                         "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'",
@@ -656,6 +715,7 @@ impl MemoryStore for QdrantStore {
                 })
             })
             .await?;
+        stats.edges = meta::count_edges(&self.meta).await?;
         if self.collection.exists().await? {
             for kind in MemoryKind::ALL {
                 let n = self.collection.count(Some(filter::of_kind(kind))).await?;
@@ -864,17 +924,15 @@ impl Replica for QdrantStore {
             Some(name) => request.with_vectors(VectorsSelector::from(vec![name.clone()])),
             None => request.with_vectors(false),
         };
-        let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+        let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
         let decoded = points.into_iter().map(|p| decode(p, dense.as_deref())).collect::<Result<Vec<_>>>()?;
         // Only acknowledged memories: an insert still in flight is not part of the space yet.
         let ids: Vec<MemoryId> = decoded.iter().map(|(m, _)| m.id).collect();
         let Some(last) = ids.last().copied() else {
             return Ok(Vec::new());
         };
-        let (live, mut edges) = self
-            .side
-            .read(move |c| Ok((sidecar::stored_among(c, &ids)?, sidecar::carried_edges(c, start, last.0)?)))
-            .await?;
+        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
+        let mut edges = meta::carried_edges(&self.meta, start, last.0).await?;
         Ok(decoded
             .into_iter()
             .filter(|(m, _)| live.contains(&m.id))
@@ -941,10 +999,16 @@ impl QdrantStore {
             .map(|s| self.point(&s.memory, s.vector.clone().and_then(|v| name.as_deref().map(|n| (n, v)))))
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();
-        let rows: Vec<(Memory, bool, Vec<Edge>)> =
-            batch.into_iter().map(|s| (s.memory, s.vector.is_some(), s.edges)).collect();
+        let mut edges = Vec::new();
+        let rows: Vec<(Memory, bool)> = batch
+            .into_iter()
+            .map(|s| {
+                edges.extend(s.edges);
+                (s.memory, s.vector.is_some())
+            })
+            .collect();
         self.side.write(move |tx| sidecar::begin_restore(tx, &rows)).await?;
-        self.write_points_keyed(ids, points, key).await
+        self.write_points_keyed(ids, points, edges, key).await
     }
 }
 
@@ -1005,16 +1069,37 @@ mod tests {
         format!("{:?}", request.points)
     }
 
+    fn to_meta(collection: &str) -> bool {
+        collection.ends_with("_meta")
+    }
+
+    /// The temporal edge an insert of two turns of one session writes.
+    fn link(src: i64, dst: i64, t: i64) -> Edge {
+        Edge {
+            src: MemoryId(src),
+            dst: MemoryId(dst),
+            kind: atlas_domain::EdgeKind::Temporal,
+            weight: 1.0,
+            validity: atlas_domain::Validity { valid_from: Timestamp(t), valid_until: None },
+            recorded_at: Timestamp(t),
+        }
+    }
+
     #[tokio::test]
     async fn an_insert_upserts_with_wait_and_carries_context_and_bm25() {
         let dir = tempfile::tempdir().unwrap();
         let mut api = existing_collection();
         let sent: Arc<Mutex<Vec<UpsertPoints>>> = Arc::default();
         let log = Arc::clone(&sent);
-        api.expect_upsert_points().times(1).returning(move |r| {
+        api.expect_upsert_points().times(1).withf(|r| !to_meta(&r.collection_name)).returning(move |r| {
             log.lock().unwrap().push(r);
             Ok(())
         });
+        let edge = meta::edge_point(&link(1, 2, 2));
+        api.expect_upsert_points()
+            .times(1)
+            .withf(move |r| to_meta(&r.collection_name) && r.points == [edge.clone()] && r.wait == Some(true))
+            .returning(|_| Ok(()));
         let store = open(dir.path(), api).await;
         let ids =
             store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
@@ -1041,6 +1126,11 @@ mod tests {
         api.expect_delete_points()
             .times(1)
             .withf(|r| r.wait == Some(true) && deleted(r).contains("Num(1)") && deleted(r).contains("Num(2)"))
+            .returning(|_| Ok(()));
+        // ... and any edge to or from them.
+        api.expect_delete_points()
+            .times(1)
+            .withf(|r| to_meta(&r.collection_name) && deleted(r).contains("integers: [1, 2]"))
             .returning(|_| Ok(()));
         let store = open(dir.path(), api).await;
         let err = store.insert(vec![turn("a", "Bo", 1), turn("b", "Ann", 2)], None).await.unwrap_err().to_string();
@@ -1076,7 +1166,7 @@ mod tests {
         // 10 rows; the stem of "lisbon" in 2 of them.
         api.expect_count().returning(|r| Ok(if r.filter.is_some() { 2 } else { 10 }));
         api.expect_scroll().times(1).returning(|_| {
-            Ok((1..=10u64)
+            let points = (1..=10u64)
                 .map(|id| RetrievedPoint {
                     id: Some(PointId::from(id)),
                     payload: qdrant_client::Payload::from(
@@ -1085,7 +1175,8 @@ mod tests {
                     .into(),
                     ..Default::default()
                 })
-                .collect())
+                .collect();
+            Ok(api::ScrollPage { points, next: None })
         });
         let store = open(dir.path(), api).await;
         let only_ann =
@@ -1106,7 +1197,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut api = existing_collection();
         let mut order = mockall::Sequence::new();
-        api.expect_upsert_points().times(1).in_sequence(&mut order).returning(|_| Ok(()));
+        api.expect_upsert_points()
+            .times(1)
+            .in_sequence(&mut order)
+            .withf(|r| !to_meta(&r.collection_name))
+            .returning(|_| Ok(()));
+        api.expect_upsert_points().times(1).withf(|r| to_meta(&r.collection_name)).returning(|_| Ok(()));
+        // The turns that answer it: the edges from it.
+        let edge = meta::edge_point(&link(1, 2, 2));
+        api.expect_scroll().times(1).withf(|r| to_meta(&r.collection_name)).returning(move |_| {
+            let point = RetrievedPoint { id: edge.id.clone(), payload: edge.payload.clone(), ..Default::default() };
+            Ok(api::ScrollPage { points: vec![point], next: None })
+        });
         let reply =
             Memory { context: Some("Bo: Been to Lisbon?".into()), ..turn("Yes, twice", "Ann", 2).with_id(MemoryId(2)) };
         let stored: HashMap<String, qdrant_client::qdrant::Value> =
@@ -1119,7 +1221,8 @@ mod tests {
             .in_sequence(&mut order)
             .withf(|r| {
                 let p = &r.points[0];
-                r.points.len() == 1
+                !to_meta(&r.collection_name)
+                    && r.points.len() == 1
                     && p.id == Some(PointId::from(2u64))
                     && text_of(p, "context").is_none()
                     && text_of(p, "text").as_deref() == Some("Yes, twice")
@@ -1129,6 +1232,11 @@ mod tests {
             .times(1)
             .in_sequence(&mut order)
             .withf(|r| deleted(r).contains("Num(1)") && !deleted(r).contains("Num(2)"))
+            .returning(|_| Ok(()));
+        api.expect_delete_points()
+            .times(1)
+            .in_sequence(&mut order)
+            .withf(|r| to_meta(&r.collection_name) && deleted(r).contains("integers: [1] "))
             .returning(|_| Ok(()));
         let store = open(dir.path(), api).await;
         store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();

@@ -1,6 +1,8 @@
-//! The memory space's SQLite file: what Qdrant does not model. It allocates memory ids, keeps
-//! the ledger of which points are acknowledged, the typed edges, the queue of memories awaiting
-//! a vector and the store's settings (collection name, embedding model, schema version).
+//! The memory space's SQLite file: what is not yet on the server. It allocates memory ids, keeps
+//! the ledger of which points are acknowledged, the queue of memories awaiting a vector and the
+//! store's settings (collection name, embedding model, schema version). (Edges are on the
+//! server, [`crate::meta`]; the `edges` table only holds those of an earlier version until
+//! the next open moves them.)
 //!
 //! Invariant: a memory id is acknowledged to a caller only once its ledger row is `stored`,
 //! which happens after Qdrant confirmed the point. A row left `writing` by a crash is rolled
@@ -15,7 +17,6 @@ use atlas_domain::{
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,24 +120,6 @@ pub fn cycles(conn: &Connection, limit: usize) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached("SELECT report FROM cycles ORDER BY id DESC LIMIT ?").map_err(sql)?;
     let rows = stmt.query_map([limit as i64], |r| r.get(0)).map_err(sql)?;
     rows.collect::<rusqlite::Result<_>>().map_err(sql)
-}
-
-/// Stores an edge, replacing one of the same (src, dst, kind): restores and the sleep cycle
-/// write edges through it.
-pub fn put_edge(tx: &Connection, e: &Edge) -> Result<()> {
-    tx.prepare_cached(&format!("INSERT OR REPLACE INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))
-        .map_err(sql)?
-        .execute(params![
-            e.src.0,
-            e.dst.0,
-            e.kind.as_str(),
-            f64::from(e.weight),
-            e.validity.valid_from.millis(),
-            e.validity.valid_until.map(Timestamp::millis),
-            e.recorded_at.millis()
-        ])
-        .map_err(sql)?;
-    Ok(())
 }
 
 /// A session quiet since before the cut-off without a current summary of all its turns: its
@@ -378,9 +361,9 @@ pub fn set_model(conn: &Connection, model: &EmbeddingModel) -> Result<()> {
     set_setting(conn, "embedding_dimension", &model.dimension.to_string())
 }
 
-/// Allocates ids for `batch` (rows in state `writing`), links each episode to its predecessor
-/// in the same session, user and agent, and queues every memory for a vector. Returns each new
-/// id with its predecessor.
+/// Allocates ids for `batch` (rows in state `writing`), finds each episode's predecessor in the
+/// same session, user and agent, and queues every memory for a vector. Returns each new id with
+/// its predecessor (the temporal edge between them is the caller's to write).
 pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryId, Option<MemoryId>)>> {
     let since = now_ms();
     let mut insert = tx
@@ -394,12 +377,6 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryI
             "SELECT id FROM ledger WHERE scope_session = ?1 AND kind = 'episode' AND id <> ?3 \
              AND scope_user IS ?4 AND scope_agent IS ?5 AND state <> 'forgetting' \
              AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)) ORDER BY event_time DESC, id DESC LIMIT 1",
-        )
-        .map_err(sql)?;
-    let mut link = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
-             VALUES (?, ?, 'temporal', 1.0, ?, NULL, ?)",
         )
         .map_err(sql)?;
     let mut enqueue = tx.prepare_cached("INSERT INTO vector_queue (id) VALUES (?)").map_err(sql)?;
@@ -422,9 +399,6 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryI
                 .query_row(params![session, m.event_time.millis(), id, m.scope.user, m.scope.agent], |r| r.get(0))
                 .optional()
                 .map_err(sql)?;
-            if let Some(prev) = prev {
-                link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map_err(sql)?;
-            }
         }
         enqueue.execute([id]).map_err(sql)?;
         ids.push((MemoryId(id), prev.map(MemoryId)));
@@ -432,9 +406,9 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryI
     Ok(ids)
 }
 
-/// Records restored memories under their own ids (state `writing` until Qdrant confirms), their
-/// edges, and their place in the vector queue.
-pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool, Vec<Edge>)]) -> Result<()> {
+/// Records restored memories under their own ids (state `writing` until Qdrant confirms) and
+/// their place in the vector queue.
+pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool)]) -> Result<()> {
     let since = now_ms();
     let mut upsert = tx
         .prepare_cached(
@@ -447,7 +421,7 @@ pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool, Vec<Edge>)]) -> Re
         .map_err(sql)?;
     let mut enqueue = tx.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(sql)?;
     let mut dequeue = tx.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(sql)?;
-    for (m, has_vector, edges) in batch {
+    for (m, has_vector) in batch {
         upsert
             .execute(params![
                 m.id.0,
@@ -459,9 +433,6 @@ pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool, Vec<Edge>)]) -> Re
                 since
             ])
             .map_err(sql)?;
-        for e in edges {
-            put_edge(tx, e)?;
-        }
         if *has_vector {
             dequeue.execute([m.id.0]).map_err(sql)?;
         } else {
@@ -491,7 +462,7 @@ pub fn finish_insert(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
     Ok(())
 }
 
-/// Deletes ledger rows (and with them their edges and queue entries).
+/// Deletes ledger rows (and with them their queue entries).
 pub fn delete(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
     for chunk in ids.chunks(500) {
         tx.execute(
@@ -501,17 +472,6 @@ pub fn delete(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
         .map_err(sql)?;
     }
     Ok(())
-}
-
-/// Marks a memory as being forgotten; false when it is not (or no longer) acknowledged.
-/// The stored episodes whose temporal predecessor is `id`: the turns that answer it.
-pub fn answers(conn: &Connection, id: MemoryId) -> Result<Vec<MemoryId>> {
-    memory_ids(
-        conn,
-        "SELECT e.dst FROM edges e JOIN ledger l ON l.id = e.dst \
-         WHERE e.src = ? AND e.kind = 'temporal' AND e.dst <> e.src AND l.state = 'stored' ORDER BY e.dst",
-        id.0,
-    )
 }
 
 /// The ids a one-parameter query selects.
@@ -535,6 +495,7 @@ pub fn enqueue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
     for_each_id(tx, "INSERT OR IGNORE INTO vector_queue (id) VALUES (?)", ids)
 }
 
+/// Marks a memory as being forgotten; false when it is not (or no longer) acknowledged.
 pub fn begin_forget(tx: &Connection, id: MemoryId) -> Result<bool> {
     tx.execute(
         "UPDATE ledger SET state = 'forgetting', since = ? WHERE id = ? AND state = 'stored'",
@@ -554,55 +515,29 @@ pub fn unfinished(conn: &Connection) -> Result<Vec<MemoryId>> {
     )
 }
 
-pub fn edge_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
-    let kind: String = row.get(2)?;
-    Ok(Edge {
-        src: MemoryId(row.get(0)?),
-        dst: MemoryId(row.get(1)?),
-        kind: kind
-            .parse::<EdgeKind>()
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into()))?,
-        weight: row.get::<_, f64>(3)? as f32,
-        validity: Validity {
-            valid_from: Timestamp(row.get(4)?),
-            valid_until: row.get::<_, Option<i64>>(5)?.map(Timestamp),
-        },
-        recorded_at: Timestamp(row.get(6)?),
-    })
-}
-
-fn query_edges(conn: &Connection, sql_text: &str, params: &[Value]) -> Result<Vec<Edge>> {
-    let mut stmt = conn.prepare_cached(sql_text).map_err(sql)?;
-    let rows = stmt.query_map(params_from_iter(params.iter()), edge_from_row).map_err(sql)?;
+/// Edges a space file of an earlier version kept (the table is emptied once they are on the
+/// server, `QdrantStore::move_legacy_edges`).
+pub fn legacy_edges(conn: &Connection) -> Result<Vec<Edge>> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {EDGE_COLUMNS} FROM edges")).map_err(sql)?;
+    let rows = stmt
+        .query_map([], |row| {
+            let kind: String = row.get(2)?;
+            Ok(Edge {
+                src: MemoryId(row.get(0)?),
+                dst: MemoryId(row.get(1)?),
+                kind: kind
+                    .parse::<EdgeKind>()
+                    .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into()))?,
+                weight: row.get::<_, f64>(3)? as f32,
+                validity: Validity {
+                    valid_from: Timestamp(row.get(4)?),
+                    valid_until: row.get::<_, Option<i64>>(5)?.map(Timestamp),
+                },
+                recorded_at: Timestamp(row.get(6)?),
+            })
+        })
+        .map_err(sql)?;
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)
-}
-
-pub fn edges_of(conn: &Connection, id: MemoryId) -> Result<Vec<Edge>> {
-    query_edges(
-        conn,
-        &format!(
-            "SELECT {EDGE_COLUMNS} FROM edges WHERE src = ?1 UNION ALL SELECT {EDGE_COLUMNS} FROM edges \
-             WHERE dst = ?1 AND src <> ?1"
-        ),
-        &[Value::Integer(id.0)],
-    )
-}
-
-/// Edges whose larger end lies in (after, last], grouped by that end.
-pub fn carried_edges(conn: &Connection, after: i64, last: i64) -> Result<HashMap<MemoryId, Vec<Edge>>> {
-    let edges = query_edges(
-        conn,
-        &format!(
-            "SELECT {EDGE_COLUMNS} FROM edges WHERE src > ?1 AND src <= ?2 AND src >= dst \
-             UNION ALL SELECT {EDGE_COLUMNS} FROM edges WHERE dst > ?1 AND dst <= ?2 AND dst > src"
-        ),
-        &[Value::Integer(after), Value::Integer(last)],
-    )?;
-    let mut by_end: HashMap<MemoryId, Vec<Edge>> = HashMap::new();
-    for e in edges {
-        by_end.entry(e.src.max(e.dst)).or_default().push(e);
-    }
-    Ok(by_end)
 }
 
 /// Claims up to `limit` acknowledged memories awaiting a vector for `owner` until `now + ms`,
@@ -721,7 +656,6 @@ mod tests {
         assert_eq!((none, after_a), (None, Some(a)), "each insert names its predecessor");
         side.write(move |tx| finish_insert(tx, &[a])).await.unwrap();
         assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![a]);
-        assert_eq!(side.read(move |c| edges_of(c, b)).await.unwrap().len(), 1, "b follows a in session s");
         // Not expired yet: a concurrent insert of another process must not be rolled back.
         assert!(side.read(unfinished).await.unwrap().is_empty());
         side.write(move |tx| {
@@ -735,7 +669,7 @@ mod tests {
         assert!(!side.write(move |tx| begin_forget(tx, a)).await.unwrap(), "already being forgotten");
         assert_eq!(side.read(unfinished).await.unwrap(), vec![a, b]);
         side.write(move |tx| delete(tx, &[a, b])).await.unwrap();
-        assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM edges")).await.unwrap(), 0);
+        assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM vector_queue")).await.unwrap(), 0);
         let next = side.write(|tx| begin_insert(tx, &[episode("s", 3)])).await.unwrap();
         assert!(next[0].0 > b, "ids are never reused");
     }

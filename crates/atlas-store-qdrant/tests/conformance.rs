@@ -23,7 +23,9 @@ impl Drop for DropCollection {
             .skip_compatibility_check()
             .build();
         if let Ok(client) = client {
-            let _ = self.runtime.block_on(client.delete_collection(self.name.clone()));
+            for name in [self.name.clone(), format!("{}_meta", self.name)] {
+                let _ = self.runtime.block_on(client.delete_collection(name));
+            }
         }
     }
 }
