@@ -28,7 +28,7 @@ const SCROLL_PAGE: u32 = 1000;
 pub const TEXT_VECTOR: &str = "text";
 
 /// Payload indexes: every field a filter touches.
-const INDEXED_FIELDS: [(&str, FieldType); 10] = [
+const INDEXED_FIELDS: [(&str, FieldType); 11] = [
     (field::KIND, FieldType::Keyword),
     (field::USER, FieldType::Keyword),
     (field::AGENT, FieldType::Keyword),
@@ -38,6 +38,7 @@ const INDEXED_FIELDS: [(&str, FieldType); 10] = [
     (field::VALID_UNTIL, FieldType::Integer),
     (field::ID, FieldType::Integer),
     (field::DELETED_AT, FieldType::Integer),
+    (crate::queue::field::VECTOR_QUEUE, FieldType::Integer),
     // Last: an existing collection without it gets it once its points carry `terms`
     // (QdrantStore::upgrade_text_index).
     (field::TERMS, FieldType::Integer),
@@ -271,8 +272,7 @@ impl Collection {
             Shape::Meta => &crate::meta::INDEXED_FIELDS,
         };
         for &(field, kind) in indexed {
-            let request = CreateFieldIndexCollectionBuilder::new(&self.name, field, kind).wait(true);
-            self.call(&format!("index payload field {field}"), self.client.create_field_index(request.build())).await?;
+            self.index(field, kind).await?;
         }
         tracing::info!(collection = %self.name, url = %o.url, "created Qdrant collection");
         Ok(())
@@ -368,8 +368,12 @@ impl Collection {
 
     /// Indexes `terms` (the last step of upgrading a collection written without it).
     pub async fn index_terms(&self) -> Result<()> {
-        let request = CreateFieldIndexCollectionBuilder::new(&self.name, field::TERMS, FieldType::Integer).wait(true);
-        self.call("index payload field terms", self.client.create_field_index(request.build())).await
+        self.index(field::TERMS, FieldType::Integer).await
+    }
+
+    pub async fn index(&self, field: &str, kind: FieldType) -> Result<()> {
+        let request = CreateFieldIndexCollectionBuilder::new(&self.name, field, kind).wait(true);
+        self.call(&format!("index payload field {field}"), self.client.create_field_index(request.build())).await
     }
 
     pub async fn count_with_vector(&self, name: &str) -> Result<u64> {

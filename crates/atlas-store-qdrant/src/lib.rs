@@ -5,8 +5,8 @@
 //! per embedding model and a sparse `text` vector that finds BM25 candidates, rescored as FTS5
 //! scores them (see [`sparse`]). Filters are
 //! pushed down to Qdrant. What Qdrant does not model (id allocation, the ledger of acknowledged
-//! writes, the vector queue, settings) lives in the space's SQLite file ([`sidecar`]); typed
-//! edges are points of the space's meta collection ([`meta`]).
+//! writes, settings) lives in the space's SQLite file ([`sidecar`]); typed edges are points of
+//! the space's meta collection ([`meta`]), the vector queue is state of the points ([`queue`]).
 
 pub mod api;
 mod collection;
@@ -14,6 +14,7 @@ mod consolidation;
 pub mod filter;
 pub mod meta;
 pub mod payload;
+mod queue;
 pub mod sidecar;
 pub mod sparse;
 
@@ -32,8 +33,8 @@ use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, Re
 use qdrant_client::Qdrant;
 use qdrant_client::qdrant::point_id::PointIdOptions;
 use qdrant_client::qdrant::{
-    GetPointsBuilder, PointId, PointStruct, PointVectors, QueryPointsBuilder, RetrievedPoint, ScrollPointsBuilder,
-    UpdatePointVectorsBuilder, Vector, VectorsSelector,
+    Filter, GetPointsBuilder, PointId, PointStruct, PointVectors, QueryPointsBuilder, RetrievedPoint,
+    ScrollPointsBuilder, UpdatePointVectorsBuilder, Vector, VectorsSelector,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -182,23 +183,33 @@ impl QdrantStore {
         };
         store.recover().await?;
         store.upgrade_text_index().await?;
-        store.move_legacy_edges().await?;
+        store.move_legacy_state().await?;
         Ok(store)
     }
 
-    /// A space file of an earlier version kept the edges: they move to the meta collection
-    /// (written before the file forgets them, so an interrupted move is done again).
-    async fn move_legacy_edges(&self) -> Result<()> {
-        let edges = self.side.read(sidecar::legacy_edges).await?;
-        if edges.is_empty() {
+    /// A space file of an earlier version kept the edges and the vector queue: they move to the
+    /// server (written there before the file forgets them, so an interrupted move is done again),
+    /// and the collection gets the queue's index.
+    async fn move_legacy_state(&self) -> Result<()> {
+        if self.collection.exists().await? && !self.collection.has_index(queue::field::VECTOR_QUEUE).await? {
+            self.collection.index(queue::field::VECTOR_QUEUE, qdrant_client::qdrant::FieldType::Integer).await?;
+        }
+        let (edges, queued) = self.side.read(|c| Ok((sidecar::legacy_edges(c)?, sidecar::legacy_queue(c)?))).await?;
+        if edges.is_empty() && queued.is_empty() {
             return Ok(());
         }
-        tracing::warn!(count = edges.len(), collection = self.meta.name(), "moving the space's edges to the server");
+        tracing::warn!(
+            edges = edges.len(),
+            queued = queued.len(),
+            collection = self.collection(),
+            "moving the space's edges and vector queue from its file to the server"
+        );
         meta::put_edges(&self.meta, &edges).await?;
+        queue::enqueue(&self.collection, &queued).await?;
         self.side
             .write(|tx| {
-                tx.execute("DELETE FROM edges", []).map_err(|e| AtlasError::Storage(format!("edges: {e}")))?;
-                Ok(())
+                tx.execute_batch("DELETE FROM edges; DELETE FROM vector_queue;")
+                    .map_err(|e| AtlasError::Storage(format!("moving edges and queue: {e}")))
             })
             .await
     }
@@ -359,6 +370,7 @@ impl QdrantStore {
         if !text.indices.is_empty() {
             vectors.insert(collection::TEXT_VECTOR.into(), Vector::new_sparse(text.indices, text.values));
         }
+        let queued = dense.is_none();
         if let Some((name, v)) = dense {
             vectors.insert(name.into(), Vector::new_dense(v));
         }
@@ -366,6 +378,9 @@ impl QdrantStore {
         let terms: Vec<i64> = document.frequencies.keys().map(|&t| i64::from(t)).collect();
         record.insert(payload::field::TERMS.into(), serde_json::Value::from(terms));
         record.insert(payload::field::TEXT_LEN.into(), serde_json::Value::from(document.length));
+        if queued {
+            record.insert(queue::field::VECTOR_QUEUE.into(), serde_json::Value::from(0));
+        }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(PointStruct::new(point_id(m.id)?, vectors, qdrant_client::Payload::from(record)))
     }
@@ -625,13 +640,9 @@ impl MemoryStore for QdrantStore {
             answer.context = None;
             rewritten.push(self.point(&answer, None)?);
         }
-        if !rewritten.is_empty() {
-            let requeued: Vec<MemoryId> =
-                rewritten.iter().filter_map(|p| p.id.as_ref()).map(|p| memory_id(Some(p))).collect::<Result<_>>()?;
-            for chunk in rewritten.chunks(self.batch) {
-                self.collection.upsert(chunk.to_vec()).await?;
-            }
-            self.side.write(move |tx| sidecar::enqueue(tx, &requeued)).await?;
+        // Written without a vector, they are queued again.
+        for chunk in rewritten.chunks(self.batch) {
+            self.collection.upsert(chunk.to_vec()).await?;
         }
         self.collection.delete_points(&[id]).await?;
         meta::delete_edges_of(&self.meta, &[id]).await?;
@@ -705,10 +716,6 @@ impl MemoryStore for QdrantStore {
             .side
             .read(|c| {
                 Ok(StoreStats {
-                    pending_vectors: sidecar::count(
-                        c,
-                        "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'",
-                    )?,
                     schema_version: Some(sidecar::SCHEMA_VERSION),
                     embedding_model: sidecar::model(c)?,
                     ..StoreStats::default()
@@ -723,6 +730,7 @@ impl MemoryStore for QdrantStore {
                     stats.memories_by_kind.insert(kind, n);
                 }
             }
+            stats.pending_vectors = self.collection.count(Some(Filter::must([queue::queued()]))).await?;
             stats.soft_deleted =
                 self.collection.count(Some(qdrant_client::qdrant::Filter::must([filter::soft_deleted()]))).await?;
             if let Some(model) = &stats.embedding_model {
@@ -811,34 +819,43 @@ impl VectorIndex for QdrantStore {
             self.collection.drop_dense(old).await?;
         }
         self.collection.ensure(Some(&model)).await?;
+        queue::enqueue_matching(&self.collection, Filter::default()).await?;
         let stored = model.clone();
-        let queued = self
-            .side
-            .write(move |tx| {
-                sidecar::set_model(tx, &stored)?;
-                sidecar::enqueue_all(tx)
-            })
-            .await?;
+        self.side.write(move |tx| sidecar::set_model(tx, &stored)).await?;
         *self.model.write().expect("model lock") = Some(model);
-        Ok(queued)
+        self.queued_vectors().await
     }
 
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
-        let owner = self.owner.clone();
-        let now = (now_nanos() / 1_000_000) as i64;
-        let ids = self.side.write(move |tx| sidecar::claim(tx, &owner, now, VECTOR_CLAIM_MS, limit)).await?;
-        self.get_many(ids).await
+        // Another process may claim the same candidates first: those it took are not candidates
+        // the next time round, so this ends when something is held or nothing is left.
+        loop {
+            let now = (now_nanos() / 1_000_000) as i64;
+            let ids = queue::candidates(&self.collection, &self.owner, now, limit).await?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            // Only acknowledged memories: an insert in flight may still be rolled back.
+            let live = {
+                let ids = ids.clone();
+                self.side.read(move |c| sidecar::stored_among(c, &ids)).await?
+            };
+            let ids: Vec<MemoryId> = ids.into_iter().filter(|id| live.contains(id)).collect();
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let held = queue::claim(&self.collection, &ids, &self.owner, now, now + VECTOR_CLAIM_MS).await?;
+            if !held.is_empty() {
+                return self.get_many(held).await;
+            }
+        }
     }
 
     async fn queued_vectors(&self) -> Result<u64> {
-        self.side
-            .read(|c| {
-                sidecar::count(
-                    c,
-                    "SELECT count(*) FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored'",
-                )
-            })
-            .await
+        if !self.collection.exists().await? {
+            return Ok(0);
+        }
+        self.collection.count(Some(Filter::must([queue::queued()]))).await
     }
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
@@ -881,7 +898,7 @@ impl VectorIndex for QdrantStore {
             let request = UpdatePointVectorsBuilder::new(self.collection.name(), chunk.to_vec()).wait(true);
             self.collection.call("update vectors", self.collection.client().update_vectors(request.build())).await?;
         }
-        self.side.write(move |tx| sidecar::dequeue(tx, &done)).await
+        queue::done(&self.collection, &done).await
     }
 
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
@@ -1000,11 +1017,11 @@ impl QdrantStore {
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();
         let mut edges = Vec::new();
-        let rows: Vec<(Memory, bool)> = batch
+        let rows: Vec<Memory> = batch
             .into_iter()
             .map(|s| {
                 edges.extend(s.edges);
-                (s.memory, s.vector.is_some())
+                s.memory
             })
             .collect();
         self.side.write(move |tx| sidecar::begin_restore(tx, &rows)).await?;
@@ -1038,7 +1055,10 @@ mod tests {
         api.expect_collection_exists().returning(|_| Ok(true));
         api.expect_collection_info().returning(|_| {
             let info = qdrant_client::qdrant::CollectionInfo {
-                payload_schema: [(payload::field::TERMS.to_owned(), Default::default())].into_iter().collect(),
+                payload_schema: [payload::field::TERMS, queue::field::VECTOR_QUEUE]
+                    .into_iter()
+                    .map(|f| (f.to_owned(), Default::default()))
+                    .collect(),
                 ..Default::default()
             };
             Ok(qdrant_client::qdrant::GetCollectionInfoResponse { result: Some(info), ..Default::default() })
@@ -1136,7 +1156,6 @@ mod tests {
         let err = store.insert(vec![turn("a", "Bo", 1), turn("b", "Ann", 2)], None).await.unwrap_err().to_string();
         assert!(err.contains("unreachable") && err.contains(store.collection()), "{err}");
         assert!(store.side.read(sidecar::unfinished).await.unwrap().is_empty(), "nothing left half-written");
-        assert!(store.side.read(|c| sidecar::queued(c, 10)).await.unwrap().is_empty());
     }
 
     #[tokio::test]
@@ -1225,6 +1244,8 @@ mod tests {
                     && r.points.len() == 1
                     && p.id == Some(PointId::from(2u64))
                     && text_of(p, "context").is_none()
+                    // Queued again: the reply is re-embedded without it.
+                    && p.payload.contains_key(queue::field::VECTOR_QUEUE)
                     && text_of(p, "text").as_deref() == Some("Yes, twice")
             })
             .returning(|_| Ok(()));
@@ -1240,12 +1261,6 @@ mod tests {
             .returning(|_| Ok(()));
         let store = open(dir.path(), api).await;
         store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
-        store.side.write(|tx| sidecar::dequeue(tx, &[MemoryId(1), MemoryId(2)])).await.unwrap();
         assert!(store.forget(MemoryId(1)).await.unwrap());
-        assert_eq!(
-            store.side.read(|c| sidecar::queued(c, 10)).await.unwrap(),
-            [MemoryId(2)],
-            "the reply is re-embedded"
-        );
     }
 }

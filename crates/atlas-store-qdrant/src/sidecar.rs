@@ -1,8 +1,8 @@
 //! The memory space's SQLite file: what is not yet on the server. It allocates memory ids, keeps
-//! the ledger of which points are acknowledged, the queue of memories awaiting a vector and the
-//! store's settings (collection name, embedding model, schema version). (Edges are on the
-//! server, [`crate::meta`]; the `edges` table only holds those of an earlier version until
-//! the next open moves them.)
+//! the ledger of which points are acknowledged and the store's settings (collection name,
+//! embedding model, schema version). Edges and the vector queue are on the server
+//! ([`crate::meta`], [`crate::queue`]); the `edges` and `vector_queue` tables only hold those of
+//! an earlier version until the next open moves them.
 //!
 //! Invariant: a memory id is acknowledged to a caller only once its ledger row is `stored`,
 //! which happens after Qdrant confirmed the point. A row left `writing` by a crash is rolled
@@ -361,8 +361,8 @@ pub fn set_model(conn: &Connection, model: &EmbeddingModel) -> Result<()> {
     set_setting(conn, "embedding_dimension", &model.dimension.to_string())
 }
 
-/// Allocates ids for `batch` (rows in state `writing`), finds each episode's predecessor in the
-/// same session, user and agent, and queues every memory for a vector. Returns each new id with
+/// Allocates ids for `batch` (rows in state `writing`) and finds each episode's predecessor in
+/// the same session, user and agent. Returns each new id with
 /// its predecessor (the temporal edge between them is the caller's to write).
 pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryId, Option<MemoryId>)>> {
     let since = now_ms();
@@ -379,7 +379,6 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryI
              AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)) ORDER BY event_time DESC, id DESC LIMIT 1",
         )
         .map_err(sql)?;
-    let mut enqueue = tx.prepare_cached("INSERT INTO vector_queue (id) VALUES (?)").map_err(sql)?;
     let mut ids = Vec::with_capacity(batch.len());
     for m in batch {
         insert
@@ -400,15 +399,13 @@ pub fn begin_insert(tx: &Connection, batch: &[NewMemory]) -> Result<Vec<(MemoryI
                 .optional()
                 .map_err(sql)?;
         }
-        enqueue.execute([id]).map_err(sql)?;
         ids.push((MemoryId(id), prev.map(MemoryId)));
     }
     Ok(ids)
 }
 
-/// Records restored memories under their own ids (state `writing` until Qdrant confirms) and
-/// their place in the vector queue.
-pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool)]) -> Result<()> {
+/// Records restored memories under their own ids (state `writing` until Qdrant confirms).
+pub fn begin_restore(tx: &Connection, batch: &[Memory]) -> Result<()> {
     let since = now_ms();
     let mut upsert = tx
         .prepare_cached(
@@ -419,9 +416,7 @@ pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool)]) -> Result<()> {
              since = excluded.since",
         )
         .map_err(sql)?;
-    let mut enqueue = tx.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(sql)?;
-    let mut dequeue = tx.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(sql)?;
-    for (m, has_vector) in batch {
+    for m in batch {
         upsert
             .execute(params![
                 m.id.0,
@@ -433,11 +428,6 @@ pub fn begin_restore(tx: &Connection, batch: &[(Memory, bool)]) -> Result<()> {
                 since
             ])
             .map_err(sql)?;
-        if *has_vector {
-            dequeue.execute([m.id.0]).map_err(sql)?;
-        } else {
-            enqueue.execute([m.id.0]).map_err(sql)?;
-        }
     }
     Ok(())
 }
@@ -490,11 +480,6 @@ fn for_each_id(tx: &Connection, statement: &str, ids: &[MemoryId]) -> Result<()>
     Ok(())
 }
 
-/// Puts `ids` (back) in the queue of memories awaiting a vector.
-pub fn enqueue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
-    for_each_id(tx, "INSERT OR IGNORE INTO vector_queue (id) VALUES (?)", ids)
-}
-
 /// Marks a memory as being forgotten; false when it is not (or no longer) acknowledged.
 pub fn begin_forget(tx: &Connection, id: MemoryId) -> Result<bool> {
     tx.execute(
@@ -515,8 +500,16 @@ pub fn unfinished(conn: &Connection) -> Result<Vec<MemoryId>> {
     )
 }
 
+/// Memories a space file of an earlier version kept in its vector queue (the table is emptied
+/// once they are queued on the server, `QdrantStore::move_legacy_state`).
+pub fn legacy_queue(conn: &Connection) -> Result<Vec<MemoryId>> {
+    let mut stmt = conn.prepare_cached("SELECT id FROM vector_queue ORDER BY id").map_err(sql)?;
+    let ids = stmt.query_map([], |r| r.get(0)).map_err(sql)?;
+    ids.map(|r| r.map(MemoryId)).collect::<rusqlite::Result<_>>().map_err(sql)
+}
+
 /// Edges a space file of an earlier version kept (the table is emptied once they are on the
-/// server, `QdrantStore::move_legacy_edges`).
+/// server, `QdrantStore::move_legacy_state`).
 pub fn legacy_edges(conn: &Connection) -> Result<Vec<Edge>> {
     let mut stmt = conn.prepare_cached(&format!("SELECT {EDGE_COLUMNS} FROM edges")).map_err(sql)?;
     let rows = stmt
@@ -538,23 +531,6 @@ pub fn legacy_edges(conn: &Connection) -> Result<Vec<Edge>> {
         })
         .map_err(sql)?;
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)
-}
-
-/// Claims up to `limit` acknowledged memories awaiting a vector for `owner` until `now + ms`,
-/// oldest first, skipping those another owner's unexpired claim holds.
-pub fn claim(tx: &Connection, owner: &str, now: i64, ms: i64, limit: usize) -> Result<Vec<MemoryId>> {
-    let mut stmt = tx
-        .prepare_cached(
-            "UPDATE vector_queue SET claimed_by = ?2, claimed_until = ?1 + ?3 WHERE id IN \
-             (SELECT q.id FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored' \
-              AND (q.claimed_until IS NULL OR q.claimed_until <= ?1 OR q.claimed_by = ?2) ORDER BY q.id LIMIT ?4) \
-             RETURNING id",
-        )
-        .map_err(sql)?;
-    let rows = stmt.query_map(params![now, owner, ms, limit as i64], |r| r.get(0).map(MemoryId)).map_err(sql)?;
-    let mut ids = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)?;
-    ids.sort();
-    Ok(ids)
 }
 
 /// The receipt of an earlier write under `key`, if there was one.
@@ -595,28 +571,6 @@ pub fn reserve_ids(tx: &Connection, count: u64) -> Result<MemoryId> {
     Ok(MemoryId(top + 1))
 }
 
-/// Acknowledged memories awaiting a vector, oldest first.
-#[cfg(test)]
-pub fn queued(conn: &Connection, limit: usize) -> Result<Vec<MemoryId>> {
-    memory_ids(
-        conn,
-        "SELECT q.id FROM vector_queue q JOIN ledger l ON l.id = q.id WHERE l.state = 'stored' ORDER BY q.id LIMIT ?",
-        limit as i64,
-    )
-}
-
-/// Takes memories off the vector queue; returns those still in the ledger.
-pub fn dequeue(tx: &Connection, ids: &[MemoryId]) -> Result<()> {
-    for_each_id(tx, "DELETE FROM vector_queue WHERE id = ?", ids)
-}
-
-/// Queues every acknowledged memory; returns the queue's length.
-pub fn enqueue_all(tx: &Connection) -> Result<u64> {
-    tx.execute("INSERT OR IGNORE INTO vector_queue (id) SELECT id FROM ledger WHERE state = 'stored'", [])
-        .map_err(sql)?;
-    count(tx, "SELECT count(*) FROM vector_queue")
-}
-
 pub fn count(conn: &Connection, sql_text: &str) -> Result<u64> {
     conn.query_row(sql_text, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(sql)
 }
@@ -651,11 +605,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let side = Sidecar::open(&dir.path().join("space.db")).unwrap();
         let ids = side.write(|tx| begin_insert(tx, &[episode("s", 1), episode("s", 2)])).await.unwrap();
-        assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![], "unacknowledged: not yet queued work");
         let ((a, none), (b, after_a)) = (ids[0], ids[1]);
         assert_eq!((none, after_a), (None, Some(a)), "each insert names its predecessor");
         side.write(move |tx| finish_insert(tx, &[a])).await.unwrap();
-        assert_eq!(side.read(|c| queued(c, 10)).await.unwrap(), vec![a]);
+        assert_eq!(side.read(move |c| stored_among(c, &[a, b])).await.unwrap(), [a].into_iter().collect());
         // Not expired yet: a concurrent insert of another process must not be rolled back.
         assert!(side.read(unfinished).await.unwrap().is_empty());
         side.write(move |tx| {
@@ -669,7 +622,7 @@ mod tests {
         assert!(!side.write(move |tx| begin_forget(tx, a)).await.unwrap(), "already being forgotten");
         assert_eq!(side.read(unfinished).await.unwrap(), vec![a, b]);
         side.write(move |tx| delete(tx, &[a, b])).await.unwrap();
-        assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM vector_queue")).await.unwrap(), 0);
+        assert_eq!(side.read(|c| count(c, "SELECT count(*) FROM ledger")).await.unwrap(), 0);
         let next = side.write(|tx| begin_insert(tx, &[episode("s", 3)])).await.unwrap();
         assert!(next[0].0 > b, "ids are never reused");
     }

@@ -79,11 +79,11 @@ fn a_collection_without_stems_is_upgraded_at_open() {
     }
 }
 
-/// A space file of a version that kept the edges in it: the next open moves them to the server
-/// and empties the table, and they are found as before.
+/// A space file of a version that kept the edges and the vector queue in it: the next open moves
+/// them to the server and empties the tables, and they are found as before.
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
-fn edges_kept_in_the_space_file_move_to_the_server_at_open() {
+fn edges_and_queue_kept_in_the_space_file_move_to_the_server_at_open() {
     let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
     let mut options = QdrantOptions::new(url.clone());
     options.collection_prefix = "atlas_upgrade_edges".into();
@@ -100,9 +100,26 @@ fn edges_kept_in_the_space_file_move_to_the_server_at_open() {
         let ids = store.insert(turns, None).await.unwrap();
         (store.collection().to_owned(), ids, store.meta_collection().to_owned())
     });
-    // As an older version left it: the edges in the file, none on the server.
-    runtime.block_on(client.delete_collection(meta.clone())).unwrap();
+    // As an older version left it: the edges and the queue in the file, none on the server.
+    runtime.block_on(async {
+        client.delete_collection(meta.clone()).await.unwrap();
+        client
+            .delete_field_index(DeleteFieldIndexCollectionBuilder::new(&name, "vector_queue").wait(true))
+            .await
+            .unwrap();
+        client
+            .delete_payload(
+                DeletePayloadPointsBuilder::new(&name, vec!["vector_queue".to_owned()])
+                    .points_selector(Filter::default())
+                    .wait(true),
+            )
+            .await
+            .unwrap();
+    });
     let file = rusqlite::Connection::open(&space).unwrap();
+    for id in &ids[1..] {
+        file.execute("INSERT INTO vector_queue (id) VALUES (?)", [id.0]).unwrap();
+    }
     for (src, dst) in [(ids[0], ids[1]), (ids[1], ids[2])] {
         file.execute(
             "INSERT INTO edges (src, dst, kind, weight, valid_from, valid_until, recorded_at) \
@@ -118,7 +135,15 @@ fn edges_kept_in_the_space_file_move_to_the_server_at_open() {
             let ends: Vec<_> = edges.iter().map(|e| (e.src, e.dst, e.validity.valid_from.millis())).collect();
             assert_eq!(ends, [(ids[1], ids[2], 5), (ids[0], ids[1], 5)]);
             assert_eq!(store.stats().await.unwrap().edges, 2);
-            let left: i64 = file.query_row("SELECT count(*) FROM edges", [], |r| r.get(0)).unwrap();
+            let queued: Vec<_> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
+            assert_eq!(queued, ids[1..]);
+            let info = client.collection_info(&name).await.unwrap().result.unwrap();
+            assert!(info.payload_schema.contains_key("vector_queue"), "the queue is indexed");
+            let left: i64 = file
+                .query_row("SELECT (SELECT count(*) FROM edges) + (SELECT count(*) FROM vector_queue)", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
             assert_eq!(left, 0, "the file forgets them once the server has them");
         })
     }));

@@ -1,0 +1,137 @@
+//! The vector queue as state of the points themselves, so that the background embedder of any
+//! process on any host takes work from the server and no two embed the same memory.
+//!
+//! A memory awaits a vector while its point has `vector_queue` (indexed): the time in
+//! milliseconds until which a claim holds it, 0 when nobody does. Every point written without
+//! a vector gets `vector_queue = 0`; storing its vector removes the field. A claim is a
+//! conditional write: `vector_queue` and `vector_claim` (the owner) are set only on points whose
+//! claim has expired or is the owner's own (the condition is evaluated by the server, with
+//! strong write ordering, so of two racing claims the second sees the first), then the points
+//! are read back and the owner keeps those that carry its name.
+
+use crate::collection::Collection;
+use crate::payload::point_id;
+use atlas_domain::{MemoryId, Result};
+use qdrant_client::qdrant::{
+    Condition, DeletePayloadPointsBuilder, Filter, GetPointsBuilder, HasIdCondition, PointId, PointsIdsList, Range,
+    SetPayloadPointsBuilder, WriteOrdering, WriteOrderingType,
+};
+use serde_json::json;
+
+/// Payload fields of the queue.
+pub mod field {
+    /// Present while the memory awaits a vector: until when a claim holds it (0: unclaimed).
+    pub const VECTOR_QUEUE: &str = "vector_queue";
+    /// Who holds the claim (meaningful while `vector_queue` lies in the future).
+    pub const VECTOR_CLAIM: &str = "vector_claim";
+}
+
+/// Points awaiting a vector.
+pub fn queued() -> Condition {
+    Condition::range(field::VECTOR_QUEUE, Range { gte: Some(i64::MIN as f64), ..Range::default() })
+}
+
+/// Points awaiting a vector that `owner` may claim at `now`: unclaimed, expired or its own.
+fn claimable(owner: &str, now: i64) -> Filter {
+    Filter {
+        should: vec![
+            Condition::range(field::VECTOR_QUEUE, Range { lte: Some(now as f64), ..Range::default() }),
+            Condition::matches(field::VECTOR_CLAIM, owner.to_owned()),
+        ],
+        must: vec![queued()],
+        ..Filter::default()
+    }
+}
+
+fn strong() -> WriteOrdering {
+    WriteOrdering { r#type: WriteOrderingType::Strong as i32 }
+}
+
+fn point_ids(ids: &[MemoryId]) -> Result<Vec<PointId>> {
+    ids.iter().map(|id| point_id(*id).map(PointId::from)).collect()
+}
+
+/// Up to `limit` ids of queued points `owner` may claim at `now`, in id order.
+pub async fn candidates(memories: &Collection, owner: &str, now: i64, limit: usize) -> Result<Vec<MemoryId>> {
+    if limit == 0 || !memories.exists().await? {
+        return Ok(Vec::new());
+    }
+    let request = qdrant_client::qdrant::ScrollPointsBuilder::new(memories.name())
+        .filter(claimable(owner, now))
+        .limit(limit.min(u32::MAX as usize) as u32)
+        .with_payload(false)
+        .with_vectors(false);
+    let page = memories.call("scroll", memories.client().scroll(request.build())).await?;
+    page.points.into_iter().map(|p| crate::memory_id(p.id.as_ref())).collect()
+}
+
+/// Claims `ids` for `owner` until `until` where the claim is free; returns those it holds (its
+/// name on an unexpired claim: this one, or one another task of the same owner just renewed).
+pub async fn claim(
+    memories: &Collection,
+    ids: &[MemoryId],
+    owner: &str,
+    now: i64,
+    until: i64,
+) -> Result<Vec<MemoryId>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut filter = claimable(owner, now);
+    filter.must.push(Condition::from(HasIdCondition { has_id: point_ids(ids)? }));
+    let payload = json!({ field::VECTOR_QUEUE: until, field::VECTOR_CLAIM: owner });
+    let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object") };
+    let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
+        .points_selector(filter)
+        .ordering(strong())
+        .wait(true);
+    memories.call("claim queued vector work", memories.client().set_payload(request.build())).await?;
+    let request = GetPointsBuilder::new(memories.name(), point_ids(ids)?)
+        .with_payload(crate::include(&[field::VECTOR_QUEUE, field::VECTOR_CLAIM]))
+        .with_vectors(false);
+    let points = memories.call("read the claims", memories.client().get_points(request.build())).await?;
+    let mut held = Vec::new();
+    for p in points {
+        let holds = p.payload.get(field::VECTOR_CLAIM).and_then(|v| v.as_str()).is_some_and(|o| o == owner)
+            && p.payload.get(field::VECTOR_QUEUE).and_then(|v| v.as_integer()).is_some_and(|t| t > now);
+        if holds {
+            held.push(crate::memory_id(p.id.as_ref())?);
+        }
+    }
+    held.sort();
+    Ok(held)
+}
+
+/// Takes `ids` off the queue (their vectors are stored).
+pub async fn done(memories: &Collection, ids: &[MemoryId]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let request = DeletePayloadPointsBuilder::new(
+        memories.name(),
+        vec![field::VECTOR_QUEUE.to_owned(), field::VECTOR_CLAIM.to_owned()],
+    )
+    .points_selector(PointsIdsList { ids: point_ids(ids)? })
+    .wait(true);
+    memories.call("take memories off the vector queue", memories.client().delete_payload(request.build())).await
+}
+
+/// Puts the points `filter` selects (back) on the queue, unclaimed.
+pub async fn enqueue_matching(memories: &Collection, filter: Filter) -> Result<()> {
+    let payload = json!({ field::VECTOR_QUEUE: 0 });
+    let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object") };
+    let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
+        .points_selector(filter)
+        .ordering(strong())
+        .wait(true);
+    memories.call("queue memories for a vector", memories.client().set_payload(request.build())).await
+}
+
+/// Puts `ids` (back) on the queue, unclaimed.
+pub async fn enqueue(memories: &Collection, ids: &[MemoryId]) -> Result<()> {
+    for chunk in ids.chunks(256) {
+        enqueue_matching(memories, Filter::must([Condition::from(HasIdCondition { has_id: point_ids(chunk)? })]))
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! Several store instances on one memory space, as several processes would open it: they share
+//! the work of the vector queue without embedding a memory twice. Needs a Qdrant server, like
+//! the conformance suite.
+
+use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
+use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
+use atlas_store_qdrant::{QdrantOptions, QdrantStore};
+use atlas_testing::HashEmbedder;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
+fn embedders_of_several_processes_never_take_the_same_memory() {
+    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let mut options = QdrantOptions::new(url.clone());
+    options.collection_prefix = "atlas_shared".into();
+    let dir = tempfile::tempdir().unwrap();
+    let space = dir.path().join("space.db");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let model = EmbeddingModel { name: "atlas-test-hash-16".into(), dimension: 16 };
+    let (stores, ids) = runtime.block_on(async {
+        let mut stores = Vec::new();
+        for _ in 0..4 {
+            let store = QdrantStore::open(&space, options.clone()).await.unwrap();
+            store.bind_model(model.clone()).await.unwrap();
+            stores.push(Arc::new(store));
+        }
+        let turns: Vec<NewMemory> = (0..200)
+            .map(|i| NewMemory::episode(format!("turn {i}"), Scope::default(), None, Timestamp(i), Timestamp(i)))
+            .collect();
+        let ids = stores[0].insert(turns, None).await.unwrap();
+        (stores, ids)
+    });
+    let name = stores[0].collection().to_owned();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let mut workers = tokio::task::JoinSet::new();
+            for store in &stores {
+                let store = Arc::clone(store);
+                workers.spawn(async move {
+                    let embedder = HashEmbedder::new(16);
+                    let mut embedded: Vec<MemoryId> = Vec::new();
+                    loop {
+                        let work = store.pending_vectors(7).await.unwrap();
+                        if work.is_empty() {
+                            return embedded;
+                        }
+                        let vectors = work.iter().map(|m| (m.id, embedder.embed_one(&m.text))).collect();
+                        store.put_vectors(vectors).await.unwrap();
+                        embedded.extend(work.iter().map(|m| m.id));
+                    }
+                });
+            }
+            let mut times: HashMap<MemoryId, usize> = HashMap::new();
+            let mut busy = 0;
+            while let Some(done) = workers.join_next().await {
+                let embedded = done.unwrap();
+                busy += usize::from(!embedded.is_empty());
+                for id in embedded {
+                    *times.entry(id).or_default() += 1;
+                }
+            }
+            let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+            assert!(twice.is_empty(), "embedded by two processes: {twice:?}");
+            assert_eq!(times.len(), ids.len(), "every memory embedded");
+            assert!(busy >= 2, "the work was shared ({busy} of 4 took some)");
+            assert_eq!(stores[3].queued_vectors().await.unwrap(), 0);
+            assert_eq!(stores[2].stats().await.unwrap().vectors, ids.len() as u64);
+        })
+    }));
+    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
+    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
+    let _ = runtime.block_on(client.delete_collection(name));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
