@@ -27,6 +27,11 @@ struct Cli {
     /// The Qdrant server's gRPC address (e.g. http://localhost:6334). Overrides qdrant.url.
     #[arg(long, global = true, value_name = "URL")]
     qdrant_url: Option<String>,
+    /// With --store qdrant: the memory space's name on the server, shared by every process of
+    /// every host that names it (no local file; --db is then not used). Overrides qdrant.space
+    /// and ATLAS_QDRANT_SPACE.
+    #[arg(long, global = true, value_name = "NAME")]
+    space: Option<String>,
     /// A TOML configuration file (see docs/CONFIG.md).
     #[arg(long, global = true, value_name = "FILE", env = "ATLAS_CONFIG")]
     config: Option<PathBuf>,
@@ -439,6 +444,9 @@ async fn run(cli: Cli) -> Result<()> {
     }
     if let Some(url) = cli.qdrant_url {
         config.qdrant.url = Some(url);
+    }
+    if let Some(space) = cli.space {
+        config.qdrant.space = Some(space);
     }
     if let Some(db) = cli.db {
         config.db = db;

@@ -54,6 +54,9 @@ pub struct QdrantConfig {
     /// The server's gRPC address, e.g. `http://localhost:6334`; a cluster's nodes separated by
     /// commas (calls go to the next node while one is unreachable).
     pub url: Option<String>,
+    /// The memory space's name on the server: every process of every host that names it shares
+    /// it, with no local file (`db` is then not used). Unset: `db` names a space file.
+    pub space: Option<String>,
     /// Better set through `ATLAS_QDRANT_API_KEY` than written in a file.
     pub api_key: Option<String>,
     pub timeout_ms: u64,
@@ -78,6 +81,7 @@ impl Default for QdrantConfig {
     fn default() -> Self {
         QdrantConfig {
             url: None,
+            space: None,
             api_key: None,
             timeout_ms: 30_000,
             connect_timeout_ms: 5_000,
@@ -402,7 +406,7 @@ impl Config {
 
     /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`),
     /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_EMBED_THREADS`, `ATLAS_STORAGE` (`sqlite` |
-    /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_API_KEY`, `ATLAS_BUSY_TIMEOUT_MS`,
+    /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_SPACE`, `ATLAS_QDRANT_API_KEY`, `ATLAS_BUSY_TIMEOUT_MS`,
     /// `ATLAS_RECALL_EMBED_BUDGET_MS`.
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
         if let Some(v) = env("ATLAS_STORAGE") {
@@ -410,6 +414,9 @@ impl Config {
         }
         if let Some(url) = env("ATLAS_QDRANT_URL") {
             self.qdrant.url = Some(url);
+        }
+        if let Some(space) = env("ATLAS_QDRANT_SPACE") {
+            self.qdrant.space = Some(space);
         }
         if let Some(key) = env("ATLAS_QDRANT_API_KEY") {
             self.qdrant.api_key = Some(key);

@@ -279,6 +279,10 @@ impl Atlas {
     }
 
     fn archive_stem(&self) -> String {
+        // A space named on the server archives under its name (it has no file).
+        if let (crate::config::StorageKind::Qdrant, Some(space)) = (self.config.storage, &self.config.qdrant.space) {
+            return space.clone();
+        }
         self.config.db.file_stem().map_or_else(|| "atlas".into(), |s| s.to_string_lossy().into_owned())
     }
 }

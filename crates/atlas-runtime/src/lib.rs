@@ -557,6 +557,7 @@ pub fn qdrant_options(q: &config::QdrantConfig) -> Result<atlas_store_qdrant::Qd
     })?;
     let mut options = QdrantOptions::new(url);
     options.api_key = q.api_key.clone();
+    options.space = q.space.clone();
     options.timeout = std::time::Duration::from_millis(q.timeout_ms.max(1));
     options.connect_timeout = std::time::Duration::from_millis(q.connect_timeout_ms.max(1));
     options.collection_prefix = q.collection_prefix.clone();

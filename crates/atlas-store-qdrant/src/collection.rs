@@ -28,7 +28,7 @@ const SCROLL_PAGE: u32 = 1000;
 pub const TEXT_VECTOR: &str = "text";
 
 /// Payload indexes: every field a filter touches.
-const INDEXED_FIELDS: [(&str, FieldType); 11] = [
+pub const INDEXED_FIELDS: [(&str, FieldType); 13] = [
     (field::KIND, FieldType::Keyword),
     (field::USER, FieldType::Keyword),
     (field::AGENT, FieldType::Keyword),
@@ -39,6 +39,8 @@ const INDEXED_FIELDS: [(&str, FieldType); 11] = [
     (field::ID, FieldType::Integer),
     (field::DELETED_AT, FieldType::Integer),
     (crate::queue::field::VECTOR_QUEUE, FieldType::Integer),
+    (crate::ledger::field::PENDING, FieldType::Integer),
+    (crate::write::CONSOLIDATED_AT, FieldType::Integer),
     // Last: an existing collection without it gets it once its points carry `terms`
     // (QdrantStore::upgrade_text_index).
     (field::TERMS, FieldType::Integer),
@@ -69,6 +71,19 @@ pub fn name_for(prefix: &str, space: &Path) -> String {
     );
     let hash = seed.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
     format!("{prefix}_{stem}_{hash:08x}")
+}
+
+/// `{prefix}_{space}`: the collection of a space named on the server. Names are letters,
+/// digits, `-` and `_` (1 to 64), so that two names never share a collection.
+pub fn name_of_space(prefix: &str, space: &str) -> Result<String> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if space.is_empty() || space.len() > 64 || !space.chars().all(fine) {
+        return Err(AtlasError::invalid(
+            "qdrant.space (--space)",
+            format!("{space:?} is not a space name: use 1 to 64 letters, digits, '-' and '_'"),
+        ));
+    }
+    Ok(format!("{prefix}_{space}"))
 }
 
 /// What went wrong, in the user's terms.
@@ -158,8 +173,29 @@ impl Collection {
             return Ok(true);
         }
         let exists = self.call("check the collection", self.client.collection_exists(self.name.clone())).await?;
+        if exists {
+            self.await_indexes().await?;
+        }
         self.known_to_exist.store(exists, Ordering::Release);
         Ok(exists)
+    }
+
+    /// A collection another process (or task) is creating exists a moment before its payload
+    /// indexes do, and ordered reads need them: wait (up to 2 s) until the last index created
+    /// before `terms` is there. (A collection of an earlier version lacks it until this
+    /// version's open adds it: that open waits the 2 s once.)
+    async fn await_indexes(&self) -> Result<()> {
+        let last = match self.shape {
+            Shape::Memories => INDEXED_FIELDS[INDEXED_FIELDS.len() - 2].0,
+            Shape::Meta => crate::meta::INDEXED_FIELDS[crate::meta::INDEXED_FIELDS.len() - 1].0,
+        };
+        for _ in 0..20 {
+            if self.has_index(last).await? {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// The dense vectors the collection has: name → (size, distance).

@@ -1,58 +1,60 @@
-//! The sleep cycle's port on Qdrant: the points are the memories, the sidecar keeps what the
-//! cycle tracks (processed episodes with attempts, the ledger of cycles, summary coverage) and
-//! the edges. `apply` writes the new points, then the revised ones, then commits the rest in
-//! one sidecar transaction; new points are acknowledged only by that commit (a crash before it
-//! rolls them back, like any insert), and the cycle that re-runs the unprocessed episodes
-//! converges on the same revisions.
+//! The sleep cycle's port on Qdrant. The points are the memories; an episode the cycle
+//! processed carries `consolidated_at`; the meta collection keeps per session when its last
+//! turn was said and how many turns its summary covers, and per episode the cycle failed on how
+//! often ([`crate::meta`]). `apply` is one write of the ledger ([`crate::ledger`]): its new
+//! memories and edges land invisible, the revisions are written, then one commit makes the new
+//! memories visible and, rolled forward, marks the episodes processed, counts the failures and
+//! keeps the cycle's report in the write's record. A crash before the commit rolls the new
+//! memories back and leaves the episodes unprocessed; the revision may already be on its point,
+//! and the re-run cycle converges on the same outcome.
 
 use crate::collection::dense_vector_name;
 use crate::payload::field;
-use crate::{QdrantStore, filter, sidecar};
+use crate::write::{CONSOLIDATED_AT, Landed};
+use crate::{QdrantStore, filter, ledger, meta};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator, MemoryRef};
 use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, MemoryKind, Result, Scope, Timestamp};
 use qdrant_client::qdrant::r#match::MatchValue;
-use qdrant_client::qdrant::{Condition, Filter, PointId, RepeatedStrings, ScrollPointsBuilder};
+use qdrant_client::qdrant::{Condition, Filter, PointId, Range, RepeatedStrings, ScrollPointsBuilder};
 
 /// Points read per scroll request.
 const PAGE: u32 = 256;
 
 impl QdrantStore {
-    /// Every live memory under `filter` (soft-deleted ones never), in id order.
-    async fn scroll_all(&self, mut must: Vec<Condition>) -> Result<Vec<Memory>> {
-        if !self.collection.exists().await? {
-            return Ok(Vec::new());
-        }
-        let filter =
-            Filter { must: std::mem::take(&mut must), must_not: vec![filter::soft_deleted()], ..Filter::default() };
-        let mut found = Vec::new();
-        let mut from = 1u64;
-        loop {
-            let request = ScrollPointsBuilder::new(self.collection.name())
-                .filter(filter.clone())
-                .offset(PointId::from(from))
-                .limit(PAGE)
-                .with_payload(true)
-                .with_vectors(false);
-            let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
-            let n = points.len();
-            for p in points {
-                found.push(crate::decode(p, None)?.0);
-            }
-            match found.last() {
-                Some(last) if n == PAGE as usize => from = crate::payload::point_id(last.id)? + 1,
-                _ => break,
-            }
-        }
-        let ids: Vec<MemoryId> = found.iter().map(|m| m.id).collect();
-        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
-        Ok(found.into_iter().filter(|m| live.contains(&m.id)).collect())
+    /// Every live memory under `must` (committed, never soft-deleted), in id order.
+    async fn scroll_all(&self, must: Vec<Condition>) -> Result<Vec<Memory>> {
+        let filter = Filter { must, must_not: vec![filter::soft_deleted(), filter::pending()], ..Filter::default() };
+        self.collection
+            .scroll_matching(filter)
+            .await?
+            .into_iter()
+            .map(|p| crate::decode(p, None).map(|d| d.0))
+            .collect()
+    }
+
+    /// The committed episodes of a session, soft-deleted ones too, in (event time, id) order.
+    async fn turns_of(&self, scope: &Scope) -> Result<Vec<Memory>> {
+        let Some(session) = &scope.session else { return Ok(Vec::new()) };
+        let mut must = owned_by(scope);
+        must.push(of_kind(MemoryKind::Episode));
+        must.push(Condition::matches(field::SESSION, MatchValue::Keyword(session.clone())));
+        let filter = Filter { must, must_not: vec![filter::pending()], ..Filter::default() };
+        let mut turns: Vec<Memory> = self
+            .collection
+            .scroll_matching(filter)
+            .await?
+            .into_iter()
+            .map(|p| crate::decode(p, None).map(|d| d.0))
+            .collect::<Result<_>>()?;
+        turns.sort_by_key(|m| (m.event_time, m.id));
+        Ok(turns)
     }
 }
 
 /// The user's and agent's memories: equal where set, absent where not.
-fn owned_by(scope: &Scope) -> Vec<Condition> {
+pub(crate) fn owned_by(scope: &Scope) -> Vec<Condition> {
     [(field::USER, &scope.user), (field::AGENT, &scope.agent)]
         .into_iter()
         .map(|(key, value)| match value {
@@ -62,7 +64,7 @@ fn owned_by(scope: &Scope) -> Vec<Condition> {
         .collect()
 }
 
-fn of_kind(kind: MemoryKind) -> Condition {
+pub(crate) fn of_kind(kind: MemoryKind) -> Condition {
     Condition::matches(field::KIND, MatchValue::Keyword(kind.as_str().into()))
 }
 
@@ -75,26 +77,49 @@ impl Consolidator for QdrantStore {
         retry_after_ms: i64,
         now: Timestamp,
     ) -> Result<Vec<Memory>> {
-        // Soft-deleted episodes are skipped, and the next ones read, until `limit` are found.
+        if limit == 0 || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        let filter = Filter {
+            must: vec![of_kind(MemoryKind::Episode), Condition::is_empty(CONSOLIDATED_AT)],
+            must_not: vec![filter::soft_deleted(), filter::pending()],
+            ..Filter::default()
+        };
+        // Episodes given up on or backing off are skipped, and the next ones read, until
+        // `limit` are found.
         let mut found = Vec::new();
-        let mut after = 0;
-        while found.len() < limit {
-            let want = limit - found.len();
-            let ids = self
-                .side
-                .read(move |c| sidecar::unprocessed(c, after, want, max_attempts, retry_after_ms, now.millis()))
-                .await?;
-            let Some(last) = ids.last() else { break };
-            after = last.0;
-            let done = ids.len() < want;
-            found.extend(
-                self.fetch(&ids, false).await?.into_iter().map(|(m, _)| m).filter(|m| !m.lifecycle.is_deleted()),
-            );
-            if done {
-                break;
+        let mut offset: Option<PointId> = None;
+        loop {
+            let mut request = ScrollPointsBuilder::new(self.collection.name())
+                .filter(filter.clone())
+                .limit(PAGE.max(limit as u32))
+                .with_payload(true)
+                .with_vectors(false);
+            if let Some(o) = offset.take() {
+                request = request.offset(o);
+            }
+            let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+            let episodes: Vec<Memory> =
+                page.points.into_iter().map(|p| crate::decode(p, None).map(|d| d.0)).collect::<Result<_>>()?;
+            let ids: Vec<MemoryId> = episodes.iter().map(|m| m.id).collect();
+            let attempts = meta::attempts_of(&self.meta, &ids).await?;
+            for m in episodes {
+                let ready = match attempts.get(&m.id) {
+                    None => true,
+                    Some(&(n, last)) => n < i64::from(max_attempts) && last + retry_after_ms * n <= now.millis(),
+                };
+                if ready {
+                    found.push(m);
+                    if found.len() == limit {
+                        return Ok(found);
+                    }
+                }
+            }
+            match page.next {
+                Some(next) => offset = Some(next),
+                None => return Ok(found),
             }
         }
-        Ok(found)
     }
 
     async fn known(&self, subjects: Vec<String>, names: Vec<String>, scope: Scope) -> Result<Vec<Memory>> {
@@ -126,126 +151,122 @@ impl Consolidator for QdrantStore {
         // Every revision names a memory that exists, or nothing is written.
         let revised_ids: Vec<MemoryId> = batch.revisions.iter().map(|r| r.id).collect();
         let mut revised = self.fetch(&revised_ids, true).await?;
-        if let Some(r) = batch.revisions.iter().find(|r| !revised.iter().any(|(m, _)| m.id == r.id)) {
+        if let Some(r) = batch.revisions.iter().find(|r| !revised.iter().any(|(m, _, _)| m.id == r.id)) {
             return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
         }
         let model = self.bound_model();
         self.collection.ensure(model.as_ref()).await?;
-        let rows = batch.memories.clone();
-        let linked = if rows.is_empty() {
-            Vec::new()
-        } else {
-            self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?
+        let ledger::Begun::Write(mut write) = self.begin(None).await? else {
+            unreachable!("an unkeyed write is never a replay")
         };
-        let ids: Vec<MemoryId> = linked.iter().map(|(id, _)| *id).collect();
-        let written: Result<()> = async {
-            let memories = self.with_context(batch.memories.clone(), &linked).await?;
-            let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
-            let links = crate::temporal_edges(&memories, &linked);
-            if !points.is_empty() {
-                self.upsert_or_roll_back(&ids, points, &links).await?;
-            }
+        let landed: Result<Landed> = async {
+            let (ids, memories) = if batch.memories.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                self.land_new(&mut write, &batch.memories).await?
+            };
             let dense = model.as_ref().map(dense_vector_name);
             let mut points = Vec::new();
-            for (m, vector) in &mut revised {
+            for (m, vector, kept) in &mut revised {
                 let r = batch.revisions.iter().rev().find(|r| r.id == m.id).expect("checked above");
                 m.validity.valid_until = r.valid_until;
                 if let (Body::Fact { confidence, .. }, Some(c)) = (&mut m.body, r.confidence) {
                     *confidence = c;
                 }
-                points.push(self.point(m, dense.as_deref().zip(vector.take()))?);
+                points.push(self.point(m, dense.as_deref().zip(vector.take()), *kept)?);
             }
             for chunk in points.chunks(self.batch) {
                 self.collection.upsert(chunk.to_vec()).await?;
             }
-            Ok(())
+            let resolve = |r: MemoryRef| match r {
+                MemoryRef::Stored(id) => Ok(id),
+                MemoryRef::New(i) => ids.get(i).copied().ok_or_else(|| {
+                    AtlasError::Storage(format!("an edge refers to new memory #{i}; the batch has {}", ids.len()))
+                }),
+            };
+            let edges = batch
+                .edges
+                .iter()
+                .map(|e| {
+                    Ok(Edge {
+                        src: resolve(e.src)?,
+                        dst: resolve(e.dst)?,
+                        kind: e.kind,
+                        weight: e.weight,
+                        validity: e.validity,
+                        recorded_at: e.recorded_at,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            meta::put_edges(&self.meta, &edges, Some(&write)).await?;
+            let mut effects = crate::write::effects_of(&memories);
+            effects.insert(
+                "cycle".into(),
+                crate::write::cycle_effect(batch.at.millis(), &batch.processed, &batch.failed, &batch.report),
+            );
+            Ok(Landed { ids, effects: Some(serde_json::Value::Object(effects)) })
         }
         .await;
-        if let Err(e) = written {
-            self.roll_back(ids).await;
-            return Err(e);
-        }
-        let resolve = |r: MemoryRef| match r {
-            MemoryRef::Stored(id) => Ok(id),
-            MemoryRef::New(i) => ids.get(i).copied().ok_or_else(|| {
-                AtlasError::Storage(format!("an edge refers to new memory #{i}; the batch has {}", ids.len()))
-            }),
-        };
-        let edges = batch
-            .edges
-            .iter()
-            .map(|e| {
-                Ok(Edge {
-                    src: resolve(e.src)?,
-                    dst: resolve(e.dst)?,
-                    kind: e.kind,
-                    weight: e.weight,
-                    validity: e.validity,
-                    recorded_at: e.recorded_at,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if let Err(e) = crate::meta::put_edges(&self.meta, &edges).await {
-            self.roll_back(ids).await;
-            return Err(e);
-        }
-        let summaries: Vec<(MemoryId, u32)> = batch
-            .memories
-            .iter()
-            .zip(&ids)
-            .filter_map(|(m, id)| match m.body {
-                Body::Summary { turns, .. } => Some((*id, turns)),
-                _ => None,
-            })
-            .collect();
-        let ended: Vec<MemoryId> = batch.revisions.iter().filter(|r| r.valid_until.is_some()).map(|r| r.id).collect();
-        let done = ids.clone();
-        let report = batch.report.to_string();
-        let committed = self
-            .side
-            .write(move |tx| {
-                sidecar::finish_insert(tx, &done)?;
-                sidecar::record_cycle(
-                    tx,
-                    batch.at.millis(),
-                    &batch.processed,
-                    &batch.failed,
-                    &summaries,
-                    &ended,
-                    &report,
-                )
-            })
-            .await;
-        if let Err(e) = committed {
-            self.roll_back(ids).await;
-            return Err(e);
-        }
-        Ok(ids)
+        Ok(self.finish_write(write, landed).await?.ids)
     }
 
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
-        let reports = self.side.read(move |c| sidecar::cycles(c, limit)).await?;
-        reports
+        if limit == 0 || !self.meta.exists().await? {
+            return Ok(Vec::new());
+        }
+        let filter = Filter::must([
+            Condition::matches(meta::field::TYPE, ledger::WRITE.to_owned()),
+            Condition::matches(ledger::field::STATE, vec!["committed".to_owned(), "done".to_owned()]),
+            Condition::range("effects.cycle.at", Range { gte: Some(i64::MIN as f64), ..Range::default() }),
+        ]);
+        let order = qdrant_client::qdrant::OrderByBuilder::new(ledger::field::AT)
+            .direction(qdrant_client::qdrant::Direction::Desc as i32)
+            .build();
+        let request = ScrollPointsBuilder::new(self.meta.name())
+            .filter(filter)
+            .order_by(order)
+            .limit(limit.min(u32::MAX as usize) as u32)
+            .with_payload(crate::include(&["effects.cycle.report"]))
+            .with_vectors(false);
+        let page = self.meta.call("scroll", self.meta.client().scroll(request.build())).await?;
+        Ok(page
+            .points
             .into_iter()
-            .map(|text| serde_json::from_str(&text).map_err(|e| AtlasError::Storage(format!("cycles: {e}"))))
-            .collect()
+            .map(|p| {
+                let effects = p.payload.get(ledger::field::EFFECTS).cloned().map(serde_json::Value::from);
+                effects.and_then(|e| e.get("cycle")?.get("report").cloned()).unwrap_or_default()
+            })
+            .collect())
     }
 
     async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>> {
-        let rows = self.side.read(move |c| sidecar::closed_sessions(c, said_before.millis(), limit)).await?;
-        let mut closed = Vec::with_capacity(rows.len());
-        for (user, agent, session, turn_ids, previous) in rows {
-            let turns: Vec<Memory> = self
-                .fetch(&turn_ids, false)
-                .await?
-                .into_iter()
-                .map(|(m, _)| m)
-                .filter(|m| !m.lifecycle.is_deleted())
-                .collect();
+        let mut closed = Vec::new();
+        if limit == 0 || !self.meta.exists().await? {
+            return Ok(closed);
+        }
+        for (user, agent, session, summarized) in meta::quiet_sessions(&self.meta, said_before.millis()).await? {
+            let scope = Scope { user, agent, session: Some(session) };
+            let all = self.turns_of(&scope).await?;
+            if all.is_empty() || summarized >= all.len() as i64 {
+                continue;
+            }
+            let mut must = owned_by(&scope);
+            must.push(of_kind(MemoryKind::Summary));
+            must.push(Condition::matches(
+                field::SESSION,
+                MatchValue::Keyword(scope.session.clone().unwrap_or_default()),
+            ));
+            let open = Range { gte: Some(crate::payload::OPEN_END as f64), ..Range::default() };
+            must.push(Condition::range(field::VALID_UNTIL, open));
+            let previous = self.scroll_all(must).await?.iter().map(|m| m.id).max();
+            let turns: Vec<Memory> = all.into_iter().filter(|m| !m.lifecycle.is_deleted()).collect();
             if turns.is_empty() {
                 continue;
             }
-            closed.push(ClosedSession { scope: Scope { user, agent, session: Some(session) }, turns, previous });
+            closed.push(ClosedSession { scope, turns, previous });
+            if closed.len() == limit {
+                break;
+            }
         }
         Ok(closed)
     }
@@ -291,6 +312,11 @@ mod tests {
         let mut api = crate::tests::existing_collection();
         api.expect_get_points().times(1).returning(|_| Ok(Vec::new()));
         api.expect_upsert_points().never();
+        api.expect_set_payload().never();
+        // The ledger of cycles: no report either.
+        api.expect_scroll()
+            .withf(|r| r.order_by.as_ref().is_some_and(|o| o.key == "at"))
+            .returning(|_| Ok(Default::default()));
         let store = open(dir.path(), api).await;
         let batch = Consolidation {
             memories: Vec::new(),

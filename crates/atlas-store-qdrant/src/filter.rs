@@ -17,12 +17,19 @@ pub fn soft_deleted() -> Condition {
     Condition::range(field::DELETED_AT, Range { gte: Some(i64::MIN as f64), ..Range::default() })
 }
 
-/// Memories of one kind, deleted or not (for counting).
-pub fn of_kind(kind: MemoryKind) -> Filter {
-    Filter::must([keyword(field::KIND, kind.as_str())])
+/// Holds for a point of a write not yet committed and rolled forward
+/// ([`crate::ledger`]): every read excludes those.
+pub fn pending() -> Condition {
+    Condition::range(crate::ledger::field::PENDING, Range { gte: Some(i64::MIN as f64), ..Range::default() })
 }
 
-/// The conditions of `filter`, all of which must hold, and never a soft-deleted memory.
+/// Memories of one kind, deleted or not (for counting).
+pub fn of_kind(kind: MemoryKind) -> Filter {
+    Filter { must: vec![keyword(field::KIND, kind.as_str())], must_not: vec![pending()], ..Filter::default() }
+}
+
+/// The conditions of `filter`, all of which must hold, and never a soft-deleted memory (nor one
+/// of a write under way).
 pub fn to_qdrant(filter: &RecallFilter) -> Filter {
     let mut must: Vec<Condition> = Vec::new();
     for (key, value) in [
@@ -52,7 +59,7 @@ pub fn to_qdrant(filter: &RecallFilter) -> Filter {
         // Open validity is stored as `payload::OPEN_END`, so one range covers it.
         must.push(Condition::range(field::VALID_UNTIL, Range { gt: Some(at), ..Range::default() }));
     }
-    Filter { must, must_not: vec![soft_deleted()], ..Filter::default() }
+    Filter { must, must_not: vec![soft_deleted(), pending()], ..Filter::default() }
 }
 
 #[cfg(test)]
@@ -79,10 +86,10 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_filter_only_excludes_soft_deleted_memories() {
+    fn an_empty_filter_only_excludes_soft_deleted_and_uncommitted_memories() {
         let f = to_qdrant(&RecallFilter::default());
         assert!(f.must.is_empty() && f.should.is_empty());
-        assert_eq!(f.must_not, vec![soft_deleted()]);
+        assert_eq!(f.must_not, vec![soft_deleted(), pending()]);
         let Some(ConditionOneOf::Field(fc)) = &f.must_not[0].condition_one_of else { panic!("{f:?}") };
         assert_eq!(fc.key, "deleted_at");
     }

@@ -12,11 +12,14 @@ pub mod api;
 mod collection;
 mod consolidation;
 pub mod filter;
+pub mod ledger;
+mod legacy;
 pub mod meta;
 pub mod payload;
 mod queue;
 pub mod sidecar;
 pub mod sparse;
+mod write;
 
 use crate::api::QdrantApi;
 use crate::collection::{Collection, dense_vector_name};
@@ -29,7 +32,7 @@ use atlas_domain::ports::{
     EmbeddingModel, MemoryStore, ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update,
     VECTOR_CLAIM_MS, VectorIndex,
 };
-use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
+use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
 use qdrant_client::Qdrant;
 use qdrant_client::qdrant::point_id::PointIdOptions;
 use qdrant_client::qdrant::{
@@ -70,6 +73,12 @@ pub struct QdrantOptions {
     /// Typical length of a memory in tokens, assumed by the sparse vectors that find text
     /// candidates (the exact rescoring uses the real average).
     pub bm25_avg_len: f32,
+    /// The space's name on the server (`--space`): any process of any host opens it by this
+    /// name, with no local file. Unset: the space file given to [`QdrantStore::open`] names it.
+    pub space: Option<String>,
+    /// How long a write may go without renewing its lease (it renews every fifth of it while it
+    /// runs) before any process abandons it and deletes what it wrote.
+    pub write_lease: Duration,
 }
 
 impl QdrantOptions {
@@ -87,9 +96,15 @@ impl QdrantOptions {
             quantization: Quantization::None,
             batch: 256,
             bm25_avg_len: 20.0,
+            space: None,
+            write_lease: ledger::WRITE_LEASE,
         }
     }
 }
+
+/// The layout of a space, reported as its schema version: 4 since everything lives on the
+/// server (the space file, if any, holds only the collection's name).
+pub const SPACE_FORMAT: i64 = 4;
 
 /// How many text candidates Qdrant finds for the exact rescoring, at least, and per hit asked.
 const TEXT_POOL_MIN: usize = 200;
@@ -114,7 +129,8 @@ pub struct QdrantStore {
     collection: Collection,
     /// The space's meta collection: its edges.
     meta: Collection,
-    side: Sidecar,
+    /// The space file of a space named by one (an earlier layout); none for a named space.
+    side: Option<Sidecar>,
     bm25: Bm25,
     corpus: std::sync::Mutex<Option<CorpusStats>>,
     /// Points holding each stem, counted since the corpus statistics were last read.
@@ -125,11 +141,22 @@ pub struct QdrantStore {
     model: RwLock<Option<EmbeddingModel>>,
     /// Names this instance's claims on queued vector work.
     owner: String,
+    /// This process's memory ids ([`ledger`]).
+    clock: ledger::IdClock,
+    write_lease: Duration,
+}
+
+/// What a point holds besides its memory and vectors that rewriting it keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Kept {
+    /// When the sleep cycle processed the episode.
+    consolidated_at: Option<i64>,
 }
 
 impl QdrantStore {
-    /// Opens the memory space whose sidecar file is `space` (created if new) on the server in
-    /// `options`, checks the collection if it exists, and rolls back writes a crash left unfinished.
+    /// Opens the memory space `options.space` on the server in `options` (or, when no name is
+    /// set, the one whose space file is `space`, created if new), checks the collection if it
+    /// exists, and finishes the writes crashed processes left (rolled forward or back).
     pub async fn open(space: &Path, options: QdrantOptions) -> Result<Self> {
         let mut nodes = Vec::new();
         for url in options.url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
@@ -150,6 +177,47 @@ impl QdrantStore {
 
     /// [`QdrantStore::open`] over any implementation of the calls (a mock in unit tests).
     pub async fn open_with(space: &Path, options: QdrantOptions, client: Arc<dyn QdrantApi>) -> Result<Self> {
+        let (side, name) = match &options.space {
+            Some(space) => (None, collection::name_of_space(&options.collection_prefix, space)?),
+            None => {
+                let (side, name) = Self::space_file(space, &options).await?;
+                (Some(side), name)
+            }
+        };
+        let collection = Collection::new(client, name, options.clone());
+        let meta = Collection::meta_of(&collection);
+        let mut model = meta::model(&meta).await?;
+        if let (None, Some(side)) = (&model, &side) {
+            // A space file of an earlier version kept the model: it moves to the server.
+            if let Some(kept) = side.read(sidecar::model).await? {
+                model = Some(meta::bind_model(&meta, &kept).await?);
+            }
+        }
+        collection.check(model.as_ref()).await?;
+        let store = QdrantStore {
+            meta,
+            collection,
+            side,
+            bm25: Bm25::new(options.bm25_avg_len),
+            corpus: std::sync::Mutex::new(None),
+            stem_counts: std::sync::Mutex::new(HashMap::new()),
+            writes: std::sync::atomic::AtomicU64::new(0),
+            batch: options.batch.max(1),
+            model: RwLock::new(model),
+            owner: format!("{}-{}", std::process::id(), now_nanos()),
+            clock: ledger::IdClock::new(0),
+            write_lease: options.write_lease.max(Duration::from_millis(100)),
+        };
+        store.index_new_fields().await?;
+        store.move_legacy_state().await?;
+        store.recover().await?;
+        store.upgrade_text_index().await?;
+        store.clock.raise_to(store.largest_id().await?);
+        Ok(store)
+    }
+
+    /// The space file of a space named by a file (created if new), and the collection it names.
+    async fn space_file(space: &Path, options: &QdrantOptions) -> Result<(Sidecar, String)> {
         let side = Sidecar::open(space)?;
         let name = match side.read(|c| sidecar::setting(c, "collection")).await? {
             Some(name) => name,
@@ -166,52 +234,42 @@ impl QdrantStore {
                 .await?
             }
         };
-        let model = side.read(sidecar::model).await?;
-        let collection = Collection::new(client, name, options.clone());
-        collection.check(model.as_ref()).await?;
-        let store = QdrantStore {
-            meta: Collection::meta_of(&collection),
-            collection,
-            side,
-            bm25: Bm25::new(options.bm25_avg_len),
-            corpus: std::sync::Mutex::new(None),
-            stem_counts: std::sync::Mutex::new(HashMap::new()),
-            writes: std::sync::atomic::AtomicU64::new(0),
-            batch: options.batch.max(1),
-            model: RwLock::new(model),
-            owner: format!("{}-{}", std::process::id(), now_nanos()),
-        };
-        store.recover().await?;
-        store.upgrade_text_index().await?;
-        store.move_legacy_state().await?;
-        Ok(store)
+        Ok((side, name))
     }
 
-    /// A space file of an earlier version kept the edges and the vector queue: they move to the
-    /// server (written there before the file forgets them, so an interrupted move is done again),
-    /// and the collection gets the queue's index.
-    async fn move_legacy_state(&self) -> Result<()> {
-        if self.collection.exists().await? && !self.collection.has_index(queue::field::VECTOR_QUEUE).await? {
-            self.collection.index(queue::field::VECTOR_QUEUE, qdrant_client::qdrant::FieldType::Integer).await?;
+    /// A collection created by an earlier version gets the payload indexes added since.
+    async fn index_new_fields(&self) -> Result<()> {
+        for (c, fields) in
+            [(&self.collection, collection::INDEXED_FIELDS.as_slice()), (&self.meta, &meta::INDEXED_FIELDS)]
+        {
+            if !c.exists().await? {
+                continue;
+            }
+            for &(field, kind) in fields {
+                // `terms` comes with its upgrade (upgrade_text_index).
+                if field != payload::field::TERMS && !c.has_index(field).await? {
+                    c.index(field, kind).await?;
+                }
+            }
         }
-        let (edges, queued) = self.side.read(|c| Ok((sidecar::legacy_edges(c)?, sidecar::legacy_queue(c)?))).await?;
-        if edges.is_empty() && queued.is_empty() {
-            return Ok(());
+        Ok(())
+    }
+
+    /// The largest memory id in the space (0 if none): new ids are taken above it.
+    async fn largest_id(&self) -> Result<i64> {
+        if !self.collection.exists().await? {
+            return Ok(0);
         }
-        tracing::warn!(
-            edges = edges.len(),
-            queued = queued.len(),
-            collection = self.collection(),
-            "moving the space's edges and vector queue from its file to the server"
-        );
-        meta::put_edges(&self.meta, &edges).await?;
-        queue::enqueue(&self.collection, &queued).await?;
-        self.side
-            .write(|tx| {
-                tx.execute_batch("DELETE FROM edges; DELETE FROM vector_queue;")
-                    .map_err(|e| AtlasError::Storage(format!("moving edges and queue: {e}")))
-            })
-            .await
+        let order = qdrant_client::qdrant::OrderByBuilder::new(payload::field::ID)
+            .direction(qdrant_client::qdrant::Direction::Desc as i32)
+            .build();
+        let request = ScrollPointsBuilder::new(self.collection.name())
+            .order_by(order)
+            .limit(1)
+            .with_payload(false)
+            .with_vectors(false);
+        let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
+        page.points.first().map_or(Ok(0), |p| memory_id(p.id.as_ref()).map(|id| id.0))
     }
 
     /// A collection written before the exact text rescoring lacks the `terms` and `text_len`
@@ -243,9 +301,9 @@ impl QdrantStore {
             let points = page
                 .into_iter()
                 .map(|p| {
-                    let (memory, vector) = decode(p, dense.as_deref())?;
+                    let (memory, vector, kept) = decode(p, dense.as_deref())?;
                     let vector = dense.as_deref().zip(vector);
-                    self.point(&memory, vector)
+                    self.point(&memory, vector, kept)
                 })
                 .collect::<Result<Vec<_>>>()?;
             rewritten += points.len();
@@ -298,7 +356,8 @@ impl QdrantStore {
         {
             return Ok(stats);
         }
-        let rows = self.collection.count(None).await?;
+        let rows =
+            self.collection.count(Some(Filter { must_not: vec![filter::pending()], ..Default::default() })).await?;
         let mut lengths = 0u64;
         let mut counted = 0u64;
         let mut offset: Option<PointId> = None;
@@ -352,18 +411,7 @@ impl QdrantStore {
         self.model.read().expect("model lock").clone()
     }
 
-    async fn recover(&self) -> Result<()> {
-        let unfinished = self.side.read(sidecar::unfinished).await?;
-        if unfinished.is_empty() {
-            return Ok(());
-        }
-        tracing::warn!(count = unfinished.len(), collection = self.collection(), "rolling back unfinished writes");
-        self.collection.delete_points(&unfinished).await?;
-        meta::delete_edges_of(&self.meta, &unfinished).await?;
-        self.side.write(move |tx| sidecar::delete(tx, &unfinished)).await
-    }
-
-    fn point(&self, m: &Memory, dense: Option<(&str, Vec<f32>)>) -> Result<PointStruct> {
+    fn point(&self, m: &Memory, dense: Option<(&str, Vec<f32>)>, kept: Kept) -> Result<PointStruct> {
         let document = self.bm25.analyse(&m.text, m.body.speaker(), m.context.as_deref());
         let text = self.bm25.document(&document);
         let mut vectors: HashMap<String, Vector> = HashMap::new();
@@ -380,6 +428,9 @@ impl QdrantStore {
         record.insert(payload::field::TEXT_LEN.into(), serde_json::Value::from(document.length));
         if queued {
             record.insert(queue::field::VECTOR_QUEUE.into(), serde_json::Value::from(0));
+        }
+        if let Some(at) = kept.consolidated_at {
+            record.insert(write::CONSOLIDATED_AT.into(), serde_json::Value::from(at));
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(PointStruct::new(point_id(m.id)?, vectors, qdrant_client::Payload::from(record)))
@@ -409,120 +460,40 @@ impl QdrantStore {
         Ok(memories)
     }
 
-    /// Writes points, then marks them acknowledged; on failure removes what may have landed.
-    /// [`QdrantStore::write_points`], acknowledged under `key` when there is one: the receipt is
-    /// recorded in the sidecar transaction that acknowledges the points. If a concurrent write
-    /// under the same key acknowledged first, these points are rolled back and its receipt is
-    /// returned.
-    async fn write_points_keyed(
-        &self,
-        ids: Vec<MemoryId>,
-        points: Vec<PointStruct>,
-        edges: Vec<Edge>,
-        key: Option<String>,
-    ) -> Result<Receipt> {
-        let Some(key) = key else {
-            self.upsert_or_roll_back(&ids, points, &edges).await?;
-            let done = ids.clone();
-            self.side.write(move |tx| sidecar::finish_insert(tx, &done)).await?;
-            return Ok(Receipt {
-                ids,
-                replayed: false,
-                recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
-            });
-        };
-        self.upsert_or_roll_back(&ids, points, &edges).await?;
-        let done = ids.clone();
-        let outcome = self
-            .side
-            .write(move |tx| match sidecar::receipt(tx, &key)? {
-                // A restore of the same records under the same key: they stand, acknowledged.
-                Some(earlier) if earlier.ids == done => {
-                    sidecar::finish_insert(tx, &done).map(|()| Err((earlier, false)))
-                }
-                Some(earlier) => Ok(Err((earlier, true))),
-                None => {
-                    sidecar::finish_insert(tx, &done)?;
-                    sidecar::record_receipt(tx, &key, done).map(Ok)
-                }
-            })
-            .await?;
-        match outcome {
-            Ok(receipt) => Ok(receipt),
-            Err((earlier, roll_back)) => {
-                if roll_back {
-                    self.roll_back(ids).await;
-                }
-                Ok(earlier)
-            }
-        }
-    }
-
-    /// Upserts the points in batches, then the edges; on failure deletes them (and their ledger
-    /// rows) again.
-    async fn upsert_or_roll_back(&self, ids: &[MemoryId], points: Vec<PointStruct>, edges: &[Edge]) -> Result<()> {
-        let written: Result<()> = async {
-            for chunk in points.chunks(self.batch) {
-                self.collection.upsert(chunk.to_vec()).await?;
-            }
-            meta::put_edges(&self.meta, edges).await
-        }
-        .await;
-        if let Err(e) = written {
-            self.roll_back(ids.to_vec()).await;
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// Best effort: if this fails too, the next open rolls them back after the lease.
-    async fn roll_back(&self, ids: Vec<MemoryId>) {
-        if self.collection.delete_points(&ids).await.is_ok() && meta::delete_edges_of(&self.meta, &ids).await.is_ok() {
-            self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
-        }
-    }
-
     async fn insert_keyed(
         &self,
         key: Option<String>,
         batch: Vec<NewMemory>,
         progress: Option<ProgressFn>,
     ) -> Result<Receipt> {
-        if batch.is_empty() {
-            return Ok(Receipt {
-                ids: Vec::new(),
-                replayed: false,
-                recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
-            });
+        // (Under a key, even an empty batch answers with the key's earlier receipt.)
+        if batch.is_empty() && key.is_none() {
+            return Ok(Receipt { ids: Vec::new(), replayed: false, recorded_at: Timestamp(ledger::now_ms()) });
         }
         let model = self.bound_model();
         self.collection.ensure(model.as_ref()).await?;
-        let rows = batch.clone();
-        let linked = self.side.write(move |tx| sidecar::begin_insert(tx, &rows)).await?;
-        let memories = match self.with_context(batch, &linked).await {
-            Ok(memories) => memories,
-            Err(e) => {
-                let ids: Vec<MemoryId> = linked.iter().map(|(id, _)| *id).collect();
-                self.side.write(move |tx| sidecar::delete(tx, &ids)).await.ok();
-                return Err(e);
-            }
+        let mut write = match self.begin(key.as_deref()).await? {
+            ledger::Begun::Replayed(receipt) => return Ok(receipt),
+            ledger::Begun::Write(write) => write,
         };
-        let ids: Vec<MemoryId> = memories.iter().map(|m| m.id).collect();
-        let points = memories.iter().map(|m| self.point(m, None)).collect::<Result<Vec<_>>>()?;
-        let edges = temporal_edges(&memories, &linked);
-        let receipt = self.write_points_keyed(ids.clone(), points, edges, key).await?;
+        let landed = self.land_new(&mut write, &batch).await.map(|(ids, memories)| {
+            let effects = write::effects_of(&memories);
+            write::Landed { ids, effects: (!effects.is_empty()).then_some(serde_json::Value::Object(effects)) }
+        });
+        let receipt = self.finish_write(write, landed).await?;
         if let Some(p) = progress {
-            p(ids.len());
+            p(receipt.ids.len());
         }
         Ok(receipt)
     }
 
-    async fn fetch(&self, ids: &[MemoryId], with_dense: bool) -> Result<Vec<(Memory, Option<Vec<f32>>)>> {
+    /// Committed memories by id (with their dense vectors if asked), in the order asked.
+    async fn fetch(&self, ids: &[MemoryId], with_dense: bool) -> Result<Vec<(Memory, Option<Vec<f32>>, Kept)>> {
         if ids.is_empty() || !self.collection.exists().await? {
             return Ok(Vec::new());
         }
         let dense = if with_dense { self.bound_model().map(|m| dense_vector_name(&m)) } else { None };
-        let mut found: HashMap<MemoryId, (Memory, Option<Vec<f32>>)> = HashMap::new();
+        let mut found: HashMap<MemoryId, (Memory, Option<Vec<f32>>, Kept)> = HashMap::new();
         for chunk in ids.chunks(self.batch) {
             let point_ids = chunk.iter().map(|id| point_id(*id).map(PointId::from)).collect::<Result<Vec<_>>>()?;
             let mut request = GetPointsBuilder::new(self.collection.name(), point_ids).with_payload(true);
@@ -533,8 +504,11 @@ impl QdrantStore {
             let points =
                 self.collection.call("get points", self.collection.client().get_points(request.build())).await?;
             for p in points {
-                let (memory, vector) = decode(p, dense.as_deref())?;
-                found.insert(memory.id, (memory, vector));
+                if p.payload.contains_key(ledger::field::PENDING) {
+                    continue;
+                }
+                let (memory, vector, kept) = decode(p, dense.as_deref())?;
+                found.insert(memory.id, (memory, vector, kept));
             }
         }
         Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
@@ -580,8 +554,9 @@ fn memory_id(id: Option<&PointId>) -> Result<MemoryId> {
     }
 }
 
-fn decode(p: RetrievedPoint, dense: Option<&str>) -> Result<(Memory, Option<Vec<f32>>)> {
+fn decode(p: RetrievedPoint, dense: Option<&str>) -> Result<(Memory, Option<Vec<f32>>, Kept)> {
     let id = memory_id(p.id.as_ref())?;
+    let kept = Kept { consolidated_at: p.payload.get(write::CONSOLIDATED_AT).and_then(|v| v.as_integer()) };
     let payload: serde_json::Map<String, serde_json::Value> =
         p.payload.into_iter().map(|(k, v)| (k, serde_json::Value::from(v))).collect();
     let memory = from_payload(id.0 as u64, payload)?;
@@ -593,7 +568,7 @@ fn decode(p: RetrievedPoint, dense: Option<&str>) -> Result<(Memory, Option<Vec<
         },
         _ => None,
     };
-    Ok((memory, vector))
+    Ok((memory, vector, kept))
 }
 
 #[async_trait]
@@ -603,10 +578,6 @@ impl MemoryStore for QdrantStore {
     }
 
     async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
-        let probe = key.clone();
-        if let Some(earlier) = self.side.read(move |c| sidecar::receipt(c, &probe)).await? {
-            return Ok(earlier);
-        }
         self.insert_keyed(Some(key), batch, progress).await
     }
 
@@ -615,11 +586,11 @@ impl MemoryStore for QdrantStore {
     }
 
     async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
-        Ok(self.fetch(&ids, false).await?.into_iter().map(|(m, _)| m).collect())
+        Ok(self.fetch(&ids, false).await?.into_iter().map(|(m, _, _)| m).collect())
     }
 
     async fn forget(&self, id: MemoryId) -> Result<bool> {
-        if !self.side.write(move |tx| sidecar::begin_forget(tx, id)).await? {
+        if self.fetch(&[id], false).await?.is_empty() {
             return Ok(false);
         }
         // The turns that answered it carry its text: rewrite them without it, and without the
@@ -630,15 +601,10 @@ impl MemoryStore for QdrantStore {
             .filter(|e| e.src == id && e.dst != id && e.kind == atlas_domain::EdgeKind::Temporal)
             .map(|e| e.dst)
             .collect();
-        let live = {
-            let ids = answers.clone();
-            self.side.read(move |c| sidecar::stored_among(c, &ids)).await?
-        };
-        let answers: Vec<MemoryId> = answers.into_iter().filter(|a| live.contains(a)).collect();
         let mut rewritten = Vec::new();
-        for mut answer in self.get_many(answers).await? {
+        for (mut answer, _, kept) in self.fetch(&answers, false).await? {
             answer.context = None;
-            rewritten.push(self.point(&answer, None)?);
+            rewritten.push(self.point(&answer, None, kept)?);
         }
         // Written without a vector, they are queued again.
         for chunk in rewritten.chunks(self.batch) {
@@ -646,7 +612,6 @@ impl MemoryStore for QdrantStore {
         }
         self.collection.delete_points(&[id]).await?;
         meta::delete_edges_of(&self.meta, &[id]).await?;
-        self.side.write(move |tx| sidecar::delete(tx, &[id])).await?;
         Ok(true)
     }
 
@@ -654,22 +619,22 @@ impl MemoryStore for QdrantStore {
         // Qdrant replaces whole points: each is read with its vector, changed, and written back
         // in one upsert, after every change has been checked (all or nothing).
         let ids: Vec<MemoryId> = updates.iter().map(|u| u.id).collect();
-        let mut found: HashMap<MemoryId, (Memory, Option<Vec<f32>>)> =
-            self.fetch(&ids, true).await?.into_iter().map(|(m, v)| (m.id, (m, v))).collect();
+        let mut found: HashMap<MemoryId, (Memory, Option<Vec<f32>>, Kept)> =
+            self.fetch(&ids, true).await?.into_iter().map(|(m, v, k)| (m.id, (m, v, k))).collect();
         for u in &updates {
-            if let Some((m, _)) = found.get(&u.id) {
+            if let Some((m, _, _)) = found.get(&u.id) {
                 u.check_body(&m.body)?;
             }
         }
         let dense = self.bound_model().map(|m| dense_vector_name(&m));
         let mut points = Vec::new();
         for u in updates {
-            let Some((mut m, vector)) = found.remove(&u.id) else { continue };
+            let Some((mut m, vector, kept)) = found.remove(&u.id) else { continue };
             m.lifecycle = u.lifecycle;
             if let Some(body) = u.body {
                 m.body = body;
             }
-            points.push(self.point(&m, dense.as_deref().zip(vector))?);
+            points.push(self.point(&m, dense.as_deref().zip(vector), kept)?);
         }
         let n = points.len() as u64;
         for chunk in points.chunks(self.batch) {
@@ -698,10 +663,7 @@ impl MemoryStore for QdrantStore {
             .with_payload(true)
             .with_vectors(false);
         let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
-        let mut found = points.into_iter().map(|p| decode(p, None).map(|(m, _)| m)).collect::<Result<Vec<_>>>()?;
-        let ids: Vec<MemoryId> = found.iter().map(|m| m.id).collect();
-        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
-        found.retain(|m| live.contains(&m.id));
+        let mut found = points.into_iter().map(|p| decode(p, None).map(|(m, _, _)| m)).collect::<Result<Vec<_>>>()?;
         found.sort_by_key(|m| std::cmp::Reverse((m.event_time, m.id)));
         found.truncate(limit);
         Ok(found)
@@ -712,16 +674,11 @@ impl MemoryStore for QdrantStore {
     }
 
     async fn stats(&self) -> Result<StoreStats> {
-        let mut stats = self
-            .side
-            .read(|c| {
-                Ok(StoreStats {
-                    schema_version: Some(sidecar::SCHEMA_VERSION),
-                    embedding_model: sidecar::model(c)?,
-                    ..StoreStats::default()
-                })
-            })
-            .await?;
+        let mut stats = StoreStats {
+            schema_version: Some(SPACE_FORMAT),
+            embedding_model: meta::model(&self.meta).await?,
+            ..StoreStats::default()
+        };
         stats.edges = meta::count_edges(&self.meta).await?;
         if self.collection.exists().await? {
             for kind in MemoryKind::ALL {
@@ -730,9 +687,10 @@ impl MemoryStore for QdrantStore {
                     stats.memories_by_kind.insert(kind, n);
                 }
             }
-            stats.pending_vectors = self.collection.count(Some(Filter::must([queue::queued()]))).await?;
-            stats.soft_deleted =
-                self.collection.count(Some(qdrant_client::qdrant::Filter::must([filter::soft_deleted()]))).await?;
+            stats.pending_vectors = self.queued_vectors().await?;
+            let deleted =
+                Filter { must: vec![filter::soft_deleted()], must_not: vec![filter::pending()], ..Default::default() };
+            stats.soft_deleted = self.collection.count(Some(deleted)).await?;
             if let Some(model) = &stats.embedding_model {
                 stats.vectors = self.collection.count_with_vector(&dense_vector_name(model)).await?;
             }
@@ -789,14 +747,7 @@ impl TextIndex for QdrantStore {
 #[async_trait]
 impl VectorIndex for QdrantStore {
     async fn bind_model(&self, model: EmbeddingModel) -> Result<()> {
-        let stored = model.clone();
-        let bound = self
-            .side
-            .write(move |tx| match sidecar::model(tx)? {
-                Some(bound) => Ok(bound),
-                None => sidecar::set_model(tx, &stored).map(|()| stored),
-            })
-            .await?;
+        let bound = meta::bind_model(&self.meta, &model).await?;
         if bound != model {
             return Err(AtlasError::ModelMismatch {
                 stored_model: bound.name,
@@ -820,8 +771,7 @@ impl VectorIndex for QdrantStore {
         }
         self.collection.ensure(Some(&model)).await?;
         queue::enqueue_matching(&self.collection, Filter::default()).await?;
-        let stored = model.clone();
-        self.side.write(move |tx| sidecar::set_model(tx, &stored)).await?;
+        meta::rebind_model(&self.meta, &model).await?;
         *self.model.write().expect("model lock") = Some(model);
         self.queued_vectors().await
     }
@@ -832,15 +782,6 @@ impl VectorIndex for QdrantStore {
         loop {
             let now = (now_nanos() / 1_000_000) as i64;
             let ids = queue::candidates(&self.collection, &self.owner, now, limit).await?;
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            // Only acknowledged memories: an insert in flight may still be rolled back.
-            let live = {
-                let ids = ids.clone();
-                self.side.read(move |c| sidecar::stored_among(c, &ids)).await?
-            };
-            let ids: Vec<MemoryId> = ids.into_iter().filter(|id| live.contains(id)).collect();
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
@@ -855,11 +796,12 @@ impl VectorIndex for QdrantStore {
         if !self.collection.exists().await? {
             return Ok(0);
         }
-        self.collection.count(Some(Filter::must([queue::queued()]))).await
+        let queued = Filter { must: vec![queue::queued()], must_not: vec![filter::pending()], ..Default::default() };
+        self.collection.count(Some(queued)).await
     }
 
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()> {
-        let model = self.side.read(sidecar::model).await?.ok_or_else(|| {
+        let model = meta::model(&self.meta).await?.ok_or_else(|| {
             AtlasError::Storage("no embedding model is bound to this store; bind one before storing vectors".into())
         })?;
         if let Some(bound) = self.bound_model()
@@ -882,7 +824,9 @@ impl VectorIndex for QdrantStore {
             )));
         }
         let ids: Vec<MemoryId> = vectors.iter().map(|(id, _)| *id).collect();
-        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
+        // Only committed memories still there (one may have been forgotten meanwhile).
+        let live: std::collections::HashSet<MemoryId> =
+            self.fetch(&ids, false).await?.into_iter().map(|(m, _, _)| m.id).collect();
         let name = dense_vector_name(&model);
         let mut points = Vec::new();
         let mut done = Vec::new();
@@ -933,7 +877,9 @@ impl Replica for QdrantStore {
         }
         let start = after.map_or(0, |a| a.0);
         let dense = self.bound_model().map(|m| dense_vector_name(&m));
+        // Only committed memories: a write under way is not part of the space yet.
         let mut request = ScrollPointsBuilder::new(self.collection.name())
+            .filter(Filter { must_not: vec![filter::pending()], ..Default::default() })
             .offset(PointId::from(point_id(MemoryId(start + 1))?))
             .limit(limit.min(u32::MAX as usize) as u32)
             .with_payload(true);
@@ -943,17 +889,13 @@ impl Replica for QdrantStore {
         };
         let points = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?.points;
         let decoded = points.into_iter().map(|p| decode(p, dense.as_deref())).collect::<Result<Vec<_>>>()?;
-        // Only acknowledged memories: an insert still in flight is not part of the space yet.
-        let ids: Vec<MemoryId> = decoded.iter().map(|(m, _)| m.id).collect();
-        let Some(last) = ids.last().copied() else {
+        let Some(last) = decoded.last().map(|(m, _, _)| m.id) else {
             return Ok(Vec::new());
         };
-        let live = self.side.read(move |c| sidecar::stored_among(c, &ids)).await?;
         let mut edges = meta::carried_edges(&self.meta, start, last.0).await?;
         Ok(decoded
             .into_iter()
-            .filter(|(m, _)| live.contains(&m.id))
-            .map(|(memory, vector)| StoredMemory {
+            .map(|(memory, vector, _)| StoredMemory {
                 edges: edges.remove(&memory.id).unwrap_or_default(),
                 vector,
                 memory,
@@ -966,28 +908,21 @@ impl Replica for QdrantStore {
     }
 
     async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
-        let probe = key.clone();
-        if let Some(earlier) = self.side.read(move |c| sidecar::receipt(c, &probe)).await? {
-            return Ok(earlier);
-        }
         self.restore_keyed(Some(key), batch).await
     }
 
     async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
-        self.side.write(move |tx| sidecar::reserve_ids(tx, count)).await
+        Ok(self.clock.reserve(count))
     }
 }
 
 impl QdrantStore {
     async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
-        if batch.is_empty() {
-            return Ok(Receipt {
-                ids: Vec::new(),
-                replayed: false,
-                recorded_at: atlas_domain::Timestamp(now_nanos() as i64 / 1_000_000),
-            });
+        // (Under a key, even an empty batch answers with the key's earlier receipt.)
+        if batch.is_empty() && key.is_none() {
+            return Ok(Receipt { ids: Vec::new(), replayed: false, recorded_at: Timestamp(ledger::now_ms()) });
         }
-        let model = self.side.read(sidecar::model).await?;
+        let model = meta::model(&self.meta).await?;
         for item in &batch {
             if let Some(v) = &item.vector {
                 match &model {
@@ -1013,19 +948,37 @@ impl QdrantStore {
         let name = model.as_ref().map(dense_vector_name);
         let points = batch
             .iter()
-            .map(|s| self.point(&s.memory, s.vector.clone().and_then(|v| name.as_deref().map(|n| (n, v)))))
+            .map(|s| {
+                let vector = s.vector.clone().and_then(|v| name.as_deref().map(|n| (n, v)));
+                self.point(&s.memory, vector, Kept::default())
+            })
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();
-        let mut edges = Vec::new();
-        let rows: Vec<Memory> = batch
-            .into_iter()
-            .map(|s| {
-                edges.extend(s.edges);
-                s.memory
-            })
-            .collect();
-        self.side.write(move |tx| sidecar::begin_restore(tx, &rows)).await?;
-        self.write_points_keyed(ids, points, edges, key).await
+        // Ids restored under are never handed out by this process afterwards.
+        if let Some(top) = ids.iter().max() {
+            self.clock.raise_to(top.0);
+        }
+        let recorded: Vec<i64> = batch.iter().map(|s| s.memory.recorded_at.millis()).collect();
+        let memories: Vec<Memory> = batch.iter().map(|s| s.memory.clone()).collect();
+        let edges: Vec<Edge> = batch.into_iter().flat_map(|s| s.edges).collect();
+        let mut write = match self.begin(key.as_deref()).await? {
+            ledger::Begun::Replayed(receipt) => return Ok(receipt),
+            ledger::Begun::Write(write) => write,
+        };
+        let landed = match self.land(&mut write, &ids, points, &edges, write::Landing::Restore(&recorded)).await {
+            Ok(foreign) if foreign.is_empty() => {
+                let effects = write::effects_of(&memories);
+                Ok(write::Landed { ids, effects: (!effects.is_empty()).then_some(serde_json::Value::Object(effects)) })
+            }
+            Ok(foreign) => Err(AtlasError::Storage(format!(
+                "restore: {} of its ids (first {}) hold other memories, written by another process; nothing of it \
+                 was kept (reserve ids again and retry)",
+                foreign.len(),
+                foreign[0]
+            ))),
+            Err(e) => Err(e),
+        };
+        self.finish_write(write, landed).await
     }
 }
 
@@ -1040,8 +993,7 @@ mod tests {
     use super::*;
     use crate::api::MockQdrantApi;
     use atlas_domain::{Scope, Timestamp};
-    use qdrant_client::qdrant::vectors::VectorsOptions;
-    use qdrant_client::qdrant::{DeletePoints, QueryPoints, ScoredPoint, UpsertPoints};
+    use qdrant_client::qdrant::{DeletePoints, QueryPoints, ScoredPoint};
     use std::sync::Mutex;
 
     fn turn(text: &str, speaker: &str, t: i64) -> NewMemory {
@@ -1049,21 +1001,33 @@ mod tests {
         NewMemory::episode(text, scope, Some(speaker.into()), Timestamp(t), Timestamp(t))
     }
 
-    /// A collection that exists, with the payload indexes of this version.
+    /// A collection that exists, with the payload indexes of this version, and nothing for an
+    /// open to finish (no write records, no memory ids yet).
     pub(crate) fn existing_collection() -> MockQdrantApi {
         let mut api = MockQdrantApi::new();
         api.expect_collection_exists().returning(|_| Ok(true));
-        api.expect_collection_info().returning(|_| {
-            let info = qdrant_client::qdrant::CollectionInfo {
-                payload_schema: [payload::field::TERMS, queue::field::VECTOR_QUEUE]
-                    .into_iter()
-                    .map(|f| (f.to_owned(), Default::default()))
-                    .collect(),
-                ..Default::default()
-            };
-            Ok(qdrant_client::qdrant::GetCollectionInfoResponse { result: Some(info), ..Default::default() })
-        });
+        api.expect_collection_info().returning(|_| Ok(all_indexes()));
+        api.expect_scroll()
+            .withf(|r| to_meta(&r.collection_name) && format!("{:?}", r.filter).contains("\"writing\""))
+            .returning(|_| Ok(Default::default()));
+        api.expect_scroll()
+            .withf(|r| r.order_by.as_ref().is_some_and(|o| o.key == "id"))
+            .returning(|_| Ok(Default::default()));
+        // The space's settings: no model bound yet.
+        api.expect_get_points().withf(|r| to_meta(&r.collection_name)).returning(|_| Ok(Vec::new()));
         api
+    }
+
+    fn all_indexes() -> qdrant_client::qdrant::GetCollectionInfoResponse {
+        let info = qdrant_client::qdrant::CollectionInfo {
+            payload_schema: collection::INDEXED_FIELDS
+                .iter()
+                .chain(&meta::INDEXED_FIELDS)
+                .map(|(f, _)| ((*f).to_owned(), Default::default()))
+                .collect(),
+            ..Default::default()
+        };
+        qdrant_client::qdrant::GetCollectionInfoResponse { result: Some(info), ..Default::default() }
     }
 
     async fn open(dir: &Path, api: MockQdrantApi) -> QdrantStore {
@@ -1074,88 +1038,206 @@ mod tests {
         p.payload.get(key).map(|v| serde_json::Value::from(v.clone())).and_then(|v| v.as_str().map(str::to_owned))
     }
 
-    fn vector_names(p: &PointStruct) -> Vec<String> {
-        match p.vectors.as_ref().and_then(|v| v.vectors_options.as_ref()) {
-            Some(VectorsOptions::Vectors(named)) => {
-                let mut names: Vec<String> = named.vectors.keys().cloned().collect();
-                names.sort();
-                names
-            }
-            _ => Vec::new(),
+    fn to_meta(collection: &str) -> bool {
+        collection.ends_with("_meta")
+    }
+
+    /// What a mock server holds: the points of each collection (by their id's debug form) and
+    /// a log of the calls, "call collection". Writes ignore their conditions except
+    /// insert-only; enough to follow a write from its record to its reveal.
+    #[derive(Default)]
+    struct Server {
+        points: HashMap<String, Vec<PointStruct>>,
+        log: Vec<String>,
+    }
+
+    impl Server {
+        fn of(&mut self, collection: &str) -> &mut Vec<PointStruct> {
+            self.points.entry(if to_meta(collection) { "meta" } else { "memories" }.to_owned()).or_default()
         }
+
+        fn note(&mut self, call: &str, collection: &str) {
+            self.log.push(format!("{call} {}", if to_meta(collection) { "meta" } else { "memories" }));
+        }
+
+        fn memories(&self) -> Vec<PointStruct> {
+            self.points.get("memories").cloned().unwrap_or_default()
+        }
+    }
+
+    fn retrieved(p: &PointStruct) -> RetrievedPoint {
+        RetrievedPoint { id: p.id.clone(), payload: p.payload.clone(), ..Default::default() }
+    }
+
+    /// The points a selector names: listed ids, ids in a filter, or (any other filter) all.
+    fn selected(selector: Option<&qdrant_client::qdrant::PointsSelector>, points: &[PointStruct]) -> Vec<usize> {
+        use qdrant_client::qdrant::points_selector::PointsSelectorOneOf;
+        let ids: Option<Vec<PointId>> = match selector.and_then(|s| s.points_selector_one_of.as_ref()) {
+            Some(PointsSelectorOneOf::Points(list)) => Some(list.ids.clone()),
+            Some(PointsSelectorOneOf::Filter(f)) => f.must.iter().find_map(|c| match &c.condition_one_of {
+                Some(qdrant_client::qdrant::condition::ConditionOneOf::HasId(h)) => Some(h.has_id.clone()),
+                _ => None,
+            }),
+            None => None,
+        };
+        (0..points.len())
+            .filter(|i| ids.as_ref().is_none_or(|ids| ids.contains(points[*i].id.as_ref().unwrap())))
+            .collect()
+    }
+
+    /// A mock server; `failing_upserts` makes every upsert of memories fail (unreachable).
+    fn server(failing_upserts: bool) -> (MockQdrantApi, Arc<Mutex<Server>>) {
+        let state: Arc<Mutex<Server>> = Arc::default();
+        let mut api = MockQdrantApi::new();
+        api.expect_collection_exists().returning(|_| Ok(true));
+        api.expect_collection_info().returning(|_| Ok(all_indexes()));
+        let s = Arc::clone(&state);
+        api.expect_upsert_points().returning(move |r| {
+            let mut s = s.lock().unwrap();
+            s.note("upsert", &r.collection_name);
+            if failing_upserts && !to_meta(&r.collection_name) {
+                return Err(qdrant_client::QdrantError::ResponseError {
+                    status: tonic::Status::unavailable("connection refused"),
+                });
+            }
+            let insert_only = r.update_mode == Some(qdrant_client::qdrant::UpdateMode::InsertOnly as i32);
+            let held = s.of(&r.collection_name);
+            for p in r.points {
+                match held.iter().position(|h| h.id == p.id) {
+                    Some(_) if insert_only => {}
+                    Some(i) => held[i] = p,
+                    None => held.push(p),
+                }
+            }
+            Ok(())
+        });
+        let s = Arc::clone(&state);
+        api.expect_get_points().returning(move |r| {
+            let mut s = s.lock().unwrap();
+            s.note("get", &r.collection_name);
+            let held = s.of(&r.collection_name);
+            Ok(held.iter().filter(|p| r.ids.contains(p.id.as_ref().unwrap())).map(retrieved).collect())
+        });
+        let s = Arc::clone(&state);
+        api.expect_set_payload().returning(move |r| {
+            let mut s = s.lock().unwrap();
+            s.note("set_payload", &r.collection_name);
+            let held = s.of(&r.collection_name);
+            for i in selected(r.points_selector.as_ref(), held) {
+                held[i].payload.extend(r.payload.clone());
+            }
+            Ok(())
+        });
+        let s = Arc::clone(&state);
+        api.expect_delete_payload().returning(move |r| {
+            let mut s = s.lock().unwrap();
+            s.note("delete_payload", &r.collection_name);
+            let held = s.of(&r.collection_name);
+            for i in selected(r.points_selector.as_ref(), held) {
+                for key in &r.keys {
+                    held[i].payload.remove(key);
+                }
+            }
+            Ok(())
+        });
+        let s = Arc::clone(&state);
+        api.expect_delete_points().returning(move |r| {
+            let mut s = s.lock().unwrap();
+            s.note(&format!("delete {}", deleted(&r)), &r.collection_name);
+            Ok(())
+        });
+        let s = Arc::clone(&state);
+        api.expect_scroll().returning(move |r| {
+            let mut s = s.lock().unwrap();
+            s.note("scroll", &r.collection_name);
+            // Only the edges of a memory are ever found (the store's other scrolls: nothing).
+            let edges = to_meta(&r.collection_name) && r.filter.as_ref().is_some_and(|f| !f.should.is_empty());
+            let points = if edges {
+                s.of(&r.collection_name).iter().filter(|p| p.payload.contains_key("src")).map(retrieved).collect()
+            } else {
+                Vec::new()
+            };
+            Ok(api::ScrollPage { points, next: None })
+        });
+        api.expect_count().returning(|_| Ok(0));
+        (api, state)
     }
 
     fn deleted(request: &DeletePoints) -> String {
         format!("{:?}", request.points)
     }
 
-    fn to_meta(collection: &str) -> bool {
-        collection.ends_with("_meta")
-    }
-
-    /// The temporal edge an insert of two turns of one session writes.
-    fn link(src: i64, dst: i64, t: i64) -> Edge {
-        Edge {
-            src: MemoryId(src),
-            dst: MemoryId(dst),
-            kind: atlas_domain::EdgeKind::Temporal,
-            weight: 1.0,
-            validity: atlas_domain::Validity { valid_from: Timestamp(t), valid_until: None },
-            recorded_at: Timestamp(t),
-        }
-    }
-
     #[tokio::test]
-    async fn an_insert_upserts_with_wait_and_carries_context_and_bm25() {
+    async fn an_insert_lands_invisible_is_read_back_then_one_commit_reveals_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mut api = existing_collection();
-        let sent: Arc<Mutex<Vec<UpsertPoints>>> = Arc::default();
-        let log = Arc::clone(&sent);
-        api.expect_upsert_points().times(1).withf(|r| !to_meta(&r.collection_name)).returning(move |r| {
-            log.lock().unwrap().push(r);
-            Ok(())
-        });
-        let edge = meta::edge_point(&link(1, 2, 2));
-        api.expect_upsert_points()
-            .times(1)
-            .withf(move |r| to_meta(&r.collection_name) && r.points == [edge.clone()] && r.wait == Some(true))
-            .returning(|_| Ok(()));
+        let (api, state) = server(false);
         let store = open(dir.path(), api).await;
+        state.lock().unwrap().log.clear();
         let ids =
             store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
-        assert_eq!(ids, [MemoryId(1), MemoryId(2)]);
-        let request = &sent.lock().unwrap().remove(0);
-        assert_eq!(request.wait, Some(true), "acknowledged only once the server has applied it");
-        assert_eq!(request.collection_name, store.collection());
-        let (asked, reply) = (&request.points[0], &request.points[1]);
-        assert_eq!(reply.id, Some(PointId::from(2u64)), "point id = memory id");
+        assert!(ids[0] < ids[1] && ids[1].0 < 1 << 53, "{ids:?}");
+        let s = state.lock().unwrap();
+        let calls: Vec<&str> = s.log.iter().map(String::as_str).collect();
+        assert_eq!(
+            calls[..9],
+            [
+                "upsert meta",             // the write's record, `writing`
+                "get meta",                // ... read back: this write's
+                "scroll memories",         // the turn before the first one in its session
+                "upsert memories",         // the points, pending, insert-only
+                "get memories",            // ... read back: no id another write took
+                "upsert meta",             // the temporal edge, pending
+                "set_payload meta",        // the commit
+                "get meta",                // ... read back: committed by this write
+                "delete_payload memories"  // revealed
+            ],
+            "{calls:#?}"
+        );
+        assert_eq!(calls[9], "delete_payload meta");
+        let points = s.memories();
+        let reply = points.iter().find(|p| p.id == Some(PointId::from(ids[1].0 as u64))).unwrap();
         assert_eq!(text_of(reply, "context").as_deref(), Some("Bo: Been to Lisbon?"));
-        assert_eq!(text_of(asked, "context"), None);
         assert_eq!(text_of(reply, "user").as_deref(), Some("ann"));
-        assert_eq!(vector_names(reply), [collection::TEXT_VECTOR], "BM25 only: no model bound yet");
-        assert!(store.side.read(sidecar::unfinished).await.unwrap().is_empty(), "both acknowledged");
+        assert!(!reply.payload.contains_key(ledger::field::PENDING), "visible once committed");
+        assert!(reply.payload.contains_key(ledger::field::WRITE));
+        assert!(reply.payload.contains_key(queue::field::VECTOR_QUEUE), "queued for a vector");
     }
 
     #[tokio::test]
     async fn a_failed_upsert_removes_what_may_have_landed_and_names_the_collection() {
         let dir = tempfile::tempdir().unwrap();
-        let mut api = existing_collection();
-        api.expect_upsert_points().times(1).returning(|_| {
-            Err(qdrant_client::QdrantError::ResponseError { status: tonic::Status::unavailable("connection refused") })
-        });
-        api.expect_delete_points()
-            .times(1)
-            .withf(|r| r.wait == Some(true) && deleted(r).contains("Num(1)") && deleted(r).contains("Num(2)"))
-            .returning(|_| Ok(()));
-        // ... and any edge to or from them.
-        api.expect_delete_points()
-            .times(1)
-            .withf(|r| to_meta(&r.collection_name) && deleted(r).contains("integers: [1, 2]"))
-            .returning(|_| Ok(()));
+        let (api, state) = server(true);
         let store = open(dir.path(), api).await;
+        state.lock().unwrap().log.clear();
         let err = store.insert(vec![turn("a", "Bo", 1), turn("b", "Ann", 2)], None).await.unwrap_err().to_string();
         assert!(err.contains("unreachable") && err.contains(store.collection()), "{err}");
-        assert!(store.side.read(sidecar::unfinished).await.unwrap().is_empty(), "nothing left half-written");
+        let s = state.lock().unwrap();
+        assert!(!s.log.iter().any(|c| c == "set_payload meta"), "never committed: {:?}", s.log);
+        let deletes: Vec<&String> = s.log.iter().filter(|c| c.starts_with("delete")).collect();
+        assert_eq!(deletes.len(), 3, "its points, its edges, its record: {deletes:?}");
+        assert!(deletes[0].contains("pending") && deletes[0].ends_with("memories"), "{deletes:?}");
+        assert!(deletes[1].contains("pending") && deletes[1].ends_with("meta"), "{deletes:?}");
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_turn_rewrites_its_reply_without_it_before_deleting_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, state) = server(false);
+        let store = open(dir.path(), api).await;
+        let ids =
+            store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
+        state.lock().unwrap().log.clear();
+        assert!(store.forget(ids[0]).await.unwrap());
+        let s = state.lock().unwrap();
+        let upserts: Vec<usize> = (0..s.log.len()).filter(|i| s.log[*i] == "upsert memories").collect();
+        let delete = s.log.iter().position(|c| c.starts_with("delete") && c.ends_with("memories")).unwrap();
+        assert_eq!(upserts.len(), 1, "{:?}", s.log);
+        assert!(upserts[0] < delete, "the reply is rewritten first: {:?}", s.log);
+        let reply = s.memories().into_iter().find(|p| p.id == Some(PointId::from(ids[1].0 as u64))).unwrap();
+        assert_eq!(text_of(&reply, "context"), None);
+        assert_eq!(text_of(&reply, "text").as_deref(), Some("Yes, twice"));
+        assert!(reply.payload.contains_key(queue::field::VECTOR_QUEUE), "re-embedded without it");
+        assert!(s.log[delete].contains(&format!("Num({})", ids[0].0)), "{:?}", s.log);
     }
 
     #[tokio::test]
@@ -1183,8 +1265,9 @@ mod tests {
             // Qdrant's order (its own IDF, an assumed average length) puts the long one first.
             .returning(move |_| Ok(vec![candidate(7, 9.0, &long_text), candidate(8, 1.0, &short_text)]));
         // 10 rows; the stem of "lisbon" in 2 of them.
-        api.expect_count().returning(|r| Ok(if r.filter.is_some() { 2 } else { 10 }));
-        api.expect_scroll().times(1).returning(|_| {
+        api.expect_count()
+            .returning(|r| Ok(if r.filter.as_ref().is_some_and(|f| !f.must.is_empty()) { 2 } else { 10 }));
+        api.expect_scroll().times(1).withf(|r| r.order_by.is_none() && !to_meta(&r.collection_name)).returning(|_| {
             let points = (1..=10u64)
                 .map(|id| RetrievedPoint {
                     id: Some(PointId::from(id)),
@@ -1209,58 +1292,5 @@ mod tests {
             hits,
             [ScoredId { id: MemoryId(8), score: exact("Lisbon") }, ScoredId { id: MemoryId(7), score: exact(long) }]
         );
-    }
-
-    #[tokio::test]
-    async fn forgetting_a_turn_rewrites_its_reply_without_it_before_deleting_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut api = existing_collection();
-        let mut order = mockall::Sequence::new();
-        api.expect_upsert_points()
-            .times(1)
-            .in_sequence(&mut order)
-            .withf(|r| !to_meta(&r.collection_name))
-            .returning(|_| Ok(()));
-        api.expect_upsert_points().times(1).withf(|r| to_meta(&r.collection_name)).returning(|_| Ok(()));
-        // The turns that answer it: the edges from it.
-        let edge = meta::edge_point(&link(1, 2, 2));
-        api.expect_scroll().times(1).withf(|r| to_meta(&r.collection_name)).returning(move |_| {
-            let point = RetrievedPoint { id: edge.id.clone(), payload: edge.payload.clone(), ..Default::default() };
-            Ok(api::ScrollPage { points: vec![point], next: None })
-        });
-        let reply =
-            Memory { context: Some("Bo: Been to Lisbon?".into()), ..turn("Yes, twice", "Ann", 2).with_id(MemoryId(2)) };
-        let stored: HashMap<String, qdrant_client::qdrant::Value> =
-            qdrant_client::Payload::from(payload::to_payload(&reply)).into();
-        api.expect_get_points().times(1).in_sequence(&mut order).returning(move |_| {
-            Ok(vec![RetrievedPoint { id: Some(PointId::from(2u64)), payload: stored.clone(), ..Default::default() }])
-        });
-        api.expect_upsert_points()
-            .times(1)
-            .in_sequence(&mut order)
-            .withf(|r| {
-                let p = &r.points[0];
-                !to_meta(&r.collection_name)
-                    && r.points.len() == 1
-                    && p.id == Some(PointId::from(2u64))
-                    && text_of(p, "context").is_none()
-                    // Queued again: the reply is re-embedded without it.
-                    && p.payload.contains_key(queue::field::VECTOR_QUEUE)
-                    && text_of(p, "text").as_deref() == Some("Yes, twice")
-            })
-            .returning(|_| Ok(()));
-        api.expect_delete_points()
-            .times(1)
-            .in_sequence(&mut order)
-            .withf(|r| deleted(r).contains("Num(1)") && !deleted(r).contains("Num(2)"))
-            .returning(|_| Ok(()));
-        api.expect_delete_points()
-            .times(1)
-            .in_sequence(&mut order)
-            .withf(|r| to_meta(&r.collection_name) && deleted(r).contains("integers: [1] "))
-            .returning(|_| Ok(()));
-        let store = open(dir.path(), api).await;
-        store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
-        assert!(store.forget(MemoryId(1)).await.unwrap());
     }
 }

@@ -1,6 +1,8 @@
-//! The space's meta collection: what is not a memory, as vectorless points with a `type`.
-//! Typed edges live here, one point each, so that every process of every host that reaches the
-//! server sees the same graph.
+//! The space's meta collection: what is not a memory, as vectorless points with a `type`, so
+//! that every process of every host that reaches the server sees the same space: typed edges
+//! (one point each), the records of writes ([`crate::ledger`]), and the sleep cycle's
+//! bookkeeping: per session when its last turn was said and how many turns its summary covers,
+//! per episode that failed how often it did.
 //!
 //! An edge's point id is derived from (src, dst, kind) (a UUID made of the first 16 bytes of a
 //! SHA-256), so writing an edge twice replaces it, as the SQLite store's primary key does.
@@ -26,28 +28,57 @@ pub mod field {
     pub const VALID_FROM: &str = "valid_from";
     pub const VALID_UNTIL: &str = "valid_until";
     pub const RECORDED_AT: &str = "recorded_at";
+    pub const USER: &str = "user";
+    pub const AGENT: &str = "agent";
+    pub const SESSION: &str = "session";
+    /// Of a session: when its last turn was said.
+    pub const LAST_EVENT: &str = "last_event";
+    /// Of a session: how many turns its current summary covers.
+    pub const SUMMARIZED: &str = "summarized";
+    /// Of an episode the sleep cycle failed on.
+    pub const EPISODE: &str = "episode";
+    pub const ATTEMPTS: &str = "attempts";
+    pub const LAST_ATTEMPT: &str = "last_attempt";
+    pub const LAST_ERROR: &str = "last_error";
+    /// Of the settings: the bound embedding model.
+    pub const MODEL: &str = "embedding_model";
+    pub const DIMENSION: &str = "embedding_dimension";
 }
 
 /// The `type` of an edge's point.
 pub const EDGE: &str = "edge";
+/// The `type` of a session's bookkeeping.
+pub const SESSION: &str = "session";
+/// The `type` of a failed episode's bookkeeping.
+pub const ATTEMPT: &str = "attempt";
 
 /// Payload indexes of the meta collection.
-pub const INDEXED_FIELDS: [(&str, FieldType); 4] = [
+pub const INDEXED_FIELDS: [(&str, FieldType); 9] = [
     (field::TYPE, FieldType::Keyword),
     (field::SRC, FieldType::Integer),
     (field::DST, FieldType::Integer),
     (field::CARRIER, FieldType::Integer),
+    (crate::ledger::field::STATE, FieldType::Keyword),
+    (crate::ledger::field::WRITE, FieldType::Integer),
+    (crate::ledger::field::PENDING, FieldType::Integer),
+    (crate::ledger::field::AT, FieldType::Integer),
+    (field::LAST_EVENT, FieldType::Integer),
 ];
 
 fn is_edge() -> Condition {
     Condition::matches(field::TYPE, EDGE.to_owned())
 }
 
-/// `(src, dst, kind)` as a point id.
-fn edge_point_id(e: &Edge) -> PointId {
-    let digest = Sha256::digest(format!("edge\0{}\0{}\0{}", e.src.0, e.dst.0, e.kind.as_str()).as_bytes());
+/// A meta point's id named by `key`: a UUID made of the first 16 bytes of its SHA-256.
+pub fn point_id_of(key: &str) -> PointId {
+    let digest = Sha256::digest(key.as_bytes());
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     PointId::from(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+}
+
+/// `(src, dst, kind)` as a point id.
+fn edge_point_id(e: &Edge) -> PointId {
+    point_id_of(&format!("edge\0{}\0{}\0{}", e.src.0, e.dst.0, e.kind.as_str()))
 }
 
 pub(crate) fn edge_point(e: &Edge) -> PointStruct {
@@ -62,8 +93,7 @@ pub(crate) fn edge_point(e: &Edge) -> PointStruct {
         field::VALID_UNTIL: e.validity.valid_until.map(Timestamp::millis),
         field::RECORDED_AT: e.recorded_at.millis(),
     });
-    let Value::Object(payload) = payload else { unreachable!("a JSON object") };
-    PointStruct::new(edge_point_id(e), HashMap::<String, qdrant_client::qdrant::Vector>::new(), payload)
+    PointStruct::new(edge_point_id(e), HashMap::<String, qdrant_client::qdrant::Vector>::new(), object(payload))
 }
 
 fn edge_of(p: RetrievedPoint) -> Result<Edge> {
@@ -88,14 +118,25 @@ fn ids_condition(key: &str, ids: &[MemoryId]) -> Condition {
     Condition::matches(key, ids.iter().map(|id| id.0).collect::<Vec<i64>>())
 }
 
-/// Stores edges, each replacing one of the same (src, dst, kind).
-pub async fn put_edges(meta: &Collection, edges: &[Edge]) -> Result<()> {
+/// Stores edges, each replacing one of the same (src, dst, kind); those of a write under way
+/// carry its marks and stay invisible until it is rolled forward.
+pub async fn put_edges(meta: &Collection, edges: &[Edge], write: Option<&crate::ledger::Write>) -> Result<()> {
     if edges.is_empty() {
         return Ok(());
     }
     meta.ensure(None).await?;
     for chunk in edges.chunks(256) {
-        meta.upsert(chunk.iter().map(edge_point).collect()).await?;
+        let points = chunk
+            .iter()
+            .map(|e| {
+                let mut p = edge_point(e);
+                for (key, value) in write.map(|w| w.marks()).into_iter().flatten() {
+                    p.payload.insert(key.to_owned(), value.into());
+                }
+                p
+            })
+            .collect();
+        meta.upsert(points).await?;
     }
     Ok(())
 }
@@ -105,6 +146,7 @@ pub async fn edges_of(meta: &Collection, id: MemoryId) -> Result<Vec<Edge>> {
     let filter = Filter {
         must: vec![is_edge()],
         should: vec![ids_condition(field::SRC, &[id]), ids_condition(field::DST, &[id])],
+        must_not: vec![crate::filter::pending()],
         ..Filter::default()
     };
     let mut edges = meta.scroll_matching(filter).await?.into_iter().map(edge_of).collect::<Result<Vec<_>>>()?;
@@ -115,7 +157,11 @@ pub async fn edges_of(meta: &Collection, id: MemoryId) -> Result<Vec<Edge>> {
 /// Edges whose later end lies in (after, last], grouped by that end.
 pub async fn carried_edges(meta: &Collection, after: i64, last: i64) -> Result<HashMap<MemoryId, Vec<Edge>>> {
     let range = Range { gt: Some(after as f64), lte: Some(last as f64), ..Range::default() };
-    let filter = Filter::must([is_edge(), Condition::range(field::CARRIER, range)]);
+    let filter = Filter {
+        must: vec![is_edge(), Condition::range(field::CARRIER, range)],
+        must_not: vec![crate::filter::pending()],
+        ..Filter::default()
+    };
     let mut by_end: HashMap<MemoryId, Vec<Edge>> = HashMap::new();
     for p in meta.scroll_matching(filter).await? {
         let e = edge_of(p)?;
@@ -144,7 +190,224 @@ pub async fn count_edges(meta: &Collection) -> Result<u64> {
     if !meta.exists().await? {
         return Ok(0);
     }
-    meta.count(Some(Filter::must([is_edge()]))).await
+    meta.count(Some(Filter { must: vec![is_edge()], must_not: vec![crate::filter::pending()], ..Filter::default() }))
+        .await
+}
+
+/// A session's bookkeeping point: one per (user, agent, session).
+fn session_point_id(user: Option<&str>, agent: Option<&str>, session: &str) -> PointId {
+    point_id_of(&format!("session\0{}", json!([user, agent, session])))
+}
+
+fn is_type(kind: &str) -> Condition {
+    Condition::matches(field::TYPE, kind.to_owned())
+}
+
+/// Creates a session's bookkeeping if it has none, then raises `key` to `value` where it is
+/// lower (a maximum kept by a conditional write: no read-modify-write race between hosts).
+async fn raise_session(
+    meta: &Collection,
+    (user, agent, session): (Option<&str>, Option<&str>, &str),
+    key: &str,
+    value: i64,
+) -> Result<()> {
+    meta.ensure(None).await?;
+    let id = session_point_id(user, agent, session);
+    let mut fresh = Map::new();
+    fresh.insert(field::TYPE.into(), Value::from(SESSION));
+    for (k, v) in [(field::USER, user), (field::AGENT, agent)] {
+        if let Some(v) = v {
+            fresh.insert(k.into(), Value::from(v));
+        }
+    }
+    fresh.insert(field::SESSION.into(), Value::from(session));
+    fresh.insert(field::LAST_EVENT.into(), Value::from(i64::MIN));
+    fresh.insert(field::SUMMARIZED.into(), Value::from(0));
+    let point = PointStruct::new(id.clone(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), fresh);
+    let request = qdrant_client::qdrant::UpsertPointsBuilder::new(meta.name(), vec![point])
+        .update_mode(qdrant_client::qdrant::UpdateMode::InsertOnly)
+        .wait(true);
+    meta.call("record a session", meta.client().upsert_points(request.build())).await?;
+    let mut values = Map::new();
+    values.insert(key.into(), Value::from(value));
+    let below = Range { lt: Some(value as f64), ..Range::default() };
+    let filter = Filter::must([Condition::has_id([id]), Condition::range(key, below)]);
+    let request =
+        qdrant_client::qdrant::SetPayloadPointsBuilder::new(meta.name(), qdrant_client::Payload::from(values))
+            .points_selector(filter)
+            .ordering(qdrant_client::qdrant::WriteOrdering {
+                r#type: qdrant_client::qdrant::WriteOrderingType::Strong as i32,
+            })
+            .wait(true);
+    meta.call("record a session", meta.client().set_payload(request.build())).await
+}
+
+/// A session's last turn was said at `at` (or later).
+pub async fn saw_turn(meta: &Collection, session: (Option<&str>, Option<&str>, &str), at: i64) -> Result<()> {
+    raise_session(meta, session, field::LAST_EVENT, at).await
+}
+
+/// A session's current summary covers `turns` turns (or more).
+pub async fn summarized(meta: &Collection, session: (Option<&str>, Option<&str>, &str), turns: i64) -> Result<()> {
+    raise_session(meta, session, field::SUMMARIZED, turns).await
+}
+
+/// A session quiet since before a cut-off: (user, agent, session, turns its summary covers).
+pub type QuietSession = (Option<String>, Option<String>, String, i64);
+
+/// Sessions whose last turn was said before `before`, the longest quiet first.
+pub async fn quiet_sessions(meta: &Collection, before: i64) -> Result<Vec<QuietSession>> {
+    let filter = Filter::must([
+        is_type(SESSION),
+        Condition::range(field::LAST_EVENT, Range { lt: Some(before as f64), ..Range::default() }),
+    ]);
+    let mut sessions: Vec<(i64, QuietSession)> = meta
+        .scroll_matching(filter)
+        .await?
+        .into_iter()
+        .filter_map(|p| {
+            let text = |k: &str| p.payload.get(k).and_then(|v| v.as_str()).cloned();
+            let int = |k: &str| p.payload.get(k).and_then(|v| v.as_integer());
+            let session = (text(field::USER), text(field::AGENT), text(field::SESSION)?, int(field::SUMMARIZED)?);
+            Some((int(field::LAST_EVENT)?, session))
+        })
+        .collect();
+    sessions.sort_by(|a, b| (a.0, &a.1.2).cmp(&(b.0, &b.1.2)));
+    Ok(sessions.into_iter().map(|(_, s)| s).collect())
+}
+
+fn attempt_point_id(episode: MemoryId) -> PointId {
+    point_id_of(&format!("attempt\0{}", episode.0))
+}
+
+/// How often the sleep cycle failed on each of `episodes` that it failed on, and when last.
+pub async fn attempts_of(meta: &Collection, episodes: &[MemoryId]) -> Result<HashMap<MemoryId, (i64, i64)>> {
+    let mut out = HashMap::new();
+    if episodes.is_empty() || !meta.exists().await? {
+        return Ok(out);
+    }
+    for chunk in episodes.chunks(1000) {
+        let ids: Vec<PointId> = chunk.iter().map(|id| attempt_point_id(*id)).collect();
+        let request =
+            qdrant_client::qdrant::GetPointsBuilder::new(meta.name(), ids).with_payload(true).with_vectors(false);
+        for p in meta.call("read failed episodes", meta.client().get_points(request.build())).await? {
+            let int = |k: &str| p.payload.get(k).and_then(|v| v.as_integer());
+            if let (Some(episode), Some(attempts), Some(last)) =
+                (int(field::EPISODE), int(field::ATTEMPTS), int(field::LAST_ATTEMPT))
+            {
+                out.insert(MemoryId(episode), (attempts, last));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One more failed attempt on each of `failed`, at `at`.
+pub async fn record_failures(meta: &Collection, failed: &[(MemoryId, String)], at: i64) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<MemoryId> = failed.iter().map(|(id, _)| *id).collect();
+    let before = attempts_of(meta, &ids).await?;
+    let rows: Vec<Failure> = failed
+        .iter()
+        .map(|(id, error)| Failure {
+            episode: *id,
+            attempts: before.get(id).map_or(0, |(n, _)| *n) + 1,
+            last_attempt: at,
+            last_error: error.clone(),
+        })
+        .collect();
+    put_failures(meta, &rows).await
+}
+
+/// How often the sleep cycle failed on an episode.
+pub struct Failure {
+    pub episode: MemoryId,
+    pub attempts: i64,
+    pub last_attempt: i64,
+    pub last_error: String,
+}
+
+pub async fn put_failures(meta: &Collection, failures: &[Failure]) -> Result<()> {
+    if failures.is_empty() {
+        return Ok(());
+    }
+    meta.ensure(None).await?;
+    let points = failures
+        .iter()
+        .map(|f| {
+            let payload = object(json!({
+                field::TYPE: ATTEMPT,
+                field::EPISODE: f.episode.0,
+                field::ATTEMPTS: f.attempts,
+                field::LAST_ATTEMPT: f.last_attempt,
+                field::LAST_ERROR: f.last_error,
+            }));
+            PointStruct::new(
+                attempt_point_id(f.episode),
+                HashMap::<String, qdrant_client::qdrant::Vector>::new(),
+                payload,
+            )
+        })
+        .collect();
+    meta.upsert(points).await
+}
+
+/// The `type` of the space's settings (one point).
+pub const SETTINGS: &str = "settings";
+
+fn settings_point_id() -> PointId {
+    point_id_of("settings")
+}
+
+/// The embedding model bound to the space, if any.
+pub async fn model(meta: &Collection) -> Result<Option<atlas_domain::ports::EmbeddingModel>> {
+    if !meta.exists().await? {
+        return Ok(None);
+    }
+    let request = qdrant_client::qdrant::GetPointsBuilder::new(meta.name(), vec![settings_point_id()])
+        .with_payload(true)
+        .with_vectors(false);
+    let points = meta.call("read the space's settings", meta.client().get_points(request.build())).await?;
+    let Some(p) = points.first() else { return Ok(None) };
+    let name = p.payload.get(field::MODEL).and_then(|v| v.as_str()).cloned();
+    let dimension = p.payload.get(field::DIMENSION).and_then(|v| v.as_integer());
+    Ok(name.zip(dimension).map(|(name, d)| atlas_domain::ports::EmbeddingModel { name, dimension: d as usize }))
+}
+
+/// Binds `model` to the space unless one is bound; returns the one bound (compare to know).
+/// Two processes binding at once: the server keeps the first (a conditional write).
+pub async fn bind_model(
+    meta: &Collection,
+    model: &atlas_domain::ports::EmbeddingModel,
+) -> Result<atlas_domain::ports::EmbeddingModel> {
+    meta.ensure(None).await?;
+    let values = object(json!({ field::TYPE: SETTINGS, field::MODEL: model.name, field::DIMENSION: model.dimension }));
+    let point = PointStruct::new(settings_point_id(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), values);
+    let request = qdrant_client::qdrant::UpsertPointsBuilder::new(meta.name(), vec![point])
+        .update_mode(qdrant_client::qdrant::UpdateMode::InsertOnly)
+        .ordering(qdrant_client::qdrant::WriteOrdering {
+            r#type: qdrant_client::qdrant::WriteOrderingType::Strong as i32,
+        })
+        .wait(true);
+    meta.call("bind the embedding model", meta.client().upsert_points(request.build())).await?;
+    self::model(meta).await?.ok_or_else(|| AtlasError::Storage("the space's settings vanished while binding".into()))
+}
+
+/// Binds `model` to the space in place of any other (re-embedding).
+pub async fn rebind_model(meta: &Collection, model: &atlas_domain::ports::EmbeddingModel) -> Result<()> {
+    meta.ensure(None).await?;
+    let values = object(json!({ field::TYPE: SETTINGS, field::MODEL: model.name, field::DIMENSION: model.dimension }));
+    let point = PointStruct::new(settings_point_id(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), values);
+    meta.upsert(vec![point]).await
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
 }
 
 #[cfg(test)]

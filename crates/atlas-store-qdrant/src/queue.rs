@@ -39,6 +39,7 @@ fn claimable(owner: &str, now: i64) -> Filter {
             Condition::matches(field::VECTOR_CLAIM, owner.to_owned()),
         ],
         must: vec![queued()],
+        must_not: vec![crate::filter::pending()],
         ..Filter::default()
     }
 }
