@@ -10,6 +10,7 @@
 
 use crate::collection::dense_vector_name;
 use crate::payload::field;
+use crate::queue::Claims;
 use crate::write::{CONSOLIDATED_AT, Landed};
 use crate::{QdrantStore, filter, ledger, meta};
 use async_trait::async_trait;
@@ -21,6 +22,10 @@ use qdrant_client::qdrant::{Condition, Filter, PointId, Range, RepeatedStrings, 
 
 /// Points read per scroll request.
 const PAGE: u32 = 256;
+/// How long a cycle holds the episodes it read (extraction by a model on a CPU can be slow).
+const SLEEP_CLAIM_MS: i64 = 10 * 60_000;
+/// Times a cycle looks again after other cycles took every episode it found.
+const SLEEP_CLAIM_ROUNDS: usize = 3;
 
 impl QdrantStore {
     /// Every live memory under `must` (committed, never soft-deleted), in id order.
@@ -53,38 +58,19 @@ impl QdrantStore {
     }
 }
 
-/// The user's and agent's memories: equal where set, absent where not.
-pub(crate) fn owned_by(scope: &Scope) -> Vec<Condition> {
-    [(field::USER, &scope.user), (field::AGENT, &scope.agent)]
-        .into_iter()
-        .map(|(key, value)| match value {
-            Some(v) => Condition::matches(key, MatchValue::Keyword(v.clone())),
-            None => Condition::is_empty(key),
-        })
-        .collect()
-}
-
-pub(crate) fn of_kind(kind: MemoryKind) -> Condition {
-    Condition::matches(field::KIND, MatchValue::Keyword(kind.as_str().into()))
-}
-
-#[async_trait]
-impl Consolidator for QdrantStore {
-    async fn unprocessed(
+impl QdrantStore {
+    /// Up to `limit` unprocessed episodes, in id order, neither given up on, nor backing off,
+    /// nor held by another process's cycle.
+    async fn ready_episodes(
         &self,
         limit: usize,
         max_attempts: u32,
         retry_after_ms: i64,
         now: Timestamp,
     ) -> Result<Vec<Memory>> {
-        if limit == 0 || !self.collection.exists().await? {
-            return Ok(Vec::new());
-        }
-        let filter = Filter {
-            must: vec![of_kind(MemoryKind::Episode), Condition::is_empty(CONSOLIDATED_AT)],
-            must_not: vec![filter::soft_deleted(), filter::pending()],
-            ..Filter::default()
-        };
+        let mut filter = Claims::SLEEP.claimable(&self.owner, ledger::now_ms());
+        filter.must = vec![of_kind(MemoryKind::Episode), Condition::is_empty(CONSOLIDATED_AT)];
+        filter.must_not.push(filter::soft_deleted());
         // Episodes given up on or backing off are skipped, and the next ones read, until
         // `limit` are found.
         let mut found = Vec::new();
@@ -120,6 +106,53 @@ impl Consolidator for QdrantStore {
                 None => return Ok(found),
             }
         }
+    }
+}
+
+/// The user's and agent's memories: equal where set, absent where not.
+pub(crate) fn owned_by(scope: &Scope) -> Vec<Condition> {
+    [(field::USER, &scope.user), (field::AGENT, &scope.agent)]
+        .into_iter()
+        .map(|(key, value)| match value {
+            Some(v) => Condition::matches(key, MatchValue::Keyword(v.clone())),
+            None => Condition::is_empty(key),
+        })
+        .collect()
+}
+
+pub(crate) fn of_kind(kind: MemoryKind) -> Condition {
+    Condition::matches(field::KIND, MatchValue::Keyword(kind.as_str().into()))
+}
+
+#[async_trait]
+impl Consolidator for QdrantStore {
+    async fn unprocessed(
+        &self,
+        limit: usize,
+        max_attempts: u32,
+        retry_after_ms: i64,
+        now: Timestamp,
+    ) -> Result<Vec<Memory>> {
+        if limit == 0 || !self.collection.exists().await? {
+            return Ok(Vec::new());
+        }
+        // A cycle on another host may take the same episodes first: those it holds are not
+        // candidates the next time round.
+        for _ in 0..SLEEP_CLAIM_ROUNDS {
+            let found = self.ready_episodes(limit, max_attempts, retry_after_ms, now).await?;
+            if found.is_empty() {
+                return Ok(found);
+            }
+            let ids: Vec<MemoryId> = found.iter().map(|m| m.id).collect();
+            let wall = ledger::now_ms();
+            let held = Claims::SLEEP
+                .claim(&self.collection, &ids, Vec::new(), &self.owner, wall, wall + SLEEP_CLAIM_MS)
+                .await?;
+            if !held.is_empty() {
+                return Ok(found.into_iter().filter(|m| held.binary_search(&m.id).is_ok()).collect());
+            }
+        }
+        Ok(Vec::new())
     }
 
     async fn known(&self, subjects: Vec<String>, names: Vec<String>, scope: Scope) -> Result<Vec<Memory>> {

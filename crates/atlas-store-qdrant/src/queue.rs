@@ -8,40 +8,118 @@
 //! claim has expired or is the owner's own (the condition is evaluated by the server, with
 //! strong write ordering, so of two racing claims the second sees the first), then the points
 //! are read back and the owner keeps those that carry its name.
+//!
+//! The sleep cycle claims the episodes it reads the same way ([`Claims::SLEEP`]), so that
+//! cycles on two hosts at once never consolidate the same episode twice.
 
 use crate::collection::Collection;
 use crate::payload::point_id;
 use atlas_domain::{MemoryId, Result};
 use qdrant_client::qdrant::{
-    Condition, DeletePayloadPointsBuilder, Filter, GetPointsBuilder, HasIdCondition, PointId, PointsIdsList, Range,
+    Condition, DeletePayloadPointsBuilder, Filter, GetPointsBuilder, HasIdCondition, PointId, Range,
     SetPayloadPointsBuilder, WriteOrdering, WriteOrderingType,
 };
 use serde_json::json;
 
-/// Payload fields of the queue.
+/// Payload fields of the queue and of the sleep cycle's claims.
 pub mod field {
     /// Present while the memory awaits a vector: until when a claim holds it (0: unclaimed).
     pub const VECTOR_QUEUE: &str = "vector_queue";
     /// Who holds the claim (meaningful while `vector_queue` lies in the future).
     pub const VECTOR_CLAIM: &str = "vector_claim";
+    /// Until when a sleep cycle holds the episode (absent: nobody does).
+    pub const SLEEP_UNTIL: &str = "sleep_until";
+    pub const SLEEP_CLAIM: &str = "sleep_claim";
+}
+
+/// A kind of claim on points: the field of its deadline and the field of its owner.
+#[derive(Debug, Clone, Copy)]
+pub struct Claims {
+    until: &'static str,
+    owner: &'static str,
+    what: &'static str,
+}
+
+impl Claims {
+    /// The background embedder's claims on queued memories.
+    pub const VECTORS: Claims =
+        Claims { until: field::VECTOR_QUEUE, owner: field::VECTOR_CLAIM, what: "claim queued vector work" };
+    /// A sleep cycle's claims on the episodes it reads.
+    pub const SLEEP: Claims =
+        Claims { until: field::SLEEP_UNTIL, owner: field::SLEEP_CLAIM, what: "claim episodes to consolidate" };
+
+    /// Points `owner` may claim at `now`: unclaimed, expired or its own (and committed).
+    pub fn claimable(&self, owner: &str, now: i64) -> Filter {
+        Filter {
+            should: vec![
+                Condition::is_empty(self.until),
+                Condition::range(self.until, Range { lte: Some(now as f64), ..Range::default() }),
+                Condition::matches(self.owner, owner.to_owned()),
+            ],
+            must_not: vec![crate::filter::pending()],
+            ..Filter::default()
+        }
+    }
+
+    /// Claims those of `ids` that `must` admits for `owner` until `until` where the claim is
+    /// free; returns those it holds (its name on an unexpired claim: this one, or one another
+    /// task of the same owner just renewed), in id order.
+    pub async fn claim(
+        &self,
+        memories: &Collection,
+        ids: &[MemoryId],
+        must: Vec<Condition>,
+        owner: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<Vec<MemoryId>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut filter = self.claimable(owner, now);
+        filter.must = must;
+        filter.must.push(Condition::from(HasIdCondition { has_id: point_ids(ids)? }));
+        let mut payload = serde_json::Map::new();
+        payload.insert(self.until.into(), until.into());
+        payload.insert(self.owner.into(), owner.into());
+        let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
+            .points_selector(filter)
+            .ordering(strong())
+            .wait(true);
+        memories.call(self.what, memories.client().set_payload(request.build())).await?;
+        let request = GetPointsBuilder::new(memories.name(), point_ids(ids)?)
+            .with_payload(crate::include(&[self.until, self.owner]))
+            .with_vectors(false);
+        let points = memories.call("read the claims", memories.client().get_points(request.build())).await?;
+        let mut held = Vec::new();
+        for p in points {
+            let holds = p.payload.get(self.owner).and_then(|v| v.as_str()).is_some_and(|o| o == owner)
+                && p.payload.get(self.until).and_then(|v| v.as_integer()).is_some_and(|t| t > now);
+            if holds {
+                held.push(crate::memory_id(p.id.as_ref())?);
+            }
+        }
+        held.sort();
+        Ok(held)
+    }
+
+    /// Lets go of the claims on `ids`.
+    pub async fn release(&self, memories: &Collection, ids: &[MemoryId]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let request =
+            DeletePayloadPointsBuilder::new(memories.name(), vec![self.until.to_owned(), self.owner.to_owned()])
+                // A filter, not a list: an id forgotten meanwhile is no error.
+                .points_selector(Filter::must([Condition::from(HasIdCondition { has_id: point_ids(ids)? })]))
+                .wait(true);
+        memories.call("release claims", memories.client().delete_payload(request.build())).await
+    }
 }
 
 /// Points awaiting a vector.
 pub fn queued() -> Condition {
     Condition::range(field::VECTOR_QUEUE, Range { gte: Some(i64::MIN as f64), ..Range::default() })
-}
-
-/// Points awaiting a vector that `owner` may claim at `now`: unclaimed, expired or its own.
-fn claimable(owner: &str, now: i64) -> Filter {
-    Filter {
-        should: vec![
-            Condition::range(field::VECTOR_QUEUE, Range { lte: Some(now as f64), ..Range::default() }),
-            Condition::matches(field::VECTOR_CLAIM, owner.to_owned()),
-        ],
-        must: vec![queued()],
-        must_not: vec![crate::filter::pending()],
-        ..Filter::default()
-    }
 }
 
 fn strong() -> WriteOrdering {
@@ -58,7 +136,7 @@ pub async fn candidates(memories: &Collection, owner: &str, now: i64, limit: usi
         return Ok(Vec::new());
     }
     let request = qdrant_client::qdrant::ScrollPointsBuilder::new(memories.name())
-        .filter(claimable(owner, now))
+        .filter(Filter { must: vec![queued()], ..Claims::VECTORS.claimable(owner, now) })
         .limit(limit.min(u32::MAX as usize) as u32)
         .with_payload(false)
         .with_vectors(false);
@@ -66,8 +144,7 @@ pub async fn candidates(memories: &Collection, owner: &str, now: i64, limit: usi
     page.points.into_iter().map(|p| crate::memory_id(p.id.as_ref())).collect()
 }
 
-/// Claims `ids` for `owner` until `until` where the claim is free; returns those it holds (its
-/// name on an unexpired claim: this one, or one another task of the same owner just renewed).
+/// Claims queued `ids` for `owner` until `until`; returns those it holds.
 pub async fn claim(
     memories: &Collection,
     ids: &[MemoryId],
@@ -75,46 +152,12 @@ pub async fn claim(
     now: i64,
     until: i64,
 ) -> Result<Vec<MemoryId>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut filter = claimable(owner, now);
-    filter.must.push(Condition::from(HasIdCondition { has_id: point_ids(ids)? }));
-    let payload = json!({ field::VECTOR_QUEUE: until, field::VECTOR_CLAIM: owner });
-    let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object") };
-    let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
-        .points_selector(filter)
-        .ordering(strong())
-        .wait(true);
-    memories.call("claim queued vector work", memories.client().set_payload(request.build())).await?;
-    let request = GetPointsBuilder::new(memories.name(), point_ids(ids)?)
-        .with_payload(crate::include(&[field::VECTOR_QUEUE, field::VECTOR_CLAIM]))
-        .with_vectors(false);
-    let points = memories.call("read the claims", memories.client().get_points(request.build())).await?;
-    let mut held = Vec::new();
-    for p in points {
-        let holds = p.payload.get(field::VECTOR_CLAIM).and_then(|v| v.as_str()).is_some_and(|o| o == owner)
-            && p.payload.get(field::VECTOR_QUEUE).and_then(|v| v.as_integer()).is_some_and(|t| t > now);
-        if holds {
-            held.push(crate::memory_id(p.id.as_ref())?);
-        }
-    }
-    held.sort();
-    Ok(held)
+    Claims::VECTORS.claim(memories, ids, vec![queued()], owner, now, until).await
 }
 
 /// Takes `ids` off the queue (their vectors are stored).
 pub async fn done(memories: &Collection, ids: &[MemoryId]) -> Result<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let request = DeletePayloadPointsBuilder::new(
-        memories.name(),
-        vec![field::VECTOR_QUEUE.to_owned(), field::VECTOR_CLAIM.to_owned()],
-    )
-    .points_selector(PointsIdsList { ids: point_ids(ids)? })
-    .wait(true);
-    memories.call("take memories off the vector queue", memories.client().delete_payload(request.build())).await
+    Claims::VECTORS.release(memories, ids).await
 }
 
 /// Puts the points `filter` selects (back) on the queue, unclaimed.

@@ -286,9 +286,10 @@ impl QdrantStore {
                     .collect::<Result<Vec<_>>>()?;
                 let values = json!({ CONSOLIDATED_AT: at });
                 let Value::Object(values) = values else { unreachable!("a JSON object") };
+                // A filter, not a list: an episode forgotten meanwhile is no error.
                 let request =
                     SetPayloadPointsBuilder::new(self.collection.name(), qdrant_client::Payload::from(values))
-                        .points_selector(qdrant_client::qdrant::PointsIdsList { ids: point_ids })
+                        .points_selector(Filter::must([Condition::has_id(point_ids)]))
                         .wait(true);
                 self.collection
                     .call("mark episodes processed", self.collection.client().set_payload(request.build()))
@@ -302,6 +303,9 @@ impl QdrantStore {
                 .filter_map(|f| Some((MemoryId(f.get(0)?.as_i64()?), f.get(1)?.as_str()?.to_owned())))
                 .collect();
             meta::record_failures(&self.meta, &failed, at).await?;
+            // Their cycle is over: a failed episode waits only for its backoff.
+            let done: Vec<MemoryId> = processed.iter().copied().chain(failed.iter().map(|(id, _)| *id)).collect();
+            crate::queue::Claims::SLEEP.release(&self.collection, &done).await?;
         }
         Ok(())
     }

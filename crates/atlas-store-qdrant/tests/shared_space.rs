@@ -1,6 +1,6 @@
 //! Several store instances on one memory space, as several processes would open it: they share
-//! the work of the vector queue without embedding a memory twice. Needs a Qdrant server, like
-//! the conformance suite.
+//! the work of the vector queue without embedding a memory twice, and the sleep cycle's without
+//! consolidating an episode twice. Needs a Qdrant server, like the conformance suite.
 
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
@@ -67,6 +67,74 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
             assert!(busy >= 2, "the work was shared ({busy} of 4 took some)");
             assert_eq!(stores[3].queued_vectors().await.unwrap(), 0);
             assert_eq!(stores[2].stats().await.unwrap().vectors, ids.len() as u64);
+        })
+    }));
+    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
+    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
+    let _ = runtime.block_on(client.delete_collection(name));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
+fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
+    use atlas_domain::ports::{Consolidation, Consolidator};
+    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let mut options = QdrantOptions::new(url.clone());
+    options.collection_prefix = "atlas_shared_sleep".into();
+    options.space = Some(format!("sleep-{}", std::process::id()));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (stores, ids) = runtime.block_on(async {
+        let mut stores = Vec::new();
+        for _ in 0..3 {
+            stores.push(Arc::new(QdrantStore::open(std::path::Path::new("unused.db"), options.clone()).await.unwrap()));
+        }
+        let turns: Vec<NewMemory> = (0..60)
+            .map(|i| NewMemory::episode(format!("turn {i}"), Scope::default(), None, Timestamp(i), Timestamp(i)))
+            .collect();
+        let ids = stores[0].insert(turns, None).await.unwrap();
+        (stores, ids)
+    });
+    let name = stores[0].collection().to_owned();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let mut cycles = tokio::task::JoinSet::new();
+            for store in &stores {
+                let store = Arc::clone(store);
+                cycles.spawn(async move {
+                    let mut processed: Vec<MemoryId> = Vec::new();
+                    loop {
+                        let episodes = store.unprocessed(7, 5, 0, Timestamp(1_000)).await.unwrap();
+                        if episodes.is_empty() {
+                            return processed;
+                        }
+                        let batch: Vec<MemoryId> = episodes.iter().map(|m| m.id).collect();
+                        let outcome = Consolidation {
+                            memories: Vec::new(),
+                            edges: Vec::new(),
+                            revisions: Vec::new(),
+                            processed: batch.clone(),
+                            failed: Vec::new(),
+                            report: serde_json::json!({"episodes": batch.len()}),
+                            at: Timestamp(1_000),
+                        };
+                        store.apply(outcome).await.unwrap();
+                        processed.extend(batch);
+                    }
+                });
+            }
+            let mut times: HashMap<MemoryId, usize> = HashMap::new();
+            while let Some(done) = cycles.join_next().await {
+                for id in done.unwrap() {
+                    *times.entry(id).or_default() += 1;
+                }
+            }
+            let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+            assert!(twice.is_empty(), "consolidated by two cycles: {twice:?}");
+            assert_eq!(times.len(), ids.len(), "every episode consolidated");
+            assert!(stores[1].unprocessed(10, 5, 0, Timestamp(1_000)).await.unwrap().is_empty());
         })
     }));
     let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
