@@ -13,10 +13,13 @@ use std::time::Instant;
 /// Options shared by both directions.
 #[derive(Args)]
 pub struct Common {
-    /// The Qdrant space's sidecar file (ids, edges, ledger): defaults to the SQLite file's name
-    /// with `.qdrant.db` (to Qdrant); required from Qdrant.
-    #[arg(long, value_name = "PATH")]
+    /// The space file of a Qdrant space opened by its file (it names the collection); to Qdrant
+    /// without it or --space-name, the SQLite file's name with `.qdrant.db`.
+    #[arg(long, value_name = "PATH", conflicts_with = "space_name")]
     space: Option<PathBuf>,
+    /// The Qdrant space's name on the server, which any host opens by name (atlas `--space`).
+    #[arg(long, value_name = "NAME")]
+    space_name: Option<String>,
     /// API key of the Qdrant server.
     #[arg(long, env = "ATLAS_QDRANT_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -73,8 +76,30 @@ fn sqlite_config(base: &Config, db: &Path) -> Config {
     Config { storage: StorageKind::Sqlite, db: db.to_path_buf(), ..base.clone() }
 }
 
-fn qdrant_config(base: &Config, url: &str, space: &Path) -> Config {
-    let mut config = Config { storage: StorageKind::Qdrant, db: space.to_path_buf(), ..base.clone() };
+/// A Qdrant space: named on the server, or by its space file.
+enum Space {
+    Named(String),
+    File(PathBuf),
+}
+
+impl Space {
+    fn shown(&self) -> String {
+        match self {
+            Space::Named(name) => format!("space {name}"),
+            Space::File(path) => format!("space file {}", path.display()),
+        }
+    }
+}
+
+fn qdrant_config(base: &Config, url: &str, space: &Space) -> Config {
+    let mut config = Config { storage: StorageKind::Qdrant, ..base.clone() };
+    match space {
+        Space::Named(name) => config.qdrant.space = Some(name.clone()),
+        Space::File(path) => {
+            config.db = path.clone();
+            config.qdrant.space = None;
+        }
+    }
     config.qdrant.url = Some(url.to_string());
     config
 }
@@ -101,31 +126,40 @@ fn check_sqlite_source(db: &Path) -> Result<()> {
 
 pub fn to_qdrant(args: ToQdrant) -> Result<()> {
     check_sqlite_source(&args.from)?;
-    let space = args.common.space.clone().unwrap_or_else(|| args.from.with_extension("qdrant.db"));
+    let (space, checkpoint) = match (&args.common.space_name, &args.common.space) {
+        (Some(name), _) => (Space::Named(name.clone()), args.from.with_extension(format!("{name}.checkpoint"))),
+        (None, file) => {
+            let file = file.clone().unwrap_or_else(|| args.from.with_extension("qdrant.db"));
+            let checkpoint = file.with_extension("checkpoint");
+            (Space::File(file), checkpoint)
+        }
+    };
     let base = base_config(&args.common)?;
     run(
         sqlite_config(&base, &args.from),
         qdrant_config(&base, &args.to, &space),
         &args.common,
         format!("{} (SQLite)", args.from.display()),
-        format!("{} (Qdrant, space {})", args.to, space.display()),
-        space.with_extension("checkpoint"),
+        format!("{} (Qdrant, {})", args.to, space.shown()),
+        checkpoint,
     )
 }
 
 pub fn from_qdrant(args: FromQdrant) -> Result<()> {
-    let Some(space) = args.common.space.clone() else {
-        bail!("--space PATH is required: the Qdrant space's sidecar file names the collection and holds its ledger");
+    let space = match (&args.common.space_name, &args.common.space) {
+        (Some(name), _) => Space::Named(name.clone()),
+        (None, Some(file)) if file.is_file() => Space::File(file.clone()),
+        (None, Some(file)) => bail!("--space {}: no such file", file.display()),
+        (None, None) => {
+            bail!("--space-name NAME (or --space PATH, a space file) is required: which Qdrant space to copy")
+        }
     };
-    if !space.is_file() {
-        bail!("--space {}: no such file", space.display());
-    }
     let base = base_config(&args.common)?;
     run(
         qdrant_config(&base, &args.from, &space),
         sqlite_config(&base, &args.to),
         &args.common,
-        format!("{} (Qdrant, space {})", args.from, space.display()),
+        format!("{} (Qdrant, {})", args.from, space.shown()),
         format!("{} (SQLite)", args.to.display()),
         args.to.with_extension("checkpoint"),
     )
