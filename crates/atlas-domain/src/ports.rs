@@ -98,6 +98,17 @@ pub trait MemoryStore: Send + Sync {
     /// Edges that start or end at `id`.
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>>;
 
+    /// [`MemoryStore::edges_of`] of each of `ids`, in one round trip where the store can (a
+    /// store on a server); the default asks for each in turn.
+    async fn edges_of_many(&self, ids: Vec<MemoryId>) -> Result<std::collections::HashMap<MemoryId, Vec<Edge>>> {
+        let mut out = std::collections::HashMap::with_capacity(ids.len());
+        for id in ids {
+            let edges = self.edges_of(id).await?;
+            out.insert(id, edges);
+        }
+        Ok(out)
+    }
+
     /// The `limit` newest memories the filter admits, newest first by (event time, id): a
     /// session's recent history.
     async fn latest(&self, filter: RecallFilter, limit: usize) -> Result<Vec<Memory>>;

@@ -11,7 +11,6 @@ use atlas_domain::policy::redundancy::collapse;
 use atlas_domain::ports::MemoryStore;
 use atlas_domain::{AtlasError, Memory, MemoryId, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -109,47 +108,59 @@ struct Around {
     linked: Vec<(MemoryId, u32)>,
 }
 
-/// Breadth first, each memory once per kind of walk, cycle-safe; each memory's edges are read
-/// once even when both walks pass through it.
+/// Breadth first from every start at once, level by level: each start's walks as it would walk
+/// alone (each memory once per kind of walk, cycle-safe), while a memory's edges are read once
+/// for all of them, and each level's unread memories in one call (one round trip on a store
+/// behind a server, one task on SQLite's readers).
 async fn walk_around(
-    store: Arc<dyn MemoryStore>,
-    start: MemoryId,
+    store: &dyn MemoryStore,
+    starts: &[MemoryId],
     reach: u32,
     depth: u32,
     at: Timestamp,
-) -> Result<Around> {
+) -> Result<HashMap<MemoryId, Around>> {
     let mut edges: HashMap<MemoryId, Vec<atlas_domain::Edge>> = HashMap::new();
-    let mut around = Around::default();
+    let mut around: HashMap<MemoryId, Around> = starts.iter().map(|s| (*s, Around::default())).collect();
     for (temporal, limit) in [(true, reach), (false, depth)] {
-        let mut seen = std::collections::HashSet::from([start]);
-        let mut frontier = vec![start];
+        // Per start: what its walk has seen, and its frontier.
+        let mut walks: Vec<(MemoryId, std::collections::HashSet<MemoryId>, Vec<MemoryId>)> =
+            starts.iter().map(|s| (*s, std::collections::HashSet::from([*s]), vec![*s])).collect();
         for distance in 1..=limit {
-            let mut next = Vec::new();
-            for id in frontier {
-                if let std::collections::hash_map::Entry::Vacant(slot) = edges.entry(id) {
-                    slot.insert(store.edges_of(id).await?);
-                }
-                let links = edges[&id].iter().filter(|e| e.kind != EdgeKind::Temporal).count();
-                if !temporal && id != start && links > HUB_MENTIONS {
-                    continue;
-                }
-                for e in &edges[&id] {
-                    // A typed link counts only while valid (as of the recall); turns stay adjacent.
-                    // A link of weight 0 records provenance only (a session summary's turns,
-                    // which the temporal walk already relates): it is never walked.
-                    let wanted = (e.kind == EdgeKind::Temporal) == temporal;
-                    if !wanted || (!temporal && (!e.validity.holds_at(at) || e.weight <= 0.0)) {
+            let mut unread: Vec<MemoryId> =
+                walks.iter().flat_map(|w| &w.2).filter(|id| !edges.contains_key(id)).copied().collect();
+            unread.sort_unstable();
+            unread.dedup();
+            if !unread.is_empty() {
+                edges.extend(store.edges_of_many(unread).await?);
+            }
+            for (start, seen, frontier) in &mut walks {
+                let found = around.get_mut(start).expect("one per start");
+                let mut next = Vec::new();
+                for id in std::mem::take(frontier) {
+                    let of_id = edges.get(&id).map_or(&[][..], Vec::as_slice);
+                    let links = of_id.iter().filter(|e| e.kind != EdgeKind::Temporal).count();
+                    if !temporal && id != *start && links > HUB_MENTIONS {
                         continue;
                     }
-                    let other = if e.src == id { e.dst } else { e.src };
-                    if seen.insert(other) {
-                        let found = if temporal { &mut around.turns } else { &mut around.linked };
-                        found.push((other, distance));
-                        next.push(other);
+                    for e in of_id {
+                        // A typed link counts only while valid (as of the recall); turns stay
+                        // adjacent. A link of weight 0 records provenance only (a session
+                        // summary's turns, which the temporal walk already relates): it is
+                        // never walked.
+                        let wanted = (e.kind == EdgeKind::Temporal) == temporal;
+                        if !wanted || (!temporal && (!e.validity.holds_at(at) || e.weight <= 0.0)) {
+                            continue;
+                        }
+                        let other = if e.src == id { e.dst } else { e.src };
+                        if seen.insert(other) {
+                            let list = if temporal { &mut found.turns } else { &mut found.linked };
+                            list.push((other, distance));
+                            next.push(other);
+                        }
                     }
                 }
+                *frontier = next;
             }
-            frontier = next;
         }
     }
     Ok(around)
@@ -256,28 +267,11 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         let reach = if config.context_weight > 0.0 { config.context_reach } else { 0 };
         let depth = if config.graph_weight > 0.0 { config.graph_depth.min(MAX_GRAPH_DEPTH) } else { 0 };
         let at = request.as_of.unwrap_or(now);
-        // The best hits' neighbourhoods are read by two concurrent walkers (one store round trip
-        // per memory visited): faster than one, and unlike one task per hit it never opens more
-        // than two extra read connections, each with its own page cache (measured: +160 MB at 100k).
-        let mut walks = tokio::task::JoinSet::new();
         let ids: Vec<MemoryId> = fused[..from].iter().map(|f| f.id).collect();
-        for half in ids.chunks(from.div_ceil(2).max(1)) {
-            let (store, half) = (Arc::clone(&parts.store), half.to_vec());
-            walks.spawn(async move {
-                let mut out = Vec::with_capacity(half.len());
-                for id in half {
-                    out.push((id, walk_around(Arc::clone(&store), id, reach, depth, at).await?));
-                }
-                Ok::<_, AtlasError>(out)
-            });
-        }
         let (mut turns, mut linked) = (HashMap::with_capacity(from), HashMap::with_capacity(from));
-        while let Some(walk) = walks.join_next().await {
-            let walked = walk.map_err(|e| AtlasError::Storage(format!("context walk failed: {e}")))??;
-            for (id, around) in walked {
-                turns.insert(id, around.turns);
-                linked.insert(id, around.linked);
-            }
+        for (id, around) in walk_around(parts.store.as_ref(), &ids, reach, depth, at).await? {
+            turns.insert(id, around.turns);
+            linked.insert(id, around.linked);
         }
         if config.context_weight > 0.0 {
             fused = spread(fused, &turns, from, config.context_weight, config.context_decay, Signal::Context);

@@ -673,6 +673,10 @@ impl MemoryStore for QdrantStore {
         meta::edges_of(&self.meta, id).await
     }
 
+    async fn edges_of_many(&self, ids: Vec<MemoryId>) -> Result<HashMap<MemoryId, Vec<Edge>>> {
+        meta::edges_of_many(&self.meta, &ids).await
+    }
+
     async fn stats(&self) -> Result<StoreStats> {
         let mut stats = StoreStats {
             schema_version: Some(SPACE_FORMAT),

@@ -154,6 +154,32 @@ pub async fn edges_of(meta: &Collection, id: MemoryId) -> Result<Vec<Edge>> {
     Ok(edges)
 }
 
+/// The edges of each of `ids`, as [`edges_of`] orders them, in one read.
+pub async fn edges_of_many(meta: &Collection, ids: &[MemoryId]) -> Result<HashMap<MemoryId, Vec<Edge>>> {
+    let mut out: HashMap<MemoryId, Vec<Edge>> = ids.iter().map(|id| (*id, Vec::new())).collect();
+    for chunk in ids.chunks(256) {
+        let filter = Filter {
+            must: vec![is_edge()],
+            should: vec![ids_condition(field::SRC, chunk), ids_condition(field::DST, chunk)],
+            must_not: vec![crate::filter::pending()],
+            ..Filter::default()
+        };
+        for p in meta.scroll_matching(filter).await? {
+            let e = edge_of(p)?;
+            let ends = if e.src == e.dst { vec![e.src] } else { vec![e.src, e.dst] };
+            for end in ends {
+                if let Some(list) = out.get_mut(&end) {
+                    list.push(e.clone());
+                }
+            }
+        }
+    }
+    for (id, edges) in &mut out {
+        edges.sort_by_key(|e| (e.src != *id, e.src, e.dst, e.kind));
+    }
+    Ok(out)
+}
+
 /// Edges whose later end lies in (after, last], grouped by that end.
 pub async fn carried_edges(meta: &Collection, after: i64, last: i64) -> Result<HashMap<MemoryId, Vec<Edge>>> {
     let range = Range { gt: Some(after as f64), lte: Some(last as f64), ..Range::default() };

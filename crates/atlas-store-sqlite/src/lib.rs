@@ -39,6 +39,7 @@ use atlas_domain::{
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Once, RwLock};
 use std::time::Duration;
@@ -560,6 +561,14 @@ fn vector_table_exists(conn: &Connection) -> Result<bool> {
         .map_err(storage)
 }
 
+/// The edges from or to `?1`.
+fn edges_of_sql() -> String {
+    format!(
+        "SELECT {EDGE_COLUMNS} FROM edges WHERE src = ?1 UNION ALL SELECT {EDGE_COLUMNS} FROM edges \
+         WHERE dst = ?1 AND src <> ?1"
+    )
+}
+
 #[async_trait]
 impl MemoryStore for SqliteStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
@@ -679,13 +688,15 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn edges_of(&self, id: MemoryId) -> Result<Vec<Edge>> {
+        self.readers.read(move |conn| query_edges(conn, &edges_of_sql(), &[Value::Integer(id.0)])).await
+    }
+
+    async fn edges_of_many(&self, ids: Vec<MemoryId>) -> Result<HashMap<MemoryId, Vec<Edge>>> {
+        // One read task for all of them: one hop to the reader pool instead of one per memory.
         self.readers
             .read(move |conn| {
-                let sql = format!(
-                    "SELECT {EDGE_COLUMNS} FROM edges WHERE src = ?1 UNION ALL SELECT {EDGE_COLUMNS} FROM edges \
-                     WHERE dst = ?1 AND src <> ?1"
-                );
-                query_edges(conn, &sql, &[Value::Integer(id.0)])
+                let sql = edges_of_sql();
+                ids.into_iter().map(|id| Ok((id, query_edges(conn, &sql, &[Value::Integer(id.0)])?))).collect()
             })
             .await
     }

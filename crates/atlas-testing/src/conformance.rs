@@ -162,6 +162,17 @@ pub fn episodes_link_temporally_per_session<S: Store>(make: Make<S>) {
         from_a0.sort();
         assert_eq!(from_a0, vec![(a[0], a[2]), (a[0], late[0])]);
         assert_eq!(store.stats().await.unwrap().edges, 2);
+        // Many at once: each id's edges, as one at a time finds them.
+        let all: Vec<MemoryId> = a.iter().chain(&late).copied().collect();
+        let many = store.edges_of_many(all.clone()).await.unwrap();
+        assert_eq!(many.len(), all.len());
+        for id in all {
+            let key = |e: &atlas_domain::Edge| (e.src, e.dst, e.kind);
+            let (mut one, mut batched) = (store.edges_of(id).await.unwrap(), many[&id].clone());
+            one.sort_by_key(key);
+            batched.sort_by_key(key);
+            assert_eq!(batched, one, "edges of {id}");
+        }
     });
 }
 
