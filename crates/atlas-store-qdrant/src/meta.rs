@@ -261,9 +261,7 @@ async fn raise_session(
     let request =
         qdrant_client::qdrant::SetPayloadPointsBuilder::new(meta.name(), qdrant_client::Payload::from(values))
             .points_selector(filter)
-            .ordering(qdrant_client::qdrant::WriteOrdering {
-                r#type: qdrant_client::qdrant::WriteOrderingType::Strong as i32,
-            })
+            .ordering(crate::ledger::ordered())
             .wait(true);
     meta.call("record a session", meta.client().set_payload(request.build())).await
 }
@@ -413,9 +411,7 @@ pub async fn bind_model(
     let point = PointStruct::new(settings_point_id(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), values);
     let request = qdrant_client::qdrant::UpsertPointsBuilder::new(meta.name(), vec![point])
         .update_mode(qdrant_client::qdrant::UpdateMode::InsertOnly)
-        .ordering(qdrant_client::qdrant::WriteOrdering {
-            r#type: qdrant_client::qdrant::WriteOrderingType::Strong as i32,
-        })
+        .ordering(crate::ledger::ordered())
         .wait(true);
     meta.call("bind the embedding model", meta.client().upsert_points(request.build())).await?;
     self::model(meta).await?.ok_or_else(|| AtlasError::Storage("the space's settings vanished while binding".into()))

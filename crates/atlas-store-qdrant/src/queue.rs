@@ -5,9 +5,9 @@
 //! milliseconds until which a claim holds it, 0 when nobody does. Every point written without
 //! a vector gets `vector_queue = 0`; storing its vector removes the field. A claim is a
 //! conditional write: `vector_queue` and `vector_claim` (the owner) are set only on points whose
-//! claim has expired or is the owner's own (the condition is evaluated by the server, with
-//! strong write ordering, so of two racing claims the second sees the first), then the points
-//! are read back and the owner keeps those that carry its name.
+//! claim has expired or is the owner's own (the condition is evaluated by the server, ordered
+//! through the shard's leader, [`crate::ledger::ordered`], so of two racing claims the second
+//! sees the first), then the points are read back and the owner keeps those that carry its name.
 //!
 //! The sleep cycle claims the episodes it reads the same way ([`Claims::SLEEP`]), so that
 //! cycles on two hosts at once never consolidate the same episode twice.
@@ -17,7 +17,7 @@ use crate::payload::point_id;
 use atlas_domain::{MemoryId, Result};
 use qdrant_client::qdrant::{
     Condition, DeletePayloadPointsBuilder, Filter, GetPointsBuilder, HasIdCondition, PointId, Range,
-    SetPayloadPointsBuilder, WriteOrdering, WriteOrderingType,
+    SetPayloadPointsBuilder,
 };
 use serde_json::json;
 
@@ -84,7 +84,7 @@ impl Claims {
         payload.insert(self.owner.into(), owner.into());
         let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
             .points_selector(filter)
-            .ordering(strong())
+            .ordering(crate::ledger::ordered())
             .wait(true);
         memories.call(self.what, memories.client().set_payload(request.build())).await?;
         let request = GetPointsBuilder::new(memories.name(), point_ids(ids)?)
@@ -120,10 +120,6 @@ impl Claims {
 /// Points awaiting a vector.
 pub fn queued() -> Condition {
     Condition::range(field::VECTOR_QUEUE, Range { gte: Some(i64::MIN as f64), ..Range::default() })
-}
-
-fn strong() -> WriteOrdering {
-    WriteOrdering { r#type: WriteOrderingType::Strong as i32 }
 }
 
 fn point_ids(ids: &[MemoryId]) -> Result<Vec<PointId>> {
@@ -166,7 +162,7 @@ pub async fn enqueue_matching(memories: &Collection, filter: Filter) -> Result<(
     let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object") };
     let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
         .points_selector(filter)
-        .ordering(strong())
+        .ordering(crate::ledger::ordered())
         .wait(true);
     memories.call("queue memories for a vector", memories.client().set_payload(request.build())).await
 }

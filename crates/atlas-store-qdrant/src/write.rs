@@ -8,10 +8,7 @@ use crate::payload::field;
 use crate::{QdrantStore, meta};
 use atlas_domain::ports::Receipt;
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, Result, encode_id_runs};
-use qdrant_client::qdrant::{
-    Condition, Filter, PointStruct, SetPayloadPointsBuilder, UpdateMode, UpsertPointsBuilder, WriteOrdering,
-    WriteOrderingType,
-};
+use qdrant_client::qdrant::{Condition, Filter, PointStruct, SetPayloadPointsBuilder, UpdateMode, UpsertPointsBuilder};
 use serde_json::{Value, json};
 
 /// How many times a batch takes new ids after a collision before the insert fails.
@@ -114,9 +111,8 @@ impl QdrantStore {
         }
         for chunk in points.chunks(self.batch) {
             ledger::renew_if_due(&self.meta, write).await?;
-            let mut request = UpsertPointsBuilder::new(self.collection.name(), chunk.to_vec())
-                .ordering(WriteOrdering { r#type: WriteOrderingType::Strong as i32 })
-                .wait(true);
+            let mut request =
+                UpsertPointsBuilder::new(self.collection.name(), chunk.to_vec()).ordering(ledger::ordered()).wait(true);
             request = match landing {
                 Landing::New => request.update_mode(UpdateMode::InsertOnly),
                 Landing::Restore(recorded) => {
