@@ -285,6 +285,30 @@ pub struct NewEdge {
     pub recorded_at: Timestamp,
 }
 
+impl NewEdge {
+    /// The edge between stored memories, the batch's new ones under `new_ids` (their ids in
+    /// the order of [`Consolidation::memories`]).
+    pub fn resolve(&self, new_ids: &[MemoryId]) -> Result<Edge> {
+        let end = |r: MemoryRef| match r {
+            MemoryRef::Stored(id) => Ok(id),
+            MemoryRef::New(i) => new_ids.get(i).copied().ok_or_else(|| {
+                crate::AtlasError::Storage(format!(
+                    "an edge refers to new memory #{i}; the batch has {}",
+                    new_ids.len()
+                ))
+            }),
+        };
+        Ok(Edge {
+            src: end(self.src)?,
+            dst: end(self.dst)?,
+            kind: self.kind,
+            weight: self.weight,
+            validity: self.validity,
+            recorded_at: self.recorded_at,
+        })
+    }
+}
+
 /// A change of a stored memory's validity and confidence, without rewriting the memory (a
 /// supersession ends its validity; its text and id stay).
 #[derive(Debug, Clone, PartialEq)]

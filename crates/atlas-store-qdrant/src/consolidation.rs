@@ -15,8 +15,8 @@ use crate::write::{CONSOLIDATED_AT, Landed};
 use crate::{QdrantStore, filter, ledger, meta};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
-use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator, MemoryRef};
-use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, MemoryKind, Result, Scope, Timestamp};
+use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator};
+use atlas_domain::{AtlasError, Body, Memory, MemoryId, MemoryKind, Result, Scope, Timestamp};
 use qdrant_client::qdrant::r#match::MatchValue;
 use qdrant_client::qdrant::{Condition, Filter, PointId, Range, RepeatedStrings, ScrollPointsBuilder};
 
@@ -211,26 +211,7 @@ impl Consolidator for QdrantStore {
             for chunk in points.chunks(self.batch) {
                 self.collection.upsert(chunk.to_vec()).await?;
             }
-            let resolve = |r: MemoryRef| match r {
-                MemoryRef::Stored(id) => Ok(id),
-                MemoryRef::New(i) => ids.get(i).copied().ok_or_else(|| {
-                    AtlasError::Storage(format!("an edge refers to new memory #{i}; the batch has {}", ids.len()))
-                }),
-            };
-            let edges = batch
-                .edges
-                .iter()
-                .map(|e| {
-                    Ok(Edge {
-                        src: resolve(e.src)?,
-                        dst: resolve(e.dst)?,
-                        kind: e.kind,
-                        weight: e.weight,
-                        validity: e.validity,
-                        recorded_at: e.recorded_at,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let edges = batch.edges.iter().map(|e| e.resolve(&ids)).collect::<Result<Vec<_>>>()?;
             meta::put_edges(&self.meta, &edges, Some(&write)).await?;
             let mut effects = crate::write::effects_of(&memories);
             effects.insert(

@@ -7,7 +7,7 @@ use crate::sql::{MEMORY_COLUMNS, put_edge, query_memories};
 use crate::{SqliteStore, insert_all};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
-use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator, MemoryRef};
+use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator};
 use atlas_domain::{AtlasError, MemoryId, Result, Scope, Timestamp};
 use rusqlite::params;
 use rusqlite::types::Value;
@@ -87,22 +87,8 @@ impl Consolidator for SqliteStore {
             .write(move |conn| {
                 let written = insert_all(conn, &batch.memories, None)?;
                 let ids: Vec<MemoryId> = written.iter().map(|f| MemoryId(f.id)).collect();
-                let resolve = |r: MemoryRef| match r {
-                    MemoryRef::Stored(id) => Ok(id),
-                    MemoryRef::New(i) => ids.get(i).copied().ok_or_else(|| {
-                        AtlasError::Storage(format!("an edge refers to new memory #{i}; the batch has {}", ids.len()))
-                    }),
-                };
                 for e in &batch.edges {
-                    let edge = atlas_domain::Edge {
-                        src: resolve(e.src)?,
-                        dst: resolve(e.dst)?,
-                        kind: e.kind,
-                        weight: e.weight,
-                        validity: e.validity,
-                        recorded_at: e.recorded_at,
-                    };
-                    put_edge(conn, &edge)?;
+                    put_edge(conn, &e.resolve(&ids)?)?;
                 }
                 for r in &batch.revisions {
                     let changed = conn

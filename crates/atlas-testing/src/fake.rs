@@ -470,19 +470,8 @@ impl Consolidator for FakeStore {
             return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
         }
         let ids = insert_locked(&mut s, batch.memories);
-        let resolve = |r: MemoryRef| match r {
-            MemoryRef::Stored(id) => id,
-            MemoryRef::New(i) => ids[i],
-        };
         for e in batch.edges {
-            let edge = Edge {
-                src: resolve(e.src),
-                dst: resolve(e.dst),
-                kind: e.kind,
-                weight: e.weight,
-                validity: e.validity,
-                recorded_at: e.recorded_at,
-            };
+            let edge = e.resolve(&ids)?;
             s.edges.retain(|o| (o.src, o.dst, o.kind) != (edge.src, edge.dst, edge.kind));
             s.edges.push(edge);
         }
