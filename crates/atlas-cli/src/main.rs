@@ -642,7 +642,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Stats => {
             let stats = atlas.stats().await?;
-            output::print_stats(&atlas.config().db, &stats, json);
+            output::print_stats(atlas.config(), &stats, json);
             Ok(())
         }
         Command::Export { out, vectors } => {

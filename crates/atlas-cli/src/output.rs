@@ -2,7 +2,6 @@
 
 use atlas_runtime::{MemoryDetail, Recall, Stats};
 use serde_json::{Value, json};
-use std::path::Path;
 
 pub fn print_line(json: bool, value: Value, human: impl FnOnce() -> String) {
     if json {
@@ -96,13 +95,16 @@ pub fn print_detail(detail: &MemoryDetail, json: bool) {
     }
 }
 
-pub fn print_stats(db: &Path, stats: &Stats, json: bool) {
+pub fn print_stats(config: &atlas_runtime::Config, stats: &Stats, json: bool) {
     let s = &stats.store;
     if json {
-        println!("{}", atlas_runtime::wire::stats_value(db, stats));
+        println!("{}", atlas_runtime::wire::stats_value(config, stats));
         return;
     }
-    println!("database:        {}", db.display());
+    match config.named_space() {
+        Some(name) => println!("space:           {name} (on {})", config.qdrant.url.as_deref().unwrap_or("?")),
+        None => println!("database:        {}", config.db.display()),
+    }
     println!("memories:        {}", s.memories());
     for (kind, n) in &s.memories_by_kind {
         println!("  {kind:<14} {n}");

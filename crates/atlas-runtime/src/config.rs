@@ -386,6 +386,14 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The name of the space on the Qdrant server when the space is named (no local file).
+    pub fn named_space(&self) -> Option<&str> {
+        match self.storage {
+            StorageKind::Qdrant => self.qdrant.space.as_deref(),
+            StorageKind::Sqlite => None,
+        }
+    }
+
     /// Reads `path` (if given) and applies environment overrides from `env`.
     pub fn load(path: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let mut config = match path {

@@ -7,7 +7,6 @@ use crate::context::Context;
 use crate::{MemoryDetail, Recall, Stats};
 use atlas_domain::{AtlasError, jsonl};
 use serde_json::{Value, json};
-use std::path::Path;
 
 /// One recall: its hits (each memory's record with its score, its rank per signal, folded
 /// duplicates, a fact's validity and confidence, a consolidated memory's sources and, with
@@ -84,12 +83,16 @@ pub fn detail_value(detail: &MemoryDetail) -> Value {
 }
 
 /// The counts and sizes of a memory space.
-pub fn stats_value(db: &Path, stats: &Stats) -> Value {
+/// The counts of a memory space; `db` is its file, null for a space named on a Qdrant server
+/// (`space` then holds its name).
+pub fn stats_value(config: &crate::Config, stats: &Stats) -> Value {
     let s = &stats.store;
     let by_kind: serde_json::Map<String, Value> =
         s.memories_by_kind.iter().map(|(k, n)| (k.as_str().to_owned(), Value::from(*n))).collect();
     let model = s.embedding_model.as_ref().map(|m| json!({"name": m.name, "dimension": m.dimension}));
-    json!({"db": db.display().to_string(), "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
+    let space = config.named_space();
+    let db = space.is_none().then(|| config.db.display().to_string());
+    json!({"db": db, "space": space, "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
            "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
            "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder})
 }

@@ -330,7 +330,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>) 
         }
         Op::Stats => {
             args::<NoArgs>(arguments)?;
-            Ok(wire::stats_value(&atlas.config().db, &atlas.stats().await?))
+            Ok(wire::stats_value(atlas.config(), &atlas.stats().await?))
         }
         Op::Context => {
             let ContextArgs { task, budget, session, scope: s } = args(arguments)?;

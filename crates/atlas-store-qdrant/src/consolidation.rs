@@ -1,7 +1,8 @@
 //! The sleep cycle's port on Qdrant. The points are the memories; an episode the cycle
 //! processed carries `consolidated_at`; the meta collection keeps per session when its last
 //! turn was said and how many turns its summary covers, and per episode the cycle failed on how
-//! often ([`crate::meta`]). `apply` is one write of the ledger ([`crate::ledger`]): its new
+//! often ([`crate::meta`]). Cycles on several hosts claim what they take: the episodes they
+//! read ([`Claims::SLEEP`]) and the sessions they summarise ([`Claims::SUMMARY`]). `apply` is one write of the ledger ([`crate::ledger`]): its new
 //! memories and edges land invisible, the revisions are written, then one commit makes the new
 //! memories visible and, rolled forward, marks the episodes processed, counts the failures and
 //! keeps the cycle's report in the write's record. A crash before the commit rolls the new
@@ -39,20 +40,13 @@ impl QdrantStore {
             .collect()
     }
 
-    /// The committed episodes of a session, soft-deleted ones too, in (event time, id) order.
+    /// The live episodes of a session, in (event time, id) order.
     async fn turns_of(&self, scope: &Scope) -> Result<Vec<Memory>> {
         let Some(session) = &scope.session else { return Ok(Vec::new()) };
         let mut must = owned_by(scope);
         must.push(of_kind(MemoryKind::Episode));
         must.push(Condition::matches(field::SESSION, MatchValue::Keyword(session.clone())));
-        let filter = Filter { must, must_not: vec![filter::pending()], ..Filter::default() };
-        let mut turns: Vec<Memory> = self
-            .collection
-            .scroll_matching(filter)
-            .await?
-            .into_iter()
-            .map(|p| crate::decode(p, None).map(|d| d.0))
-            .collect::<Result<_>>()?;
+        let mut turns = self.scroll_all(must).await?;
         turns.sort_by_key(|m| (m.event_time, m.id));
         Ok(turns)
     }
@@ -260,8 +254,17 @@ impl Consolidator for QdrantStore {
         }
         for (user, agent, session, summarized) in meta::quiet_sessions(&self.meta, said_before.millis()).await? {
             let scope = Scope { user, agent, session: Some(session) };
-            let all = self.turns_of(&scope).await?;
-            if all.is_empty() || summarized >= all.len() as i64 {
+            // Forgotten turns count for neither side, as on every store.
+            let turns = self.turns_of(&scope).await?;
+            if turns.is_empty() || summarized >= turns.len() as i64 {
+                continue;
+            }
+            // A cycle on another host may be summarising it right now: only the holder of the
+            // session's claim does (released when the summary's write rolls forward).
+            let wall = ledger::now_ms();
+            let key = (scope.user.as_deref(), scope.agent.as_deref(), scope.session.as_deref().unwrap_or_default());
+            let said = turns.len() as i64;
+            if !meta::claim_session(&self.meta, key, said, &self.owner, wall, wall + SLEEP_CLAIM_MS).await? {
                 continue;
             }
             let mut must = owned_by(&scope);
@@ -273,10 +276,6 @@ impl Consolidator for QdrantStore {
             let open = Range { gte: Some(crate::payload::OPEN_END as f64), ..Range::default() };
             must.push(Condition::range(field::VALID_UNTIL, open));
             let previous = self.scroll_all(must).await?.iter().map(|m| m.id).max();
-            let turns: Vec<Memory> = all.into_iter().filter(|m| !m.lifecycle.is_deleted()).collect();
-            if turns.is_empty() {
-                continue;
-            }
             closed.push(ClosedSession { scope, turns, previous });
             if closed.len() == limit {
                 break;

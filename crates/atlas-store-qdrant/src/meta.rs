@@ -276,6 +276,32 @@ pub async fn summarized(meta: &Collection, session: (Option<&str>, Option<&str>,
     raise_session(meta, session, field::SUMMARIZED, turns).await
 }
 
+/// Claims a session whose summary covers fewer than `turns` turns for `owner`'s summary until
+/// `until`: true if `owner` holds it (no other process's cycle summarises it before then;
+/// [`crate::queue::Claims::SUMMARY`]). The coverage is part of the server's condition, so a
+/// claim released by a cycle that just summarised the session cannot be taken on a stale read.
+pub async fn claim_session(
+    meta: &Collection,
+    (user, agent, session): (Option<&str>, Option<&str>, &str),
+    turns: i64,
+    owner: &str,
+    now: i64,
+    until: i64,
+) -> Result<bool> {
+    let id = session_point_id(user, agent, session);
+    let uncovered = Condition::range(field::SUMMARIZED, Range { lt: Some(turns as f64), ..Range::default() });
+    let held = crate::queue::Claims::SUMMARY.claim_points(meta, vec![id], vec![uncovered], owner, now, until).await?;
+    Ok(!held.is_empty())
+}
+
+/// Lets go of a session's summary claim (its summary is written).
+pub async fn release_session(
+    meta: &Collection,
+    (user, agent, session): (Option<&str>, Option<&str>, &str),
+) -> Result<()> {
+    crate::queue::Claims::SUMMARY.release_points(meta, vec![session_point_id(user, agent, session)]).await
+}
+
 /// A session quiet since before a cut-off: (user, agent, session, turns its summary covers).
 pub type QuietSession = (Option<String>, Option<String>, String, i64);
 

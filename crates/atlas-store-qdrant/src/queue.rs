@@ -30,6 +30,9 @@ pub mod field {
     /// Until when a sleep cycle holds the episode (absent: nobody does).
     pub const SLEEP_UNTIL: &str = "sleep_until";
     pub const SLEEP_CLAIM: &str = "sleep_claim";
+    /// Until when a sleep cycle holds a session it summarises (on the session's meta point).
+    pub const SUMMARY_UNTIL: &str = "summary_until";
+    pub const SUMMARY_CLAIM: &str = "summary_claim";
 }
 
 /// A kind of claim on points: the field of its deadline and the field of its owner.
@@ -47,6 +50,10 @@ impl Claims {
     /// A sleep cycle's claims on the episodes it reads.
     pub const SLEEP: Claims =
         Claims { until: field::SLEEP_UNTIL, owner: field::SLEEP_CLAIM, what: "claim episodes to consolidate" };
+    /// A sleep cycle's claims on the closed sessions it summarises (points of the meta
+    /// collection), so that two cycles never summarise one session at once.
+    pub const SUMMARY: Claims =
+        Claims { until: field::SUMMARY_UNTIL, owner: field::SUMMARY_CLAIM, what: "claim a session to summarise" };
 
     /// Points `owner` may claim at `now`: unclaimed, expired or its own (and committed).
     pub fn claimable(&self, owner: &str, now: i64) -> Filter {
@@ -76,31 +83,46 @@ impl Claims {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let held = self.claim_points(memories, point_ids(ids)?, must, owner, now, until).await?;
+        let mut held = held.iter().map(|id| crate::memory_id(Some(id))).collect::<Result<Vec<_>>>()?;
+        held.sort();
+        Ok(held)
+    }
+
+    /// [`Claims::claim`] on points of any collection, named by their point ids; returns the
+    /// ids of those it holds, in no particular order.
+    pub async fn claim_points(
+        &self,
+        points: &Collection,
+        ids: Vec<PointId>,
+        must: Vec<Condition>,
+        owner: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<Vec<PointId>> {
         let mut filter = self.claimable(owner, now);
         filter.must = must;
-        filter.must.push(Condition::from(HasIdCondition { has_id: point_ids(ids)? }));
+        filter.must.push(Condition::from(HasIdCondition { has_id: ids.clone() }));
         let mut payload = serde_json::Map::new();
         payload.insert(self.until.into(), until.into());
         payload.insert(self.owner.into(), owner.into());
-        let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
+        let request = SetPayloadPointsBuilder::new(points.name(), qdrant_client::Payload::from(payload))
             .points_selector(filter)
             .ordering(crate::ledger::ordered())
             .wait(true);
-        memories.call(self.what, memories.client().set_payload(request.build())).await?;
-        let request = GetPointsBuilder::new(memories.name(), point_ids(ids)?)
+        points.call(self.what, points.client().set_payload(request.build())).await?;
+        let request = GetPointsBuilder::new(points.name(), ids)
             .with_payload(crate::include(&[self.until, self.owner]))
             .with_vectors(false);
-        let points = memories.call("read the claims", memories.client().get_points(request.build())).await?;
-        let mut held = Vec::new();
-        for p in points {
-            let holds = p.payload.get(self.owner).and_then(|v| v.as_str()).is_some_and(|o| o == owner)
-                && p.payload.get(self.until).and_then(|v| v.as_integer()).is_some_and(|t| t > now);
-            if holds {
-                held.push(crate::memory_id(p.id.as_ref())?);
-            }
-        }
-        held.sort();
-        Ok(held)
+        let read = points.call("read the claims", points.client().get_points(request.build())).await?;
+        Ok(read
+            .into_iter()
+            .filter(|p| {
+                p.payload.get(self.owner).and_then(|v| v.as_str()).is_some_and(|o| o == owner)
+                    && p.payload.get(self.until).and_then(|v| v.as_integer()).is_some_and(|t| t > now)
+            })
+            .filter_map(|p| p.id)
+            .collect())
     }
 
     /// Lets go of the claims on `ids`.
@@ -108,12 +130,17 @@ impl Claims {
         if ids.is_empty() {
             return Ok(());
         }
+        self.release_points(memories, point_ids(ids)?).await
+    }
+
+    /// Lets go of the claims on the points `ids` of any collection.
+    pub async fn release_points(&self, points: &Collection, ids: Vec<PointId>) -> Result<()> {
         let request =
-            DeletePayloadPointsBuilder::new(memories.name(), vec![self.until.to_owned(), self.owner.to_owned()])
-                // A filter, not a list: an id forgotten meanwhile is no error.
-                .points_selector(Filter::must([Condition::from(HasIdCondition { has_id: point_ids(ids)? })]))
+            DeletePayloadPointsBuilder::new(points.name(), vec![self.until.to_owned(), self.owner.to_owned()])
+                // A filter, not a list: a point deleted meanwhile is no error.
+                .points_selector(Filter::must([Condition::from(HasIdCondition { has_id: ids })]))
                 .wait(true);
-        memories.call("release claims", memories.client().delete_payload(request.build())).await
+        points.call("release claims", points.client().delete_payload(request.build())).await
     }
 }
 

@@ -268,7 +268,9 @@ impl QdrantStore {
                 continue;
             };
             let (user, agent) = (s.get(0).and_then(text), s.get(1).and_then(text));
-            meta::summarized(&self.meta, (user.as_deref(), agent.as_deref(), &session), turns).await?;
+            let session = (user.as_deref(), agent.as_deref(), session.as_str());
+            meta::summarized(&self.meta, session, turns).await?;
+            meta::release_session(&self.meta, session).await?;
         }
         if let Some(cycle) = effects.get("cycle") {
             let at = cycle.get("at").and_then(Value::as_i64).unwrap_or_default();

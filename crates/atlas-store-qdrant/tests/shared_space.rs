@@ -1,6 +1,6 @@
 //! Several store instances on one memory space, as several processes would open it: they share
 //! the work of the vector queue without embedding a memory twice, and the sleep cycle's without
-//! consolidating an episode twice. Needs a Qdrant server, like the conformance suite.
+//! consolidating an episode or summarising a session twice. Needs a Qdrant server, like the conformance suite.
 
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
@@ -135,6 +135,96 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
             assert!(twice.is_empty(), "consolidated by two cycles: {twice:?}");
             assert_eq!(times.len(), ids.len(), "every episode consolidated");
             assert!(stores[1].unprocessed(10, 5, 0, Timestamp(1_000)).await.unwrap().is_empty());
+        })
+    }));
+    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
+    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
+    let _ = runtime.block_on(client.delete_collection(name));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
+fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
+    use atlas_domain::ports::{Consolidation, Consolidator};
+    use atlas_domain::{Body, Memory};
+    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let mut options = QdrantOptions::new(url.clone());
+    options.collection_prefix = "atlas_shared_summary".into();
+    options.space = Some(format!("summary-{}", std::process::id()));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let sessions = 12;
+    let stores = runtime.block_on(async {
+        let mut stores = Vec::new();
+        for _ in 0..3 {
+            stores.push(Arc::new(QdrantStore::open(std::path::Path::new("unused.db"), options.clone()).await.unwrap()));
+        }
+        let turns: Vec<NewMemory> = (0..sessions * 3)
+            .map(|i| {
+                let scope = Scope { session: Some(format!("s{}", i % sessions)), ..Scope::default() };
+                NewMemory::episode(format!("turn {i}"), scope, None, Timestamp(i), Timestamp(i))
+            })
+            .collect();
+        stores[0].insert(turns, None).await.unwrap();
+        stores
+    });
+    let name = stores[0].collection().to_owned();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let mut cycles = tokio::task::JoinSet::new();
+            for store in &stores {
+                let store = Arc::clone(store);
+                cycles.spawn(async move {
+                    let mut summarised: Vec<String> = Vec::new();
+                    loop {
+                        let closed = store.closed_sessions(Timestamp(1_000), 2).await.unwrap();
+                        if closed.is_empty() {
+                            return summarised;
+                        }
+                        let memories: Vec<NewMemory> = closed
+                            .iter()
+                            .map(|c| {
+                                let session = c.scope.session.clone().unwrap();
+                                let body = Body::Summary { session: session.clone(), turns: c.turns.len() as u32 };
+                                let last: &Memory = c.turns.last().unwrap();
+                                summarised.push(session);
+                                NewMemory {
+                                    body,
+                                    ..NewMemory::episode(
+                                        "summary",
+                                        c.scope.clone(),
+                                        None,
+                                        last.event_time,
+                                        last.event_time,
+                                    )
+                                }
+                            })
+                            .collect();
+                        let outcome = Consolidation {
+                            memories,
+                            edges: Vec::new(),
+                            revisions: Vec::new(),
+                            processed: Vec::new(),
+                            failed: Vec::new(),
+                            report: serde_json::json!({}),
+                            at: Timestamp(1_000),
+                        };
+                        store.apply(outcome).await.unwrap();
+                    }
+                });
+            }
+            let mut times: HashMap<String, usize> = HashMap::new();
+            while let Some(done) = cycles.join_next().await {
+                for session in done.unwrap() {
+                    *times.entry(session).or_default() += 1;
+                }
+            }
+            let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+            assert!(twice.is_empty(), "summarised by two cycles: {twice:?}");
+            assert_eq!(times.len(), sessions as usize, "every session summarised");
+            assert!(stores[1].closed_sessions(Timestamp(1_000), 10).await.unwrap().is_empty());
         })
     }));
     let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();

@@ -271,6 +271,17 @@ pub fn closed_sessions_are_those_quiet_and_not_yet_summarised<S: ConsolidatingSt
         );
         // A summary is not a turn.
         assert!(sessions(1000).await.iter().all(|c| !c.2.iter().any(|id| *id > ids[5])));
+        // A forgotten turn counts for neither side: a third turn of ann's "a" reopens it, and
+        // forgetting that turn closes it again; a session whose every turn is forgotten is gone.
+        let third = store.insert(vec![in_session("third of a", "ann", "a", 25)], None).await.unwrap()[0];
+        let listed = |closed: Vec<(String, String, Vec<MemoryId>, Option<MemoryId>)>| {
+            closed.into_iter().map(|c| (c.0, c.1)).collect::<Vec<_>>()
+        };
+        let pair = |u: &str, s: &str| (u.to_owned(), s.to_owned());
+        assert_eq!(listed(sessions(100).await), vec![pair("bo", "a"), pair("ann", "a"), pair("ann", "b")]);
+        assert!(store.forget(third).await.unwrap());
+        assert!(store.forget(ids[2]).await.unwrap());
+        assert_eq!(listed(sessions(100).await), vec![pair("bo", "a")]);
         let _ = RecallFilter::default();
     });
 }
