@@ -137,11 +137,21 @@ pub struct Collection {
     options: QdrantOptions,
     shape: Shape,
     known_to_exist: AtomicBool,
+    /// Keys of points this instance created and that are never deleted (sessions'
+    /// bookkeeping): not created again.
+    created: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Collection {
     pub fn new(client: Arc<dyn QdrantApi>, name: String, options: QdrantOptions) -> Self {
-        Collection { client, name, options, shape: Shape::Memories, known_to_exist: AtomicBool::new(false) }
+        Collection {
+            client,
+            name,
+            options,
+            shape: Shape::Memories,
+            known_to_exist: AtomicBool::new(false),
+            created: Default::default(),
+        }
     }
 
     /// The meta collection beside `memories`, on the same server and with the same settings.
@@ -152,7 +162,18 @@ impl Collection {
             options: memories.options.clone(),
             shape: Shape::Meta,
             known_to_exist: AtomicBool::new(false),
+            created: Default::default(),
         }
+    }
+
+    /// Whether this instance created the never-deleted point `key` already.
+    pub fn created_before(&self, key: &str) -> bool {
+        self.created.lock().expect("not poisoned").contains(key)
+    }
+
+    /// This instance created the never-deleted point `key` (or saw it exist).
+    pub fn mark_created(&self, key: String) {
+        self.created.lock().expect("not poisoned").insert(key);
     }
 
     pub fn name(&self) -> &str {

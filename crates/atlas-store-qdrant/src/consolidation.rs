@@ -207,6 +207,7 @@ impl Consolidator for QdrantStore {
             }
             let edges = batch.edges.iter().map(|e| e.resolve(&ids)).collect::<Result<Vec<_>>>()?;
             meta::put_edges(&self.meta, &edges, Some(&write)).await?;
+            write.wrote_edges |= !edges.is_empty();
             let mut effects = crate::write::effects_of(&memories);
             effects.insert(
                 "cycle".into(),

@@ -148,6 +148,8 @@ pub struct Write {
     pub record: PointId,
     /// Under a key: its record stays as the key's receipt.
     pub keyed: bool,
+    /// It wrote edges (points of the meta collection) to reveal when it rolls forward.
+    pub wrote_edges: bool,
     lease: Duration,
     renewed: Instant,
 }
@@ -212,15 +214,22 @@ pub async fn begin(memories: &Collection, meta: &Collection, key: Option<&str>, 
             .ordering(ordered())
             .wait(true);
         meta.call("create a write record", meta.client().upsert_points(request.build())).await?;
+        let begun = || Write {
+            number,
+            record: id.clone(),
+            keyed: key.is_some(),
+            wrote_edges: false,
+            lease,
+            renewed: Instant::now(),
+        };
+        // An unkeyed record's id is its own fresh number: no earlier record can hold it (and if
+        // one did, the commit's condition on the number would fail, keeping nothing).
+        if key.is_none() {
+            return Ok(Begun::Write(begun()));
+        }
         let found = get_record(meta, id.clone()).await?.unwrap_or_default();
         if found.get(field::WRITE).and_then(Value::as_i64) == Some(number) {
-            return Ok(Begun::Write(Write {
-                number,
-                record: id,
-                keyed: key.is_some(),
-                lease,
-                renewed: Instant::now(),
-            }));
+            return Ok(Begun::Write(begun()));
         }
         // The key's record: an earlier write under it.
         match found.get(field::STATE).and_then(Value::as_str) {
@@ -346,12 +355,14 @@ pub async fn finish(meta: &Collection, record: &PointId, number: i64) -> Result<
 pub async fn roll_back(memories: &Collection, meta: &Collection, number: i64, record: &PointId) -> Result<()> {
     memories.delete_matching(pending_of(number)).await?;
     meta.delete_matching(pending_of(number)).await?;
-    delete_record(meta, record.clone()).await
+    delete_record(meta, record.clone(), true).await
 }
 
-pub async fn delete_record(meta: &Collection, id: PointId) -> Result<()> {
+/// Deletes a write record; `wait`: until the server applied it (not needed for the record of a
+/// finished write: still there a moment later, it is rolled forward again, changing nothing).
+pub async fn delete_record(meta: &Collection, id: PointId, wait: bool) -> Result<()> {
     let request =
-        qdrant_client::qdrant::DeletePointsBuilder::new(meta.name()).points(PointsIdsList { ids: vec![id] }).wait(true);
+        qdrant_client::qdrant::DeletePointsBuilder::new(meta.name()).points(PointsIdsList { ids: vec![id] }).wait(wait);
     meta.call("delete a write record", meta.client().delete_points(request.build())).await
 }
 

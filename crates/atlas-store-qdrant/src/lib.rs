@@ -144,6 +144,8 @@ pub struct QdrantStore {
     /// This process's memory ids ([`ledger`]).
     clock: ledger::IdClock,
     write_lease: Duration,
+    /// When this instance last finished other processes' stalled writes.
+    recovered: std::sync::Mutex<std::time::Instant>,
 }
 
 /// What a point holds besides its memory and vectors that rewriting it keeps.
@@ -207,6 +209,7 @@ impl QdrantStore {
             owner: format!("{}-{}", std::process::id(), now_nanos()),
             clock: ledger::IdClock::new(0),
             write_lease: options.write_lease.max(Duration::from_millis(100)),
+            recovered: std::sync::Mutex::new(std::time::Instant::now()),
         };
         store.index_new_fields().await?;
         store.move_legacy_state().await?;
@@ -781,6 +784,8 @@ impl VectorIndex for QdrantStore {
     }
 
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
+        // The background embedder asks often, also in a process that never writes.
+        self.recover_if_due().await;
         // Another process may claim the same candidates first: those it took are not candidates
         // the next time round, so this ends when something is held or nothing is left.
         loop {
@@ -1185,19 +1190,36 @@ mod tests {
         assert_eq!(
             calls[..9],
             [
-                "upsert meta",             // the write's record, `writing`
-                "get meta",                // ... read back: this write's
+                "upsert meta",             // the write's record, `writing` (unkeyed: its own id)
                 "scroll memories",         // the turn before the first one in its session
                 "upsert memories",         // the points, pending, insert-only
                 "get memories",            // ... read back: no id another write took
                 "upsert meta",             // the temporal edge, pending
                 "set_payload meta",        // the commit
                 "get meta",                // ... read back: committed by this write
-                "delete_payload memories"  // revealed
+                "delete_payload memories", // revealed
+                "delete_payload meta",     // its edge too
             ],
             "{calls:#?}"
         );
-        assert_eq!(calls[9], "delete_payload meta");
+        // The session's bookkeeping (created, then raised), then the record goes.
+        assert_eq!(calls[9..11], ["upsert meta", "set_payload meta"], "{calls:#?}");
+        assert!(calls[11].starts_with("delete Some") && calls.len() == 12, "{calls:#?}");
+        // Two more writes, one to the same session: its bookkeeping exists, one raise and no
+        // creation; no edges (this mock's scroll finds no earlier turn), nothing to reveal in meta.
+        drop(s);
+        state.lock().unwrap().log.clear();
+        store.insert(vec![turn("And you?", "Ann", 3)], None).await.unwrap();
+        store
+            .insert(vec![NewMemory::episode("no session", Scope::default(), None, Timestamp(4), Timestamp(4))], None)
+            .await
+            .unwrap();
+        let s = state.lock().unwrap();
+        let calls: Vec<&str> = s.log.iter().map(String::as_str).collect();
+        let count = |call: &str| calls.iter().filter(|c| **c == call).count();
+        assert_eq!(count("upsert meta"), 2, "the two records: {calls:#?}");
+        assert_eq!(count("set_payload meta"), 3, "two commits, one raise: {calls:#?}");
+        assert_eq!(count("delete_payload meta"), 0, "{calls:#?}");
         let points = s.memories();
         let reply = points.iter().find(|p| p.id == Some(PointId::from(ids[1].0 as u64))).unwrap();
         assert_eq!(text_of(reply, "context").as_deref(), Some("Bo: Been to Lisbon?"));

@@ -222,7 +222,11 @@ pub async fn count_edges(meta: &Collection) -> Result<u64> {
 
 /// A session's bookkeeping point: one per (user, agent, session).
 fn session_point_id(user: Option<&str>, agent: Option<&str>, session: &str) -> PointId {
-    point_id_of(&format!("session\0{}", json!([user, agent, session])))
+    point_id_of(&session_key(user, agent, session))
+}
+
+fn session_key(user: Option<&str>, agent: Option<&str>, session: &str) -> String {
+    format!("session\0{}", json!([user, agent, session]))
 }
 
 fn is_type(kind: &str) -> Condition {
@@ -239,21 +243,27 @@ async fn raise_session(
 ) -> Result<()> {
     meta.ensure(None).await?;
     let id = session_point_id(user, agent, session);
-    let mut fresh = Map::new();
-    fresh.insert(field::TYPE.into(), Value::from(SESSION));
-    for (k, v) in [(field::USER, user), (field::AGENT, agent)] {
-        if let Some(v) = v {
-            fresh.insert(k.into(), Value::from(v));
+    // Session points are never deleted: once this process made sure one exists, its writes
+    // go straight to the conditional raise (one round trip per turn, not two).
+    let created = session_key(user, agent, session);
+    if !meta.created_before(&created) {
+        let mut fresh = Map::new();
+        fresh.insert(field::TYPE.into(), Value::from(SESSION));
+        for (k, v) in [(field::USER, user), (field::AGENT, agent)] {
+            if let Some(v) = v {
+                fresh.insert(k.into(), Value::from(v));
+            }
         }
+        fresh.insert(field::SESSION.into(), Value::from(session));
+        fresh.insert(field::LAST_EVENT.into(), Value::from(i64::MIN));
+        fresh.insert(field::SUMMARIZED.into(), Value::from(0));
+        let point = PointStruct::new(id.clone(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), fresh);
+        let request = qdrant_client::qdrant::UpsertPointsBuilder::new(meta.name(), vec![point])
+            .update_mode(qdrant_client::qdrant::UpdateMode::InsertOnly)
+            .wait(true);
+        meta.call("record a session", meta.client().upsert_points(request.build())).await?;
+        meta.mark_created(created);
     }
-    fresh.insert(field::SESSION.into(), Value::from(session));
-    fresh.insert(field::LAST_EVENT.into(), Value::from(i64::MIN));
-    fresh.insert(field::SUMMARIZED.into(), Value::from(0));
-    let point = PointStruct::new(id.clone(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), fresh);
-    let request = qdrant_client::qdrant::UpsertPointsBuilder::new(meta.name(), vec![point])
-        .update_mode(qdrant_client::qdrant::UpdateMode::InsertOnly)
-        .wait(true);
-    meta.call("record a session", meta.client().upsert_points(request.build())).await?;
     let mut values = Map::new();
     values.insert(key.into(), Value::from(value));
     let below = Range { lt: Some(value as f64), ..Range::default() };

@@ -26,6 +26,15 @@ pub(crate) enum Landing<'a> {
     Restore(&'a [i64]),
 }
 
+/// What rolling a write forward needs to know of it besides its record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finishing {
+    /// Under a key: its record stays as the key's receipt.
+    pub keyed: bool,
+    /// It wrote edges, to reveal in the meta collection.
+    pub wrote_edges: bool,
+}
+
 /// What one write lands.
 pub(crate) struct Landed {
     pub ids: Vec<MemoryId>,
@@ -35,6 +44,7 @@ pub(crate) struct Landed {
 impl QdrantStore {
     /// Begins a write (under `key`): the receipt of the key's earlier write, or a write to land.
     pub(crate) async fn begin(&self, key: Option<&str>) -> Result<Begun> {
+        self.recover_if_due().await;
         ledger::begin(&self.collection, &self.meta, key, self.write_lease).await
     }
 
@@ -51,7 +61,8 @@ impl QdrantStore {
         // An error here leaves the record `writing` (rolled back after the lease) or, if the
         // commit landed, `committed` (rolled forward by the next process that looks).
         let receipt = ledger::commit(&self.meta, &write, &landed.ids, landed.effects.clone()).await?;
-        self.roll_forward(&write.record, write.number, landed.effects.as_ref(), write.keyed).await?;
+        let finishing = Finishing { keyed: write.keyed, wrote_edges: write.wrote_edges };
+        self.roll_forward(&write.record, write.number, landed.effects.as_ref(), finishing).await?;
         Ok(receipt)
     }
 
@@ -62,17 +73,36 @@ impl QdrantStore {
         record: &qdrant_client::qdrant::PointId,
         number: i64,
         effects: Option<&Value>,
-        keyed: bool,
+        write: Finishing,
     ) -> Result<()> {
         ledger::reveal(&self.collection, number).await?;
-        ledger::reveal(&self.meta, number).await?;
+        if write.wrote_edges {
+            ledger::reveal(&self.meta, number).await?;
+        }
         if let Some(effects) = effects {
             self.apply_effects(effects).await?;
         }
-        if keyed || effects.is_some_and(|e| e.get("cycle").is_some()) {
+        if write.keyed || effects.is_some_and(|e| e.get("cycle").is_some()) {
             ledger::finish(&self.meta, record, number).await
         } else {
-            ledger::delete_record(&self.meta, record.clone()).await
+            ledger::delete_record(&self.meta, record.clone(), false).await
+        }
+    }
+
+    /// Runs [`Self::recover`] when a write lease has passed since it last ran (at open, or here),
+    /// so that a long-lived process that writes or embeds also finishes what other processes
+    /// left, within a lease of their crash. A failure is logged: recovery is housekeeping,
+    /// retried next time, and never fails the caller's own work.
+    pub(crate) async fn recover_if_due(&self) {
+        {
+            let mut last = self.recovered.lock().expect("not poisoned");
+            if last.elapsed() < self.write_lease {
+                return;
+            }
+            *last = std::time::Instant::now();
+        }
+        if let Err(e) = self.recover().await {
+            tracing::warn!(collection = self.collection(), error = %e, "finishing other processes' writes failed");
         }
     }
 
@@ -85,7 +115,9 @@ impl QdrantStore {
         for u in ledger::unfinished(&self.meta).await? {
             if u.committed {
                 tracing::warn!(write = u.number, collection = self.collection(), "rolling forward a committed write");
-                self.roll_forward(&u.record, u.number, u.effects.as_ref(), u.keyed).await?;
+                // Whether it wrote edges is not recorded: reveal them in any case.
+                let finishing = Finishing { keyed: u.keyed, wrote_edges: true };
+                self.roll_forward(&u.record, u.number, u.effects.as_ref(), finishing).await?;
             } else {
                 tracing::warn!(write = u.number, collection = self.collection(), "rolling back an abandoned write");
                 ledger::roll_back(&self.collection, &self.meta, u.number, &u.record).await?;
@@ -124,6 +156,7 @@ impl QdrantStore {
         let foreign = ledger::foreign_among(&self.collection, ids, write.number).await?;
         if foreign.is_empty() {
             meta::put_edges(&self.meta, edges, Some(write)).await?;
+            write.wrote_edges |= !edges.is_empty();
         }
         Ok(foreign)
     }
