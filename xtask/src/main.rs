@@ -157,8 +157,9 @@ fn ci() -> Result<()> {
 }
 
 /// The Qdrant suite runs against a real server: `QDRANT_URL`, else the Qdrant binary beside
-/// the repository, started for the run; then the conformance cases again on a three-node
-/// cluster of that binary (three shards, two replicas each). Without a server it is reported
+/// the repository, started for the run; then the conformance cases and the tests of one space
+/// shared by many processes again on a three-node cluster of that binary (three shards, two
+/// replicas each). Without a server it is reported
 /// as skipped, loudly, never passed silently.
 fn qdrant_tests() -> Result<()> {
     let server = match atlas_testing::servers::qdrant() {
@@ -173,12 +174,13 @@ fn qdrant_tests() -> Result<()> {
     drop(server);
     match atlas_testing::servers::qdrant_cluster(3) {
         Ok(cluster) => {
-            println!("Qdrant conformance suite on a three-node cluster ({}):", cluster.url);
+            println!("Qdrant conformance suite and shared spaces on a three-node cluster ({}):", cluster.url);
             let settings = [("ATLAS_QDRANT_SHARDS", "3"), ("ATLAS_QDRANT_REPLICATION_FACTOR", "2")];
-            qdrant_suite(&cluster.url, &settings, &["-E", "binary(conformance)"])
+            let on_cluster = "binary(conformance) | binary(many_hosts) | binary(shared_space)";
+            qdrant_suite(&cluster.url, &settings, &["-E", on_cluster])
         }
         Err(why) => {
-            skipped("the Qdrant conformance suite on a three-node cluster", &why);
+            skipped("the Qdrant conformance suite and shared spaces on a three-node cluster", &why);
             Ok(())
         }
     }

@@ -1185,29 +1185,30 @@ mod tests {
         let ids =
             store.insert(vec![turn("Been to Lisbon?", "Bo", 1), turn("Yes, twice", "Ann", 2)], None).await.unwrap();
         assert!(ids[0] < ids[1] && ids[1].0 < 1 << 53, "{ids:?}");
-        let s = state.lock().unwrap();
-        let calls: Vec<&str> = s.log.iter().map(String::as_str).collect();
-        assert_eq!(
-            calls[..9],
-            [
-                "upsert meta",             // the write's record, `writing` (unkeyed: its own id)
-                "scroll memories",         // the turn before the first one in its session
-                "upsert memories",         // the points, pending, insert-only
-                "get memories",            // ... read back: no id another write took
-                "upsert meta",             // the temporal edge, pending
-                "set_payload meta",        // the commit
-                "get meta",                // ... read back: committed by this write
-                "delete_payload memories", // revealed
-                "delete_payload meta",     // its edge too
-            ],
-            "{calls:#?}"
-        );
-        // The session's bookkeeping (created, then raised), then the record goes.
-        assert_eq!(calls[9..11], ["upsert meta", "set_payload meta"], "{calls:#?}");
-        assert!(calls[11].starts_with("delete Some") && calls.len() == 12, "{calls:#?}");
-        // Two more writes, one to the same session: its bookkeeping exists, one raise and no
-        // creation; no edges (this mock's scroll finds no earlier turn), nothing to reveal in meta.
-        drop(s);
+        {
+            let s = state.lock().unwrap();
+            let calls: Vec<&str> = s.log.iter().map(String::as_str).collect();
+            assert_eq!(
+                calls[..9],
+                [
+                    "upsert meta",             // the write's record, `writing` (unkeyed: its own id)
+                    "scroll memories",         // the turn before the first one in its session
+                    "upsert memories",         // the points, pending, insert-only
+                    "get memories",            // ... read back: no id another write took
+                    "upsert meta",             // the temporal edge, pending
+                    "set_payload meta",        // the commit
+                    "get meta",                // ... read back: committed by this write
+                    "delete_payload memories", // revealed
+                    "delete_payload meta",     // its edge too
+                ],
+                "{calls:#?}"
+            );
+            // The session's bookkeeping (created, then raised), then the record goes.
+            assert_eq!(calls[9..11], ["upsert meta", "set_payload meta"], "{calls:#?}");
+            assert!(calls[11].starts_with("delete Some") && calls.len() == 12, "{calls:#?}");
+            // Two more writes, one to the same session: its bookkeeping exists, one raise and no
+            // creation; no edges (this mock's scroll finds no earlier turn), nothing to reveal in meta.
+        }
         state.lock().unwrap().log.clear();
         store.insert(vec![turn("And you?", "Ann", 3)], None).await.unwrap();
         store

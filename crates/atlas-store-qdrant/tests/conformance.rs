@@ -8,7 +8,9 @@
 use atlas_store_qdrant::{QdrantOptions, QdrantStore};
 use atlas_testing::Subject;
 
-/// Deletes the case's collection when the case ends.
+mod server;
+
+/// Deletes the case's collections when the case ends.
 struct DropCollection {
     options: QdrantOptions,
     name: String,
@@ -17,29 +19,12 @@ struct DropCollection {
 
 impl Drop for DropCollection {
     fn drop(&mut self) {
-        let first = self.options.url.split(',').next().unwrap_or_default();
-        let client = qdrant_client::Qdrant::from_url(first)
-            .api_key(self.options.api_key.clone())
-            .skip_compatibility_check()
-            .build();
-        if let Ok(client) = client {
-            for name in [self.name.clone(), format!("{}_meta", self.name)] {
-                let _ = self.runtime.block_on(client.delete_collection(name));
-            }
-        }
+        server::delete_space(&self.runtime, &self.options, &self.name);
     }
 }
 
 fn fresh() -> Subject<QdrantStore> {
-    let url = std::env::var("QDRANT_URL")
-        .expect("QDRANT_URL must name a Qdrant server (gRPC, e.g. http://localhost:6334) for these tests");
-    let mut options = QdrantOptions::new(url);
-    options.api_key = std::env::var("QDRANT_API_KEY").ok();
-    options.collection_prefix = "atlas_conformance".into();
-    let setting =
-        |name: &str| std::env::var(name).ok().map(|v| v.parse::<u32>().unwrap_or_else(|_| panic!("{name}={v:?}")));
-    options.shards = setting("ATLAS_QDRANT_SHARDS");
-    options.replication_factor = setting("ATLAS_QDRANT_REPLICATION_FACTOR");
+    let options = server::options("atlas_conformance");
     let dir = tempfile::tempdir().unwrap();
     // The client's connections live on this runtime, kept alive for the whole case.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();

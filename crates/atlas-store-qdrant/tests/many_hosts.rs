@@ -15,6 +15,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod server;
+
 const ROLE: &str = "ATLAS_MANY_HOSTS_ROLE";
 const SPACE: &str = "ATLAS_MANY_HOSTS_SPACE";
 /// Turns each remembering process writes, one per call, in its own session.
@@ -25,8 +27,7 @@ const IMPORT: i64 = 300;
 const KILLED_IMPORT: i64 = 20_000;
 
 fn options(space: &str) -> QdrantOptions {
-    let mut options = QdrantOptions::new(std::env::var("QDRANT_URL").expect("QDRANT_URL"));
-    options.collection_prefix = "atlas_hosts".into();
+    let mut options = server::options("atlas_hosts");
     options.space = Some(space.to_owned());
     options.batch = 100;
     // Short, so that the killed import is abandoned within the test.
@@ -113,7 +114,6 @@ fn lines_of(child: Child) -> Vec<String> {
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn many_processes_share_one_space() {
     let space = format!("hosts-{}", std::process::id());
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     // The space and its collections exist before the writers race to them.
     let collection = runtime.block_on(async {
@@ -216,20 +216,11 @@ fn many_processes_share_one_space() {
         std::thread::sleep(Duration::from_secs(4));
         runtime.block_on(async {
             QdrantStore::open(std::path::Path::new("unused.db"), options(&space)).await.unwrap();
-            let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
-            let all = client
-                .count(qdrant_client::qdrant::CountPointsBuilder::new(&collection).exact(true))
-                .await
-                .unwrap()
-                .result
-                .unwrap()
-                .count;
-            assert_eq!(all, (2 * TURNS + 2 * IMPORT + 1) as u64, "points left by the killed import");
         });
+        let all = server::points(&runtime, &options(&space), &collection);
+        assert_eq!(all, (2 * TURNS + 2 * IMPORT + 1) as u64, "points left by the killed import");
     }));
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
-    let _ = runtime.block_on(client.delete_collection(format!("{collection}_meta")));
-    let _ = runtime.block_on(client.delete_collection(collection));
+    server::delete_space(&runtime, &options(&space), &collection);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

@@ -4,17 +4,17 @@
 
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
-use atlas_store_qdrant::{QdrantOptions, QdrantStore};
+use atlas_store_qdrant::QdrantStore;
 use atlas_testing::HashEmbedder;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod server;
+
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn embedders_of_several_processes_never_take_the_same_memory() {
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let mut options = QdrantOptions::new(url.clone());
-    options.collection_prefix = "atlas_shared".into();
+    let options = server::options("atlas_shared");
     let dir = tempfile::tempdir().unwrap();
     let space = dir.path().join("space.db");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -69,9 +69,7 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
             assert_eq!(stores[2].stats().await.unwrap().vectors, ids.len() as u64);
         })
     }));
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
-    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
-    let _ = runtime.block_on(client.delete_collection(name));
+    server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -81,9 +79,7 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
     use atlas_domain::ports::{Consolidation, Consolidator};
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let mut options = QdrantOptions::new(url.clone());
-    options.collection_prefix = "atlas_shared_sleep".into();
+    let mut options = server::options("atlas_shared_sleep");
     options.space = Some(format!("sleep-{}", std::process::id()));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (stores, ids) = runtime.block_on(async {
@@ -137,9 +133,7 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
             assert!(stores[1].unprocessed(10, 5, 0, Timestamp(1_000)).await.unwrap().is_empty());
         })
     }));
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
-    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
-    let _ = runtime.block_on(client.delete_collection(name));
+    server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -150,9 +144,7 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
 fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
     use atlas_domain::ports::{Consolidation, Consolidator};
     use atlas_domain::{Body, Memory};
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let mut options = QdrantOptions::new(url.clone());
-    options.collection_prefix = "atlas_shared_summary".into();
+    let mut options = server::options("atlas_shared_summary");
     options.space = Some(format!("summary-{}", std::process::id()));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let sessions = 12;
@@ -227,9 +219,7 @@ fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
             assert!(stores[1].closed_sessions(Timestamp(1_000), 10).await.unwrap().is_empty());
         })
     }));
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
-    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
-    let _ = runtime.block_on(client.delete_collection(name));
+    server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -238,13 +228,10 @@ fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out() {
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let mut options = QdrantOptions::new(url.clone());
-    options.collection_prefix = "atlas_shared_lease".into();
+    let mut options = server::options("atlas_shared_lease");
     options.space = Some(format!("lease-{}", std::process::id()));
     options.write_lease = std::time::Duration::from_secs(1);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
     let (long_lived, name) = runtime.block_on(async {
         let store = QdrantStore::open(std::path::Path::new("unused.db"), options.clone()).await.unwrap();
         let first = NewMemory::episode("the first memory", Scope::default(), None, Timestamp(0), Timestamp(0));
@@ -252,10 +239,6 @@ fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out
         let name = store.collection().to_owned();
         (store, name)
     });
-    let points = |client: &qdrant_client::Qdrant| {
-        let request = qdrant_client::qdrant::CountPointsBuilder::new(&name).exact(true);
-        runtime.block_on(client.count(request)).unwrap().result.unwrap().count
-    };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         runtime.block_on(async {
             // Another process's import stops dead half-way (its future dropped at an await:
@@ -267,16 +250,15 @@ fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out
             let stopped = tokio::time::timeout(std::time::Duration::from_millis(700), other.insert(turns, None)).await;
             assert!(stopped.is_err(), "the import finished before it was stopped: make it larger");
         });
-        assert!(points(&client) > 1, "the stopped import left points behind");
+        assert!(server::points(&runtime, &options, &name) > 1, "the stopped import left points behind");
         assert_eq!(runtime.block_on(long_lived.stats()).unwrap().memories(), 1, "none of them visible");
         std::thread::sleep(std::time::Duration::from_millis(1500));
         // The process open since before never opens again: its background embedder's next
         // look at the queue finishes the stalled write.
         runtime.block_on(long_lived.pending_vectors(1)).unwrap();
-        assert_eq!(points(&client), 1, "points left by the stopped import");
+        assert_eq!(server::points(&runtime, &options, &name), 1, "points left by the stopped import");
     }));
-    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
-    let _ = runtime.block_on(client.delete_collection(name));
+    server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

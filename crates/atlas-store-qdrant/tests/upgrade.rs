@@ -5,21 +5,21 @@
 
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, TextIndex, VectorIndex};
 use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
-use atlas_store_qdrant::{QdrantOptions, QdrantStore};
+use atlas_store_qdrant::QdrantStore;
 use atlas_testing::{FakeStore, HashEmbedder};
 use qdrant_client::qdrant::{DeleteFieldIndexCollectionBuilder, DeletePayloadPointsBuilder, Filter};
+
+mod server;
 
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn a_collection_without_stems_is_upgraded_at_open() {
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let mut options = QdrantOptions::new(url.clone());
-    options.collection_prefix = "atlas_upgrade".into();
+    let mut options = server::options("atlas_upgrade");
     options.batch = 7; // several pages
     let dir = tempfile::tempdir().unwrap();
     let space = dir.path().join("space.db");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
+    let client = server::client(&options);
     let words = ["amber", "basalt", "cobalt", "delta", "ember", "fjord"];
     let memories: Vec<NewMemory> = (0..30)
         .map(|i| {
@@ -75,8 +75,7 @@ fn a_collection_without_stems_is_upgraded_at_open() {
             }
         })
     }));
-    let _ = runtime.block_on(client.delete_collection(format!("{name}_meta")));
-    let _ = runtime.block_on(client.delete_collection(name));
+    server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -88,13 +87,11 @@ fn a_collection_without_stems_is_upgraded_at_open() {
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn what_the_space_file_kept_moves_to_the_server_at_open() {
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let mut options = QdrantOptions::new(url.clone());
-    options.collection_prefix = "atlas_upgrade_file".into();
+    let options = server::options("atlas_upgrade_file");
     let dir = tempfile::tempdir().unwrap();
     let space = dir.path().join("space.db");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let client = qdrant_client::Qdrant::from_url(&url).skip_compatibility_check().build().unwrap();
+    let client = server::client(&options);
     let scope = Scope { session: Some("s".into()), ..Scope::default() };
     let (name, ids, meta) = runtime.block_on(async {
         let store = QdrantStore::open(&space, options.clone()).await.unwrap();
@@ -185,8 +182,8 @@ fn what_the_space_file_kept_moves_to_the_server_at_open() {
             assert_eq!(left, 0, "the file forgets them once the server has them");
         })
     }));
-    let _ = runtime.block_on(client.delete_collection(name));
-    let _ = runtime.block_on(client.delete_collection(meta));
+    let _ = meta;
+    server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
