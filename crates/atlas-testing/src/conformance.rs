@@ -723,6 +723,11 @@ pub fn soft_deletion_hides_from_search_and_recovers<S: Store>(make: Make<S>) {
         // A copy carries the deletion.
         let exported = export_all(store, 10).await;
         assert_eq!(exported[0].memory.lifecycle.deleted_at, Some(Timestamp(50)));
+        // Restored (as a re-run copy writes it again), it stays soft-deleted and hidden.
+        store.restore(exported.clone()).await.unwrap();
+        assert_eq!(text(store).await, vec![ids[1]], "a restored soft-deleted memory stays hidden");
+        assert_eq!(vector(store, &query).await, vec![ids[1]]);
+        assert_eq!(store.stats().await.unwrap().soft_deleted, 1);
 
         store.update(vec![Update { id: ids[0], lifecycle: Lifecycle::default(), body: None }]).await.unwrap();
         assert_eq!(text(store).await.len(), 2, "recovered, it is found again");
