@@ -31,7 +31,7 @@ const SLEEP_CLAIM_ROUNDS: usize = 3;
 impl QdrantStore {
     /// Every live memory under `must` (committed, never soft-deleted), in id order.
     async fn scroll_all(&self, must: Vec<Condition>) -> Result<Vec<Memory>> {
-        let filter = Filter { must, must_not: vec![filter::hidden()], ..Filter::default() };
+        let filter = Filter { must, must_not: vec![filter::soft_deleted(), filter::pending()], ..Filter::default() };
         self.collection
             .scroll_matching(filter)
             .await?
@@ -312,7 +312,7 @@ mod tests {
                     && f.contains("Keyword(\"ann\")")
                     // No agent: only memories without one (an `is_empty` condition).
                     && f.contains("IsEmpty")
-                    && f.contains("pending")
+                    && f.contains("deleted_at")
             })
             .returning(|_| Ok(Default::default()));
         let store = open(dir.path(), api).await;

@@ -20,12 +20,6 @@ pub fn soft_deleted() -> Condition {
 /// Holds for a point of a write not yet committed and rolled forward
 /// ([`crate::ledger`]): every read excludes those.
 pub fn pending() -> Condition {
-    Condition::range(crate::ledger::field::PENDING, Range { gte: Some(1.0), ..Range::default() })
-}
-
-/// Holds for a point no read of live memories sees: pending or soft-deleted. One condition
-/// (`pending` is 0 on soft-deleted memories), so that every search checks one indexed field.
-pub fn hidden() -> Condition {
     Condition::range(crate::ledger::field::PENDING, Range { gte: Some(i64::MIN as f64), ..Range::default() })
 }
 
@@ -65,7 +59,7 @@ pub fn to_qdrant(filter: &RecallFilter) -> Filter {
         // Open validity is stored as `payload::OPEN_END`, so one range covers it.
         must.push(Condition::range(field::VALID_UNTIL, Range { gt: Some(at), ..Range::default() }));
     }
-    Filter { must, must_not: vec![hidden()], ..Filter::default() }
+    Filter { must, must_not: vec![soft_deleted(), pending()], ..Filter::default() }
 }
 
 #[cfg(test)]
@@ -95,9 +89,9 @@ mod tests {
     fn an_empty_filter_only_excludes_soft_deleted_and_uncommitted_memories() {
         let f = to_qdrant(&RecallFilter::default());
         assert!(f.must.is_empty() && f.should.is_empty());
-        assert_eq!(f.must_not, vec![hidden()], "one condition");
+        assert_eq!(f.must_not, vec![soft_deleted(), pending()]);
         let Some(ConditionOneOf::Field(fc)) = &f.must_not[0].condition_one_of else { panic!("{f:?}") };
-        assert_eq!(fc.key, "pending");
+        assert_eq!(fc.key, "deleted_at");
     }
 
     #[test]

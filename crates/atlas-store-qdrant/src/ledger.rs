@@ -48,9 +48,7 @@ pub const WRITE_LEASE: Duration = Duration::from_secs(300);
 
 /// Payload fields of write records (meta collection) and of pending points (both collections).
 pub mod field {
-    /// Hides a point from every read, search and count of live memories, so that visibility is
-    /// one indexed condition: on points and edges of a write not yet rolled forward, the
-    /// write's number (1 or more); on a soft-deleted memory, 0.
+    /// On points and edges of a write not yet rolled forward: the write's number.
     pub const PENDING: &str = "pending";
     /// On points: the number of the write that created them (read back to detect collisions).
     pub const WRITE: &str = "write";
@@ -152,8 +150,6 @@ pub struct Write {
     pub keyed: bool,
     /// It wrote edges (points of the meta collection) to reveal when it rolls forward.
     pub wrote_edges: bool,
-    /// It wrote soft-deleted memories (a restore), which stay hidden when it rolls forward.
-    pub wrote_deleted: bool,
     lease: Duration,
     renewed: Instant,
 }
@@ -223,7 +219,6 @@ pub async fn begin(memories: &Collection, meta: &Collection, key: Option<&str>, 
             record: id.clone(),
             keyed: key.is_some(),
             wrote_edges: false,
-            wrote_deleted: false,
             lease,
             renewed: Instant::now(),
         };
@@ -424,32 +419,15 @@ pub async fn unfinished(meta: &Collection) -> Result<Vec<Unfinished>> {
     Ok(out)
 }
 
-/// Whether a point's payload marks it as written by a write not yet rolled forward (a
-/// soft-deleted memory's `pending` is 0).
-pub fn of_pending_write(payload: &std::collections::HashMap<String, qdrant_client::qdrant::Value>) -> bool {
-    payload.get(field::PENDING).and_then(|v| v.as_integer()).is_some_and(|n| n >= 1)
-}
-
 /// Points (or edges) of write `number`, still pending.
 pub fn pending_of(number: i64) -> Filter {
     Filter::must([Condition::matches(field::PENDING, number)])
 }
 
-/// Makes the points or edges of write `number` in `collection` visible; `deleted`: it may have
-/// written soft-deleted memories (a restore), which stay hidden.
-pub async fn reveal(collection: &Collection, number: i64, deleted: bool) -> Result<()> {
+/// Makes the points or edges of write `number` in `collection` visible.
+pub async fn reveal(collection: &Collection, number: i64) -> Result<()> {
     if !collection.exists().await? {
         return Ok(());
-    }
-    if deleted {
-        let mut of_deleted = pending_of(number);
-        of_deleted.must.push(crate::filter::soft_deleted());
-        let hidden = object(json!({ field::PENDING: 0 }));
-        let request = SetPayloadPointsBuilder::new(collection.name(), qdrant_client::Payload::from(hidden))
-            .points_selector(of_deleted)
-            .ordering(ordered())
-            .wait(true);
-        collection.call("keep soft-deleted memories hidden", collection.client().set_payload(request.build())).await?;
     }
     let request = DeletePayloadPointsBuilder::new(collection.name(), vec![field::PENDING.to_owned()])
         .points_selector(pending_of(number))

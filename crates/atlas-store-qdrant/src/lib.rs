@@ -103,10 +103,8 @@ impl QdrantOptions {
 }
 
 /// The layout of a space, reported as its schema version: 4 since everything lives on the
-/// server (the space file, if any, holds only the collection's name); 5 since soft-deleted
-/// memories are hidden by the same field as pending writes (`pending = 0`; a space of format 4
-/// gets it at its first open by this version).
-pub const SPACE_FORMAT: i64 = 5;
+/// server (the space file, if any, holds only the collection's name).
+pub const SPACE_FORMAT: i64 = 4;
 
 /// How many text candidates Qdrant finds for the exact rescoring, at least, and per hit asked.
 const TEXT_POOL_MIN: usize = 200;
@@ -214,7 +212,6 @@ impl QdrantStore {
             recovered: std::sync::Mutex::new(std::time::Instant::now()),
         };
         store.index_new_fields().await?;
-        store.hide_soft_deleted().await?;
         store.move_legacy_state().await?;
         store.recover().await?;
         store.upgrade_text_index().await?;
@@ -259,31 +256,6 @@ impl QdrantStore {
             }
         }
         Ok(())
-    }
-
-    /// Soft-deleted memories of a space written before they were hidden by `pending = 0`
-    /// ([`filter::hidden`]) get it (once: a count finds none the next time).
-    async fn hide_soft_deleted(&self) -> Result<()> {
-        if !self.collection.exists().await? {
-            return Ok(());
-        }
-        let unhidden = Filter {
-            must: vec![filter::soft_deleted(), qdrant_client::qdrant::Condition::is_empty(ledger::field::PENDING)],
-            ..Filter::default()
-        };
-        if self.collection.count(Some(unhidden.clone())).await? == 0 {
-            return Ok(());
-        }
-        tracing::warn!(collection = self.collection(), "hiding soft-deleted memories by one field (once)");
-        let hidden = serde_json::Map::from_iter([(ledger::field::PENDING.to_owned(), serde_json::Value::from(0))]);
-        let request = qdrant_client::qdrant::SetPayloadPointsBuilder::new(
-            self.collection.name(),
-            qdrant_client::Payload::from(hidden),
-        )
-        .points_selector(unhidden)
-        .ordering(ledger::ordered())
-        .wait(true);
-        self.collection.call("hide soft-deleted memories", self.collection.client().set_payload(request.build())).await
     }
 
     /// The largest memory id in the space (0 if none): new ids are taken above it.
@@ -535,7 +507,7 @@ impl QdrantStore {
             let points =
                 self.collection.call("get points", self.collection.client().get_points(request.build())).await?;
             for p in points {
-                if ledger::of_pending_write(&p.payload) {
+                if p.payload.contains_key(ledger::field::PENDING) {
                     continue;
                 }
                 let (memory, vector, kept) = decode(p, dense.as_deref())?;
@@ -1052,10 +1024,6 @@ mod tests {
             .returning(|_| Ok(Default::default()));
         // The space's settings: no model bound yet.
         api.expect_get_points().withf(|r| to_meta(&r.collection_name)).returning(|_| Ok(Vec::new()));
-        // No soft-deleted memory of an earlier format to hide.
-        api.expect_count()
-            .withf(|r| format!("{:?}", r.filter).contains("IsEmpty"))
-            .returning(|_| Ok(Default::default()));
         api
     }
 

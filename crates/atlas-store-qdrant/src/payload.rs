@@ -64,8 +64,6 @@ pub fn to_payload(m: &Memory) -> Map<String, Value> {
     }
     if let Some(at) = m.lifecycle.deleted_at {
         p.insert(field::DELETED_AT.into(), Value::from(at.millis()));
-        // Hidden from reads of live memories ([`crate::filter::hidden`]).
-        p.insert(crate::ledger::field::PENDING.into(), Value::from(0));
     }
     let rest = Lifecycle { deleted_at: None, ..m.lifecycle };
     if !rest.is_fresh() {

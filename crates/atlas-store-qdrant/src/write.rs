@@ -33,8 +33,6 @@ pub(crate) struct Finishing {
     pub keyed: bool,
     /// It wrote edges, to reveal in the meta collection.
     pub wrote_edges: bool,
-    /// It wrote soft-deleted memories, to keep hidden.
-    pub wrote_deleted: bool,
 }
 
 /// What one write lands.
@@ -63,8 +61,7 @@ impl QdrantStore {
         // An error here leaves the record `writing` (rolled back after the lease) or, if the
         // commit landed, `committed` (rolled forward by the next process that looks).
         let receipt = ledger::commit(&self.meta, &write, &landed.ids, landed.effects.clone()).await?;
-        let finishing =
-            Finishing { keyed: write.keyed, wrote_edges: write.wrote_edges, wrote_deleted: write.wrote_deleted };
+        let finishing = Finishing { keyed: write.keyed, wrote_edges: write.wrote_edges };
         self.roll_forward(&write.record, write.number, landed.effects.as_ref(), finishing).await?;
         Ok(receipt)
     }
@@ -78,9 +75,9 @@ impl QdrantStore {
         effects: Option<&Value>,
         write: Finishing,
     ) -> Result<()> {
-        ledger::reveal(&self.collection, number, write.wrote_deleted).await?;
+        ledger::reveal(&self.collection, number).await?;
         if write.wrote_edges {
-            ledger::reveal(&self.meta, number, false).await?;
+            ledger::reveal(&self.meta, number).await?;
         }
         if let Some(effects) = effects {
             self.apply_effects(effects).await?;
@@ -118,8 +115,8 @@ impl QdrantStore {
         for u in ledger::unfinished(&self.meta).await? {
             if u.committed {
                 tracing::warn!(write = u.number, collection = self.collection(), "rolling forward a committed write");
-                // What it wrote is not recorded: reveal edges and keep deleted ones hidden.
-                let finishing = Finishing { keyed: u.keyed, wrote_edges: true, wrote_deleted: true };
+                // Whether it wrote edges is not recorded: reveal them in any case.
+                let finishing = Finishing { keyed: u.keyed, wrote_edges: true };
                 self.roll_forward(&u.record, u.number, u.effects.as_ref(), finishing).await?;
             } else {
                 tracing::warn!(write = u.number, collection = self.collection(), "rolling back an abandoned write");
@@ -140,7 +137,6 @@ impl QdrantStore {
         landing: Landing<'_>,
     ) -> Result<Vec<MemoryId>> {
         for p in &mut points {
-            write.wrote_deleted |= p.payload.contains_key(field::DELETED_AT);
             for (key, value) in write.marks() {
                 p.payload.insert(key.to_owned(), value.into());
             }

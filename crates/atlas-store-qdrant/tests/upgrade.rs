@@ -1,12 +1,10 @@
 //! A collection written before the exact text ranking (no `terms` and `text_len` payloads, no
 //! `terms` index) is upgraded when a store opens it: every point is written again with its
 //! vectors kept, then `terms` is indexed, and full text ranks as FTS5 (the fake) ranks. Needs a
-//! Qdrant server, like the conformance suite. So does what a space file of an earlier version kept,
-//! and soft-deleted memories written before they were hidden by one field.
+//! Qdrant server, like the conformance suite. So does what a space file of an earlier version kept.
 
-use atlas_domain::ports::Update;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, TextIndex, VectorIndex};
-use atlas_domain::{Lifecycle, NewMemory, RecallFilter, Scope, Timestamp};
+use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
 use atlas_store_qdrant::QdrantStore;
 use atlas_testing::{FakeStore, HashEmbedder};
 use qdrant_client::qdrant::{DeleteFieldIndexCollectionBuilder, DeletePayloadPointsBuilder, Filter};
@@ -185,50 +183,6 @@ fn what_the_space_file_kept_moves_to_the_server_at_open() {
         })
     }));
     let _ = meta;
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-#[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
-fn soft_deleted_memories_of_an_earlier_format_are_hidden_at_open() {
-    let mut options = server::options("atlas_upgrade_hidden");
-    options.space = Some(format!("hidden-{}", std::process::id()));
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let client = server::client(&options);
-    let turn = |text: &str| NewMemory::episode(text, Scope::default(), None, Timestamp(1), Timestamp(1));
-    let unused = std::path::Path::new("unused.db");
-    let (name, gone) = runtime.block_on(async {
-        let store = QdrantStore::open(unused, options.clone()).await.unwrap();
-        let ids = store.insert(vec![turn("cobalt harbour"), turn("cobalt lantern")], None).await.unwrap();
-        let deleted = Lifecycle { deleted_at: Some(Timestamp(5)), ..Lifecycle::default() };
-        store.update(vec![Update { id: ids[0], lifecycle: deleted, body: None }]).await.unwrap();
-        let name = store.collection().to_owned();
-        // As the earlier format left a soft-deleted memory: `deleted_at` alone hides it.
-        client
-            .delete_payload(
-                DeletePayloadPointsBuilder::new(&name, vec!["pending".to_owned()])
-                    .points_selector(Filter::must([qdrant_client::qdrant::Condition::has_id([ids[0].0 as u64])]))
-                    .wait(true),
-            )
-            .await
-            .unwrap();
-        (name, ids[0])
-    });
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(async {
-            let store = QdrantStore::open(unused, options.clone()).await.unwrap();
-            let found = store.search_text(vec!["cobalt".into()], RecallFilter::default(), 10).await.unwrap();
-            assert_eq!(found.len(), 1, "the live memory only: {found:?}");
-            assert_ne!(found[0].id, gone);
-            let stats = store.stats().await.unwrap();
-            assert_eq!((stats.memories(), stats.soft_deleted), (2, 1), "counted, as on every store");
-            let memory = store.get(gone).await.unwrap().expect("a soft-deleted memory is still stored");
-            assert!(memory.lifecycle.is_deleted());
-        })
-    }));
     server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
