@@ -376,5 +376,8 @@ pub trait Consolidator: Send + Sync {
     /// Up to `limit` sessions whose last live turn was said before `said_before` and whose
     /// current summary (a live `summary` memory of the same user, agent and session, still
     /// valid) covers fewer turns than they have, or that have none; the longest closed first.
+    /// A store shared by several processes holds the sessions it returns for the caller for a
+    /// while (a claim, released when a batch with their summaries is applied), so that no other
+    /// process's cycle summarises them meanwhile: call it only to summarise what it returns.
     async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>>;
 }

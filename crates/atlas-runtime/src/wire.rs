@@ -82,8 +82,7 @@ pub fn detail_value(detail: &MemoryDetail) -> Value {
     line
 }
 
-/// The counts and sizes of a memory space.
-/// The counts of a memory space; `db` is its file, null for a space named on a Qdrant server
+/// The counts and sizes of a memory space; `db` is its file, null for a space named on a Qdrant server
 /// (`space` then holds its name).
 pub fn stats_value(config: &crate::Config, stats: &Stats) -> Value {
     let s = &stats.store;

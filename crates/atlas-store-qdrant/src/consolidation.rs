@@ -2,12 +2,14 @@
 //! processed carries `consolidated_at`; the meta collection keeps per session when its last
 //! turn was said and how many turns its summary covers, and per episode the cycle failed on how
 //! often ([`crate::meta`]). Cycles on several hosts claim what they take: the episodes they
-//! read ([`Claims::SLEEP`]) and the sessions they summarise ([`Claims::SUMMARY`]). `apply` is one write of the ledger ([`crate::ledger`]): its new
-//! memories and edges land invisible, the revisions are written, then one commit makes the new
-//! memories visible and, rolled forward, marks the episodes processed, counts the failures and
-//! keeps the cycle's report in the write's record. A crash before the commit rolls the new
-//! memories back and leaves the episodes unprocessed; the revision may already be on its point,
-//! and the re-run cycle converges on the same outcome.
+//! read ([`Claims::SLEEP`]) and the sessions they summarise ([`Claims::SUMMARY`]).
+//!
+//! `apply` is one write of the ledger ([`crate::ledger`]): its new memories and edges land
+//! invisible, the revisions are written, then one commit makes the new memories visible and,
+//! rolled forward, marks the episodes processed, counts the failures, releases the cycle's
+//! claims and keeps the cycle's report in the write's record. A crash before the commit rolls
+//! the new memories back and leaves the episodes unprocessed; the revision may already be on
+//! its point, and the re-run cycle converges on the same outcome.
 
 use crate::collection::dense_vector_name;
 use crate::payload::field;
@@ -25,6 +27,10 @@ use qdrant_client::qdrant::{Condition, Filter, PointId, Range, RepeatedStrings, 
 const PAGE: u32 = 256;
 /// How long a cycle holds the episodes it read (extraction by a model on a CPU can be slow).
 const SLEEP_CLAIM_MS: i64 = 10 * 60_000;
+/// How long a cycle holds the closed sessions it was handed: it summarises up to
+/// `summaries_per_cycle` of them with a model before it writes them all in one batch. One it
+/// did not summarise (out of model calls, a failed batch) is free again when the claim ends.
+const SUMMARY_CLAIM_MS: i64 = 30 * 60_000;
 /// Times a cycle looks again after other cycles took every episode it found.
 const SLEEP_CLAIM_ROUNDS: usize = 3;
 
@@ -213,6 +219,7 @@ impl Consolidator for QdrantStore {
                 "cycle".into(),
                 crate::write::cycle_effect(batch.at.millis(), &batch.processed, &batch.failed, &batch.report),
             );
+            effects.insert(crate::write::CLAIMANT.into(), serde_json::Value::from(self.owner.clone()));
             Ok(Landed { ids, effects: Some(serde_json::Value::Object(effects)) })
         }
         .await;
@@ -265,7 +272,7 @@ impl Consolidator for QdrantStore {
             let wall = ledger::now_ms();
             let key = (scope.user.as_deref(), scope.agent.as_deref(), scope.session.as_deref().unwrap_or_default());
             let said = turns.len() as i64;
-            if !meta::claim_session(&self.meta, key, said, &self.owner, wall, wall + SLEEP_CLAIM_MS).await? {
+            if !meta::claim_session(&self.meta, key, said, &self.owner, wall, wall + SUMMARY_CLAIM_MS).await? {
                 continue;
             }
             let mut must = owned_by(&scope);

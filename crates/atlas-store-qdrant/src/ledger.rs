@@ -222,8 +222,9 @@ pub async fn begin(memories: &Collection, meta: &Collection, key: Option<&str>, 
             lease,
             renewed: Instant::now(),
         };
-        // An unkeyed record's id is its own fresh number: no earlier record can hold it (and if
-        // one did, the commit's condition on the number would fail, keeping nothing).
+        // An unkeyed record's id is its own fresh number (62 random bits): no earlier record
+        // holds it. (If one ever did, the commit's condition on the number would refuse this
+        // write, and its pending points would wait for no record.)
         if key.is_none() {
             return Ok(Begun::Write(begun()));
         }
@@ -389,6 +390,8 @@ pub struct Unfinished {
     pub committed: bool,
     pub keyed: bool,
     pub effects: Option<Value>,
+    /// When it committed (milliseconds since the epoch), if it did.
+    pub committed_at: Option<i64>,
 }
 
 /// The writes any process should finish now.
@@ -414,6 +417,7 @@ pub async fn unfinished(meta: &Collection) -> Result<Vec<Unfinished>> {
             committed,
             keyed: payload.contains_key(field::KEY),
             effects: payload.get(field::EFFECTS).cloned(),
+            committed_at: payload.get(field::AT).and_then(Value::as_i64).filter(|_| committed),
         });
     }
     Ok(out)

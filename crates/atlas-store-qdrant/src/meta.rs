@@ -304,12 +304,13 @@ pub async fn claim_session(
     Ok(!held.is_empty())
 }
 
-/// Lets go of a session's summary claim (its summary is written).
+/// Lets go of a session's summary claim held by `held_by` (its summary is written).
 pub async fn release_session(
     meta: &Collection,
     (user, agent, session): (Option<&str>, Option<&str>, &str),
+    held_by: Option<&str>,
 ) -> Result<()> {
-    crate::queue::Claims::SUMMARY.release_points(meta, vec![session_point_id(user, agent, session)]).await
+    crate::queue::Claims::SUMMARY.release_points(meta, vec![session_point_id(user, agent, session)], held_by).await
 }
 
 /// A session quiet since before a cut-off: (user, agent, session, turns its summary covers).
@@ -371,6 +372,8 @@ pub async fn record_failures(meta: &Collection, failed: &[(MemoryId, String)], a
     let before = attempts_of(meta, &ids).await?;
     let rows: Vec<Failure> = failed
         .iter()
+        // Counted already by this cycle (a roll-forward repeated): not counted twice.
+        .filter(|(id, _)| before.get(id).is_none_or(|(_, last)| *last < at))
         .map(|(id, error)| Failure {
             episode: *id,
             attempts: before.get(id).map_or(0, |(n, _)| *n) + 1,

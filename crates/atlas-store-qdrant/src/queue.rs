@@ -126,19 +126,26 @@ impl Claims {
     }
 
     /// Lets go of the claims on `ids`.
-    pub async fn release(&self, memories: &Collection, ids: &[MemoryId]) -> Result<()> {
+    /// `held_by`: only claims of that owner (a late repeat of a roll-forward must not drop
+    /// another process's newer claim); `None`: whoever holds them.
+    pub async fn release(&self, memories: &Collection, ids: &[MemoryId], held_by: Option<&str>) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
-        self.release_points(memories, point_ids(ids)?).await
+        self.release_points(memories, point_ids(ids)?, held_by).await
     }
 
-    /// Lets go of the claims on the points `ids` of any collection.
-    pub async fn release_points(&self, points: &Collection, ids: Vec<PointId>) -> Result<()> {
+    /// Lets go of the claims on the points `ids` of any collection (those of `held_by` only,
+    /// when given).
+    pub async fn release_points(&self, points: &Collection, ids: Vec<PointId>, held_by: Option<&str>) -> Result<()> {
+        // A filter, not a list: a point deleted meanwhile is no error.
+        let mut filter = Filter::must([Condition::from(HasIdCondition { has_id: ids })]);
+        if let Some(owner) = held_by {
+            filter.must.push(Condition::matches(self.owner, owner.to_owned()));
+        }
         let request =
             DeletePayloadPointsBuilder::new(points.name(), vec![self.until.to_owned(), self.owner.to_owned()])
-                // A filter, not a list: a point deleted meanwhile is no error.
-                .points_selector(Filter::must([Condition::from(HasIdCondition { has_id: ids })]))
+                .points_selector(filter)
                 .wait(true);
         points.call("release claims", points.client().delete_payload(request.build())).await
     }
@@ -180,7 +187,7 @@ pub async fn claim(
 
 /// Takes `ids` off the queue (their vectors are stored).
 pub async fn done(memories: &Collection, ids: &[MemoryId]) -> Result<()> {
-    Claims::VECTORS.release(memories, ids).await
+    Claims::VECTORS.release(memories, ids, None).await
 }
 
 /// Puts the points `filter` selects (back) on the queue, unclaimed.

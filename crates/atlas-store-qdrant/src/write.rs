@@ -1,7 +1,7 @@
 //! How the store writes new points: every insert, restore and sleep-cycle batch is one write of
 //! the ledger ([`crate::ledger`]): begun, landed invisible, checked for id collisions,
 //! committed, rolled forward. Also what rolling forward applies, and the recovery any process
-//! runs at open.
+//! runs at open and, while it lives, once per write lease.
 
 use crate::ledger::{self, Begun, Write};
 use crate::payload::field;
@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 
 /// How many times a batch takes new ids after a collision before the insert fails.
 const COLLISION_RETRIES: usize = 5;
+
+/// Key of a sleep cycle's effects: the owner whose claims its roll-forward releases.
+pub(crate) const CLAIMANT: &str = "claimant";
 
 /// Payload field of episodes the sleep cycle processed: when it did (indexed; kept by rewrites).
 pub const CONSOLIDATED_AT: &str = "consolidated_at";
@@ -89,10 +92,13 @@ impl QdrantStore {
         }
     }
 
-    /// Runs [`Self::recover`] when a write lease has passed since it last ran (at open, or here),
-    /// so that a long-lived process that writes or embeds also finishes what other processes
-    /// left, within a lease of their crash. A failure is logged: recovery is housekeeping,
-    /// retried next time, and never fails the caller's own work.
+    /// Runs the recovery when a write lease has passed since it last ran (at open, or here), so
+    /// that a long-lived process that writes or embeds also finishes what other processes left:
+    /// within about two leases of their crash (the stalled write's lease, then this process's
+    /// next look), if it writes or embeds meanwhile. Committed writes younger than a lease are
+    /// left to their writer, which is most likely rolling them forward at that moment. A
+    /// failure is logged: recovery is housekeeping, retried next time, and never fails the
+    /// caller's own work.
     pub(crate) async fn recover_if_due(&self) {
         {
             let mut last = self.recovered.lock().expect("not poisoned");
@@ -101,7 +107,8 @@ impl QdrantStore {
             }
             *last = std::time::Instant::now();
         }
-        if let Err(e) = self.recover().await {
+        let young = ledger::now_ms() - self.write_lease.as_millis() as i64;
+        if let Err(e) = self.recover_committed_before(young).await {
             tracing::warn!(collection = self.collection(), error = %e, "finishing other processes' writes failed");
         }
     }
@@ -109,10 +116,18 @@ impl QdrantStore {
     /// Finishes what crashed or stalled writes of any process left: committed ones rolled
     /// forward, abandoned ones rolled back.
     pub(crate) async fn recover(&self) -> Result<()> {
+        self.recover_committed_before(i64::MAX).await
+    }
+
+    /// [`Self::recover`], rolling forward only writes committed before `cutoff` (ms).
+    async fn recover_committed_before(&self, cutoff: i64) -> Result<()> {
         if !self.meta.exists().await? {
             return Ok(());
         }
         for u in ledger::unfinished(&self.meta).await? {
+            if u.committed && u.committed_at.is_some_and(|at| at >= cutoff) {
+                continue;
+            }
             if u.committed {
                 tracing::warn!(write = u.number, collection = self.collection(), "rolling forward a committed write");
                 // Whether it wrote edges is not recorded: reveal them in any case.
@@ -289,6 +304,8 @@ impl QdrantStore {
     /// again without changing the outcome.
     pub(crate) async fn apply_effects(&self, effects: &Value) -> Result<()> {
         let text = |v: &Value| v.as_str().map(str::to_owned);
+        // The claims a sleep cycle's batch releases are those of the process that wrote it.
+        let claimant = effects.get(CLAIMANT).and_then(Value::as_str);
         for s in effects.get("sessions").and_then(Value::as_array).into_iter().flatten() {
             let (Some(session), Some(last)) = (s.get(2).and_then(text), s.get(3).and_then(Value::as_i64)) else {
                 continue;
@@ -303,7 +320,7 @@ impl QdrantStore {
             let (user, agent) = (s.get(0).and_then(text), s.get(1).and_then(text));
             let session = (user.as_deref(), agent.as_deref(), session.as_str());
             meta::summarized(&self.meta, session, turns).await?;
-            meta::release_session(&self.meta, session).await?;
+            meta::release_session(&self.meta, session, claimant).await?;
         }
         if let Some(cycle) = effects.get("cycle") {
             let at = cycle.get("at").and_then(Value::as_i64).unwrap_or_default();
@@ -336,7 +353,7 @@ impl QdrantStore {
             meta::record_failures(&self.meta, &failed, at).await?;
             // Their cycle is over: a failed episode waits only for its backoff.
             let done: Vec<MemoryId> = processed.iter().copied().chain(failed.iter().map(|(id, _)| *id)).collect();
-            crate::queue::Claims::SLEEP.release(&self.collection, &done).await?;
+            crate::queue::Claims::SLEEP.release(&self.collection, &done, claimant).await?;
         }
         Ok(())
     }

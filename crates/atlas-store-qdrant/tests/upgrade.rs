@@ -182,7 +182,6 @@ fn what_the_space_file_kept_moves_to_the_server_at_open() {
             assert_eq!(left, 0, "the file forgets them once the server has them");
         })
     }));
-    let _ = meta;
     server::delete_space(&runtime, &options, &name);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
