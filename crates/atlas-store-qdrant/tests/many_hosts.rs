@@ -121,7 +121,7 @@ fn many_processes_share_one_space() {
         store.insert(vec![turn("the first memory".into(), "setup", 0)], None).await.unwrap();
         store.collection().to_owned()
     });
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options(&space), &collection, || {
         // The doomed import starts first, and is killed once it is well under way.
         let (mut killed, _killed_dir) = spawn("killed", &space);
         let mut stdout = BufReader::new(killed.stdout.take().unwrap());
@@ -219,9 +219,5 @@ fn many_processes_share_one_space() {
         });
         let all = server::points(&runtime, &options(&space), &collection);
         assert_eq!(all, (2 * TURNS + 2 * IMPORT + 1) as u64, "points left by the killed import");
-    }));
-    server::delete_space(&runtime, &options(&space), &collection);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }

@@ -33,7 +33,7 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
         (stores, ids)
     });
     let name = stores[0].collection().to_owned();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options, &name, || {
         runtime.block_on(async {
             let mut workers = tokio::task::JoinSet::new();
             for store in &stores {
@@ -68,11 +68,7 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
             assert_eq!(stores[3].queued_vectors().await.unwrap(), 0);
             assert_eq!(stores[2].stats().await.unwrap().vectors, ids.len() as u64);
         })
-    }));
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }
 
 #[test]
@@ -94,7 +90,7 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
         (stores, ids)
     });
     let name = stores[0].collection().to_owned();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options, &name, || {
         runtime.block_on(async {
             let mut cycles = tokio::task::JoinSet::new();
             for store in &stores {
@@ -132,11 +128,7 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
             assert_eq!(times.len(), ids.len(), "every episode consolidated");
             assert!(stores[1].unprocessed(10, 5, 0, Timestamp(1_000)).await.unwrap().is_empty());
         })
-    }));
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }
 
 #[test]
@@ -163,7 +155,7 @@ fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
         stores
     });
     let name = stores[0].collection().to_owned();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options, &name, || {
         runtime.block_on(async {
             let mut cycles = tokio::task::JoinSet::new();
             for store in &stores {
@@ -218,11 +210,7 @@ fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
             assert_eq!(times.len(), sessions as usize, "every session summarised");
             assert!(stores[1].closed_sessions(Timestamp(1_000), 10).await.unwrap().is_empty());
         })
-    }));
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }
 
 #[test]
@@ -239,7 +227,7 @@ fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out
         let name = store.collection().to_owned();
         (store, name)
     });
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options, &name, || {
         runtime.block_on(async {
             // Another process's import stops dead half-way (its future dropped at an await:
             // no rollback runs, as under SIGKILL).
@@ -257,9 +245,5 @@ fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out
         // look at the queue finishes the stalled write.
         runtime.block_on(long_lived.pending_vectors(1)).unwrap();
         assert_eq!(server::points(&runtime, &options, &name), 1, "points left by the stopped import");
-    }));
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }

@@ -54,7 +54,7 @@ fn a_collection_without_stems_is_upgraded_at_open() {
             .unwrap();
         (name, ids)
     });
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options, &name, || {
         runtime.block_on(async {
             let store = QdrantStore::open(&space, options.clone()).await.unwrap();
             let info = client.collection_info(&name).await.unwrap().result.unwrap();
@@ -74,11 +74,7 @@ fn a_collection_without_stems_is_upgraded_at_open() {
                 assert_eq!(got, want, "{query:?}");
             }
         })
-    }));
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }
 
 /// A space file of a version that kept the ledger, the edges, the vector queue, the sleep
@@ -144,7 +140,7 @@ fn what_the_space_file_kept_moves_to_the_server_at_open() {
         [atlas_domain::encode_id_runs(&ids[..2])],
     )
     .unwrap();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    server::cleaning_up(&runtime, &options, &name, || {
         runtime.block_on(async {
             use atlas_domain::ports::Consolidator;
             let store = QdrantStore::open(&space, options.clone()).await.unwrap();
@@ -181,9 +177,5 @@ fn what_the_space_file_kept_moves_to_the_server_at_open() {
                 .unwrap();
             assert_eq!(left, 0, "the file forgets them once the server has them");
         })
-    }));
-    server::delete_space(&runtime, &options, &name);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    });
 }

@@ -39,6 +39,15 @@ pub fn delete_space(runtime: &tokio::runtime::Runtime, options: &QdrantOptions, 
     }
 }
 
+/// Runs `test`, then removes the space's collections, whether it passed or not.
+pub fn cleaning_up(runtime: &tokio::runtime::Runtime, options: &QdrantOptions, collection: &str, test: impl FnOnce()) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(test));
+    delete_space(runtime, options, collection);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Points in a collection, pending or not (an exact count).
 pub fn points(runtime: &tokio::runtime::Runtime, options: &QdrantOptions, collection: &str) -> u64 {
     let request = qdrant_client::qdrant::CountPointsBuilder::new(collection).exact(true);
