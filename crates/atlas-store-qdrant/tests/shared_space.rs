@@ -11,6 +11,36 @@ use std::sync::Arc;
 
 mod server;
 
+/// Waits for every worker and counts how many times each item was taken; also how many workers
+/// took anything.
+async fn times_taken<K: std::hash::Hash + Eq + 'static>(
+    mut workers: tokio::task::JoinSet<Vec<K>>,
+) -> (HashMap<K, usize>, usize) {
+    let mut times: HashMap<K, usize> = HashMap::new();
+    let mut busy = 0;
+    while let Some(done) = workers.join_next().await {
+        let taken = done.unwrap();
+        busy += usize::from(!taken.is_empty());
+        for item in taken {
+            *times.entry(item).or_default() += 1;
+        }
+    }
+    (times, busy)
+}
+
+/// A sleep cycle's batch at time 1,000: new memories, episodes processed.
+fn cycle_batch(memories: Vec<NewMemory>, processed: Vec<MemoryId>) -> atlas_domain::ports::Consolidation {
+    atlas_domain::ports::Consolidation {
+        memories,
+        edges: Vec::new(),
+        revisions: Vec::new(),
+        report: serde_json::json!({ "episodes": processed.len() }),
+        processed,
+        failed: Vec::new(),
+        at: Timestamp(1_000),
+    }
+}
+
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn embedders_of_several_processes_never_take_the_same_memory() {
@@ -52,15 +82,7 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
                     }
                 });
             }
-            let mut times: HashMap<MemoryId, usize> = HashMap::new();
-            let mut busy = 0;
-            while let Some(done) = workers.join_next().await {
-                let embedded = done.unwrap();
-                busy += usize::from(!embedded.is_empty());
-                for id in embedded {
-                    *times.entry(id).or_default() += 1;
-                }
-            }
+            let (times, busy) = times_taken(workers).await;
             let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
             assert!(twice.is_empty(), "embedded by two processes: {twice:?}");
             assert_eq!(times.len(), ids.len(), "every memory embedded");
@@ -74,7 +96,7 @@ fn embedders_of_several_processes_never_take_the_same_memory() {
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
-    use atlas_domain::ports::{Consolidation, Consolidator};
+    use atlas_domain::ports::Consolidator;
     let mut options = server::options("atlas_shared_sleep");
     options.space = Some(format!("sleep-{}", std::process::id()));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -103,26 +125,12 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
                             return processed;
                         }
                         let batch: Vec<MemoryId> = episodes.iter().map(|m| m.id).collect();
-                        let outcome = Consolidation {
-                            memories: Vec::new(),
-                            edges: Vec::new(),
-                            revisions: Vec::new(),
-                            processed: batch.clone(),
-                            failed: Vec::new(),
-                            report: serde_json::json!({"episodes": batch.len()}),
-                            at: Timestamp(1_000),
-                        };
-                        store.apply(outcome).await.unwrap();
+                        store.apply(cycle_batch(Vec::new(), batch.clone())).await.unwrap();
                         processed.extend(batch);
                     }
                 });
             }
-            let mut times: HashMap<MemoryId, usize> = HashMap::new();
-            while let Some(done) = cycles.join_next().await {
-                for id in done.unwrap() {
-                    *times.entry(id).or_default() += 1;
-                }
-            }
+            let (times, _) = times_taken(cycles).await;
             let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
             assert!(twice.is_empty(), "consolidated by two cycles: {twice:?}");
             assert_eq!(times.len(), ids.len(), "every episode consolidated");
@@ -134,7 +142,7 @@ fn sleep_cycles_of_several_processes_never_take_the_same_episode() {
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL (cargo xtask ci then runs these)"]
 fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
-    use atlas_domain::ports::{Consolidation, Consolidator};
+    use atlas_domain::ports::Consolidator;
     use atlas_domain::{Body, Memory};
     let mut options = server::options("atlas_shared_summary");
     options.space = Some(format!("summary-{}", std::process::id()));
@@ -186,25 +194,11 @@ fn sleep_cycles_of_several_processes_never_summarise_one_session_twice() {
                                 }
                             })
                             .collect();
-                        let outcome = Consolidation {
-                            memories,
-                            edges: Vec::new(),
-                            revisions: Vec::new(),
-                            processed: Vec::new(),
-                            failed: Vec::new(),
-                            report: serde_json::json!({}),
-                            at: Timestamp(1_000),
-                        };
-                        store.apply(outcome).await.unwrap();
+                        store.apply(cycle_batch(memories, Vec::new())).await.unwrap();
                     }
                 });
             }
-            let mut times: HashMap<String, usize> = HashMap::new();
-            while let Some(done) = cycles.join_next().await {
-                for session in done.unwrap() {
-                    *times.entry(session).or_default() += 1;
-                }
-            }
+            let (times, _) = times_taken(cycles).await;
             let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
             assert!(twice.is_empty(), "summarised by two cycles: {twice:?}");
             assert_eq!(times.len(), sessions as usize, "every session summarised");
