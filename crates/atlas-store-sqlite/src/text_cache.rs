@@ -5,7 +5,9 @@
 //! milliseconds at 100k memories when common words match most of them). This cache holds, per
 //! token, the rows containing it with their column-weighted frequency, and per row its length
 //! in tokens; summing over a query's postings gives the same score as FTS5 (checked against it
-//! by a property test). SQLite stays the truth: the cache is loaded from the `fts5vocab` table
+//! by a property test). A search scores the rarest terms first and stops reading a common
+//! term's list once no row it alone matches can make the cut ([`TextCache::search`]), so the
+//! top k is the exhaustive one without reading every posting of "the". SQLite stays the truth: the cache is loaded from the `fts5vocab` table
 //! `memories_fts_instances` on the first text search and kept in step by this process's own
 //! writes, tokenised by the same FTS5 tokenizer on a private in-memory table. Writes by another
 //! process reach it when the store is next opened.
@@ -72,6 +74,8 @@ struct Posting {
 pub struct TextCache {
     token_ids: HashMap<String, u32>,
     postings: Vec<Vec<Posting>>,
+    /// Per token: bounds of its list's scores, for pruning ([`TextCache::list_bound`]).
+    list_bounds: Vec<std::sync::OnceLock<ListBound>>,
     /// Per slot: the memory id (0 once removed), its length in tokens, and the fingerprint of
     /// the fields indexed ([`Fields::fingerprint`]). A row's tokens are not kept (at a million
     /// memories they would cost more than the posting lists' slots); to remove a row, the store
@@ -94,8 +98,14 @@ pub struct TextCache {
 }
 
 /// One search's working memory: the score of every slot (all zero between searches), the
-/// slots it touched, and those rows with their scores.
-type SearchBuffers = (Vec<f64>, Vec<u32>, Vec<ScoredId>);
+/// slots it touched, those rows with their scores, and the scores the pruning selects from.
+#[derive(Default)]
+struct SearchBuffers {
+    scores: Vec<f64>,
+    touched: Vec<u32>,
+    ranked: Vec<ScoredId>,
+    best: Vec<f64>,
+}
 
 impl crate::cache_file::Plain for Posting {}
 
@@ -197,6 +207,7 @@ impl TextCache {
         for _ in 0..token_lengths.len() {
             cache.postings.push(d.array("postings")?);
         }
+        cache.list_bounds = (0..token_lengths.len()).map(|_| std::sync::OnceLock::new()).collect();
         cache.ids = d.array("ids")?;
         cache.lengths = d.array("row lengths")?;
         cache.fingerprints = d.array("fingerprints")?;
@@ -251,6 +262,7 @@ impl TextCache {
         let id = self.postings.len() as u32;
         self.token_ids.insert(term.to_owned(), id);
         self.postings.push(Vec::new());
+        self.list_bounds.push(std::sync::OnceLock::new());
         id
     }
 
@@ -271,6 +283,9 @@ impl TextCache {
             for (token, weight) in weights {
                 // Slots only grow, so every posting list stays sorted by slot.
                 self.postings[token as usize].push(Posting { slot, weight: weight as f32 });
+                if let Some(bound) = self.list_bounds[token as usize].get_mut() {
+                    bound.include(weight as f32, length);
+                }
             }
             self.push_slot(row.id);
             self.lengths.push(length);
@@ -335,33 +350,95 @@ impl TextCache {
     /// The `limit` best rows for the query tokens (one per query phrase, repeats counting
     /// twice, as in FTS5), scored as FTS5's `bm25()` with the column weights, negated so that
     /// higher is better. Ties go to the smaller id.
+    ///
+    /// Pruned term at a time (the "quit and continue" of Moffat and Zobel with exact bounds):
+    /// the rarest terms are scored first; once what the remaining terms can add at most is below
+    /// the `limit`-th best score so far, no row they alone match can make the cut, so the rest
+    /// of their long lists is not read: only the rows still in reach are looked up in them.
+    /// The result is the exhaustive one, score for score (a property test checks it).
     pub fn search(&self, query_tokens: &[String], limit: usize) -> Vec<ScoredId> {
+        self.search_pruned(query_tokens, limit, true).0
+    }
+
+    /// The search, pruned or not; and whether it left part of some list unread.
+    fn search_pruned(&self, query_tokens: &[String], limit: usize, prune: bool) -> (Vec<ScoredId>, bool) {
         if limit == 0 || self.rows == 0 {
-            return Vec::new();
+            return (Vec::new(), false);
         }
         let n = self.rows as f64;
         let avgdl = self.total_tokens as f64 / n;
-        let (mut scores, mut touched, mut ranked) =
-            self.score_buffers.lock().expect("score buffers lock").pop().unwrap_or_default();
-        scores.resize(self.ids.len(), 0.0);
+        let mut terms: Vec<QueryTerm<'_>> = Vec::new();
         for term in query_tokens {
             let Some(&token) = self.token_ids.get(term) else { continue };
             let list = &self.postings[token as usize];
             if list.is_empty() {
                 continue;
             }
+            if let Some(seen) = terms.iter_mut().find(|t| t.token == token) {
+                seen.count += 1.0;
+                continue;
+            }
             let hits = list.len() as f64;
             let idf = ((n - hits + 0.5) / (hits + 0.5)).ln();
             let idf = if idf <= 0.0 { 1e-6 } else { idf };
-            for p in list {
-                let length = f64::from(self.lengths[p.slot as usize]);
-                let freq = f64::from(p.weight);
-                let norm = K1 * (1.0 - B + B * length / avgdl);
+            terms.push(QueryTerm { token, list, count: 1.0, idf });
+        }
+        // Rarest first: both the pruned and the exhaustive search add a row's terms in this
+        // order, so their sums are the same to the last bit.
+        terms.sort_unstable_by_key(|t| (t.list.len(), t.token));
+        // What the terms from `i` on can add to a row's score at most.
+        let mut reach = vec![0.0; terms.len() + 1];
+        if prune {
+            for i in (0..terms.len()).rev() {
+                let bound = self.list_bound(terms[i].token);
+                reach[i] = reach[i + 1] + terms[i].contribution(bound.max_weight, bound.min_length, avgdl);
+            }
+        }
+        let mut buffers = self.score_buffers.lock().expect("score buffers lock").pop().unwrap_or_default();
+        let SearchBuffers { scores, touched, ranked, best } = &mut buffers;
+        scores.resize(self.ids.len(), 0.0);
+        let mut scanned = 0;
+        let mut threshold = None;
+        while scanned < terms.len() {
+            if prune && touched.len() >= limit {
+                best.clear();
+                best.extend(touched.iter().map(|&slot| scores[slot as usize]));
+                let (_, kth, _) = best.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+                if !may_reach(reach[scanned], *kth) {
+                    threshold = Some(*kth);
+                    break;
+                }
+            }
+            let term = &terms[scanned];
+            for p in term.list {
                 let score = &mut scores[p.slot as usize];
                 if *score == 0.0 {
                     touched.push(p.slot);
                 }
-                *score += idf * (freq * (K1 + 1.0)) / (freq + norm);
+                *score += term.contribution(p.weight, self.lengths[p.slot as usize], avgdl);
+            }
+            scanned += 1;
+        }
+        if let Some(threshold) = threshold {
+            // Only rows the remaining terms can still lift to the threshold stay; they are
+            // looked up in the remaining lists in slot order, galloping through each list.
+            touched.retain(|&slot| {
+                let keep = may_reach(scores[slot as usize] + reach[scanned], threshold);
+                if !keep {
+                    scores[slot as usize] = 0.0;
+                }
+                keep
+            });
+            touched.sort_unstable();
+            for term in &terms[scanned..] {
+                let mut at = 0;
+                for &slot in touched.iter() {
+                    at = seek(term.list, at, slot);
+                    let Some(p) = term.list.get(at) else { break };
+                    if p.slot == slot {
+                        scores[slot as usize] += term.contribution(p.weight, self.lengths[slot as usize], avgdl);
+                    }
+                }
             }
         }
         // Every touched row with its score, in a reused buffer (selection over plain pairs is
@@ -380,10 +457,74 @@ impl TextCache {
         hits.sort_unstable_by(order);
         let mut kept = self.score_buffers.lock().expect("score buffers lock");
         if kept.len() < crate::SEARCH_BUFFERS_KEPT {
-            kept.push((scores, touched, ranked));
+            kept.push(buffers);
         }
-        hits
+        (hits, threshold.is_some())
     }
+
+    /// The largest weight and the shortest row of a token's list, worked out on the list's
+    /// first use in a search and kept up to date by [`TextCache::add`]. Removals leave it as it
+    /// is: a bound of a superset still bounds.
+    fn list_bound(&self, token: u32) -> ListBound {
+        *self.list_bounds[token as usize].get_or_init(|| {
+            let mut bound = ListBound { max_weight: 0.0, min_length: u32::MAX };
+            for p in &self.postings[token as usize] {
+                bound.include(p.weight, self.lengths[p.slot as usize]);
+            }
+            bound
+        })
+    }
+}
+
+/// Bounds of one posting list's scores: no posting weighs more, no row is shorter.
+#[derive(Debug, Clone, Copy)]
+struct ListBound {
+    max_weight: f32,
+    min_length: u32,
+}
+
+impl ListBound {
+    fn include(&mut self, weight: f32, length: u32) {
+        self.max_weight = self.max_weight.max(weight);
+        self.min_length = self.min_length.min(length);
+    }
+}
+
+/// One distinct token of a query.
+struct QueryTerm<'a> {
+    token: u32,
+    list: &'a [Posting],
+    /// How many query phrases name it.
+    count: f64,
+    idf: f64,
+}
+
+impl QueryTerm<'_> {
+    /// What the term adds to the score of a row of `length` tokens that holds it with `weight`
+    /// (FTS5's BM25 term, rising with the weight, falling with the length).
+    fn contribution(&self, weight: f32, length: u32, avgdl: f64) -> f64 {
+        let (freq, length) = (f64::from(weight), f64::from(length));
+        let norm = K1 * (1.0 - B + B * length / avgdl);
+        self.count * (self.idf * (freq * (K1 + 1.0)) / (freq + norm))
+    }
+}
+
+/// Whether a row whose score can reach `upper` may still rank with a row scoring `threshold`
+/// (an exact tie counts, and a relative 1e-9 allows for the rounding of the bounds' sums).
+fn may_reach(upper: f64, threshold: f64) -> bool {
+    upper * (1.0 + 1e-9) >= threshold
+}
+
+/// The index of the first posting from `from` on whose slot is not below `slot`, found by
+/// galloping: cheap when the slots sought are far apart in a long list.
+fn seek(list: &[Posting], from: usize, slot: u32) -> usize {
+    let (mut low, mut probe, mut step) = (from, from, 1);
+    while probe < list.len() && list[probe].slot < slot {
+        low = probe + 1;
+        probe += step;
+        step *= 2;
+    }
+    low + list[low..probe.min(list.len())].partition_point(|p| p.slot < slot)
 }
 
 fn column_index(name: &str) -> usize {
@@ -448,5 +589,116 @@ impl Tokenizer {
             .map(|(i, w)| Fields { id: i as i64, text: w.clone(), speaker: None, context: None })
             .collect();
         Ok(self.tokenize(&rows)?.into_iter().flat_map(|row| row.tokens.into_iter().map(|(t, _)| t)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
+    use proptest::prelude::*;
+
+    /// Skewed like real text: a few words in most rows, stems shared, a long tail.
+    const WORDS: &[&str] = &[
+        "the", "the", "the", "the", "lake", "lake", "run", "running", "runs", "Paris", "tram", "blue", "sketch",
+        "pottery", "café", "ÉCOLE", "42", "naïve", "gull", "ferry",
+    ];
+
+    fn words(picks: &[usize]) -> String {
+        picks.iter().map(|&w| WORDS[w]).collect::<Vec<_>>().join(" ")
+    }
+
+    /// FTS5 itself, on the same rows: (rowid, score) of its best `limit` matches, best first.
+    fn fts5_best(conn: &Connection, query: &[String], limit: usize) -> Vec<(i64, f64)> {
+        let query = query.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR ");
+        let sql = format!(
+            "SELECT rowid, -bm25(f, {TEXT_WEIGHT:?}, {SPEAKER_WEIGHT:?}, {CONTEXT_WEIGHT:?}) AS score FROM f \
+             WHERE f MATCH ? ORDER BY score DESC, rowid LIMIT ?"
+        );
+        let mut stmt = conn.prepare(&sql).unwrap();
+        stmt.query_map(rusqlite::params![query, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    fn arb_rows() -> impl Strategy<Value = Vec<(Vec<usize>, bool, Vec<usize>)>> {
+        let picks = || proptest::collection::vec(0..WORDS.len(), 0..7);
+        proptest::collection::vec((picks(), any::<bool>(), picks()), 1..160)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// The pruned top k is the exhaustive top k, score for score, and FTS5's own top k.
+        #[test]
+        fn pruned_top_k_equals_exhaustive_and_fts5(
+            rows in arb_rows(),
+            removed in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+            queries in proptest::collection::vec((proptest::collection::vec(0..WORDS.len(), 1..6), 1usize..12), 1..6),
+        ) {
+            let tokenizer = Tokenizer::new().unwrap();
+            let fts5 = Connection::open_in_memory().unwrap();
+            fts5.execute_batch(&format!("CREATE VIRTUAL TABLE f USING fts5 (text, speaker, context, tokenize = '{TOKENIZE}');"))
+                .unwrap();
+            let fields: Vec<Fields> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, (text, named, context))| Fields {
+                    id: i as i64 + 1,
+                    text: words(text),
+                    speaker: named.then(|| "Lake Runner".to_owned()),
+                    context: (!context.is_empty()).then(|| words(context)),
+                })
+                .collect();
+            for f in &fields {
+                fts5.execute("INSERT INTO f (rowid, text, speaker, context) VALUES (?, ?, ?, ?)",
+                    rusqlite::params![f.id, f.text, f.speaker, f.context]).unwrap();
+            }
+            let tokenized = tokenizer.tokenize(&fields).unwrap();
+            let mut cache = TextCache::default();
+            cache.add(tokenizer.tokenize(&fields).unwrap());
+            for r in &removed {
+                let row = &tokenized[r.index(tokenized.len())];
+                cache.remove(row);
+                fts5.execute("DELETE FROM f WHERE rowid = ?", [row.id]).unwrap();
+            }
+            for (query, limit) in &queries {
+                let query: Vec<String> = query.iter().map(|&w| WORDS[w].to_lowercase()).collect();
+                let tokens = tokenizer.query_tokens(&query).unwrap();
+                let (pruned, _) = cache.search_pruned(&tokens, *limit, true);
+                let (all, cut) = cache.search_pruned(&tokens, usize::MAX, false);
+                prop_assert!(!cut);
+                prop_assert_eq!(&pruned[..], &all[..all.len().min(*limit)], "query {:?}, limit {}", query, limit);
+                let expected = fts5_best(&fts5, &query, *limit);
+                prop_assert_eq!(pruned.len(), expected.len());
+                for (hit, (id, score)) in pruned.iter().zip(&expected) {
+                    // Rows whose scores differ only in the last bits may swap places.
+                    prop_assert!((hit.score - score).abs() <= 1e-6 * score.abs().max(1.0),
+                        "query {:?}: {} scores {} where FTS5 ranks {} at {}", query, hit.id.0, hit.score, id, score);
+                }
+            }
+        }
+    }
+
+    /// A rare word's rows fill the top k, so the common word's long list is left unread; the
+    /// result is the exhaustive one all the same.
+    #[test]
+    fn a_common_words_list_is_cut_once_rare_matches_fill_the_top() {
+        let tokenizer = Tokenizer::new().unwrap();
+        let fields: Vec<Fields> = (0..2_000)
+            .map(|i| Fields {
+                id: i + 1,
+                text: if i % 100 == 0 { "the gull on the ferry".into() } else { format!("the day {i}") },
+                speaker: None,
+                context: None,
+            })
+            .collect();
+        let mut cache = TextCache::default();
+        cache.add(tokenizer.tokenize(&fields).unwrap());
+        let tokens = tokenizer.query_tokens(&["gull".into(), "the".into()]).unwrap();
+        let (pruned, cut) = cache.search_pruned(&tokens, 5, true);
+        assert!(cut, "the list of 'the' should be cut");
+        assert_eq!(pruned, cache.search_pruned(&tokens, 5, false).0);
+        assert_eq!(pruned.iter().map(|h| h.id.0).collect::<Vec<_>>(), [1, 101, 201, 301, 401]);
     }
 }

@@ -298,13 +298,13 @@ impl Index {
             let half = n / 2;
             let mut rest = self.scan_buffer();
             std::thread::scope(|s| {
-                s.spawn(|| self.hamming(&qbits, half, n, &mut rest));
-                self.hamming(&qbits, 0, half, &mut near);
+                s.spawn(|| self.hamming(&qbits, half, n, keep_bits, &mut rest));
+                self.hamming(&qbits, 0, half, keep_bits, &mut near);
             });
             near.extend_from_slice(&rest);
             self.keep_scan_buffer(rest);
         } else {
-            self.hamming(&qbits, 0, n, &mut near);
+            self.hamming(&qbits, 0, n, keep_bits, &mut near);
         }
         if keep_bits < near.len() {
             near.select_nth_unstable(keep_bits - 1);
@@ -330,14 +330,16 @@ impl Index {
         }
     }
 
-    /// Appends (sign-bit distance to the query, position) of the vectors in `from..to` to `out`.
-    fn hamming(&self, qbits: &[u64], from: usize, to: usize, out: &mut Vec<(u32, u32)>) {
+    /// Appends to `out` (sign-bit distance to the query, position) of at least the `keep`
+    /// nearest of the vectors in `from..to` (every one of them that ranks among those `keep`).
+    fn hamming(&self, qbits: &[u64], from: usize, to: usize, keep: usize, out: &mut Vec<(u32, u32)>) {
+        let mut near = Nearest::new(self.words, keep, out);
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("popcnt") {
             // SAFETY: the CPU supports popcnt, checked just above.
-            return unsafe { hamming_popcnt(&self.bits, self.words, qbits, from, to, out) };
+            return unsafe { hamming_popcnt(&self.bits, self.words, qbits, from, to, &mut near) };
         }
-        hamming_portable(&self.bits, self.words, qbits, from, to, out)
+        hamming_portable(&self.bits, self.words, qbits, from, to, &mut near)
     }
 }
 
@@ -353,23 +355,115 @@ pub fn int8_dot(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum()
 }
 
-fn hamming_portable(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize, out: &mut Vec<(u32, u32)>) {
-    out.extend((from..to).map(|i| {
+fn hamming_portable(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize, near: &mut Nearest<'_>) {
+    for i in from..to {
         let row = &bits[i * words..(i + 1) * words];
-        (row.iter().zip(q).map(|(a, b)| (a ^ b).count_ones()).sum(), i as u32)
-    }));
+        near.offer(row.iter().zip(q).map(|(a, b)| (a ^ b).count_ones()).sum(), i as u32);
+    }
 }
 
 /// The same loop compiled with the popcnt instruction (the baseline x86-64 target lacks it).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
-unsafe fn hamming_popcnt(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize, out: &mut Vec<(u32, u32)>) {
-    hamming_portable(bits, words, q, from, to, out)
+unsafe fn hamming_popcnt(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize, near: &mut Nearest<'_>) {
+    hamming_portable(bits, words, q, from, to, near)
+}
+
+/// The `keep` smallest (distance, position) pairs of a scan, and perhaps some more: a pair is
+/// written only while its distance is within a bound that tightens as the buffer fills, so a
+/// scan of a million vectors writes thousands of pairs, not a million (and the selection after
+/// it sorts those few). No pair among the `keep` smallest is ever left out: the bound only
+/// drops distances that at least `keep` pairs already beat.
+struct Nearest<'a> {
+    out: &'a mut Vec<(u32, u32)>,
+    /// Where this scan's pairs start in `out`.
+    start: usize,
+    keep: usize,
+    /// Pairs written of each distance.
+    counts: Vec<u32>,
+    /// Distances above this are not written.
+    bound: u32,
+    /// Buffer length at which the bound is tightened next.
+    compact_at: usize,
+}
+
+impl<'a> Nearest<'a> {
+    fn new(words: usize, keep: usize, out: &'a mut Vec<(u32, u32)>) -> Self {
+        let start = out.len();
+        let compact_at = start + keep.max(64) * 4;
+        Nearest { out, start, keep: keep.max(1), counts: vec![0; words * 64 + 1], bound: u32::MAX, compact_at }
+    }
+
+    #[inline(always)]
+    fn offer(&mut self, distance: u32, position: u32) {
+        if distance > self.bound {
+            return;
+        }
+        self.out.push((distance, position));
+        self.counts[distance as usize] += 1;
+        if self.out.len() >= self.compact_at {
+            self.tighten();
+        }
+    }
+
+    /// Lowers the bound to the smallest distance at which `keep` pairs are written, and drops
+    /// the pairs beyond it.
+    #[cold]
+    fn tighten(&mut self) {
+        let mut written = 0;
+        let mut bound = self.counts.len() as u32 - 1;
+        for (distance, count) in self.counts.iter().enumerate() {
+            written += *count as usize;
+            if written >= self.keep {
+                bound = distance as u32;
+                break;
+            }
+        }
+        self.bound = bound;
+        self.counts[bound as usize + 1..].iter_mut().for_each(|c| *c = 0);
+        let start = self.start;
+        let mut kept = start;
+        for i in start..self.out.len() {
+            if self.out[i].0 <= bound {
+                self.out[kept] = self.out[i];
+                kept += 1;
+            }
+        }
+        self.out.truncate(kept);
+        // Many pairs tied at the bound keep the buffer long: the next compaction waits until it
+        // has doubled, so a scan never compacts more than a logarithmic number of times in vain.
+        self.compact_at = self.compact_at.max(start + (kept - start) * 2);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever order distances come in (ties included), the pairs a scan keeps hold the
+        /// `keep` smallest of all it was offered.
+        #[test]
+        fn a_scan_keeps_every_pair_of_the_nearest(
+            distances in proptest::collection::vec(0u32..=128, 0..3_000),
+            keep in 1usize..300,
+            offset in 0usize..3,
+        ) {
+            let mut out = vec![(7, 7); offset];
+            let mut near = Nearest::new(2, keep, &mut out);
+            for (i, d) in distances.iter().enumerate() {
+                near.offer(*d, i as u32);
+            }
+            let mut kept = out[offset..].to_vec();
+            kept.sort_unstable();
+            let mut all: Vec<(u32, u32)> = distances.iter().enumerate().map(|(i, d)| (*d, i as u32)).collect();
+            all.sort_unstable();
+            let wanted = keep.min(all.len());
+            prop_assert_eq!(&kept[..wanted], &all[..wanted]);
+            prop_assert!(out[..offset].iter().all(|p| *p == (7, 7)), "pairs before the scan's own are left alone");
+        }
+    }
 
     fn unit(seed: u64, dim: usize) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
