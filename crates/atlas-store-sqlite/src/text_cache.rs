@@ -7,10 +7,11 @@
 //! in tokens; summing over a query's postings gives the same score as FTS5 (checked against it
 //! by a property test). A search scores the rarest terms first and stops reading a common
 //! term's list once no row it alone matches can make the cut ([`TextCache::search`]), so the
-//! top k is the exhaustive one without reading every posting of "the". SQLite stays the truth: the cache is loaded from the `fts5vocab` table
-//! `memories_fts_instances` on the first text search and kept in step by this process's own
-//! writes, tokenised by the same FTS5 tokenizer on a private in-memory table. Writes by another
-//! process reach it when the store is next opened.
+//! top k is the exhaustive one without reading every posting of "the". SQLite stays the
+//! truth: the cache is loaded from the `fts5vocab` table `memories_fts_instances` on the first
+//! text search and kept in step by this process's own writes, tokenised by the same FTS5
+//! tokenizer on a private in-memory table. Writes by another process reach it when the store is
+//! next opened.
 
 use crate::error::storage;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
