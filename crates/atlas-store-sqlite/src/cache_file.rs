@@ -185,12 +185,24 @@ const ENDIAN: u8 = if cfg!(target_endian = "little") { b'L' } else { b'B' };
 pub struct Encoder<'a> {
     out: &'a mut dyn Write,
     crc: crc32fast::Hasher,
+    /// Bytes written so far.
+    position: u64,
 }
 
 impl Encoder<'_> {
     fn raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.crc.update(bytes);
+        self.position += bytes.len() as u64;
         self.out.write_all(bytes)
+    }
+    /// Where the next value goes, in bytes from the start of the file.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+    /// Values of an array whose length was written before (as [`Encoder::u64`]), one piece at
+    /// a time.
+    pub fn values<T: Plain>(&mut self, values: &[T]) -> std::io::Result<()> {
+        self.raw(bytemuck::cast_slice(values))
     }
     pub fn u64(&mut self, v: u64) -> std::io::Result<()> {
         self.raw(&v.to_ne_bytes())
@@ -208,6 +220,52 @@ pub struct Decoder<'a> {
     input: &'a mut dyn Read,
     crc: crc32fast::Hasher,
     left: u64,
+    /// The file read, and where its checksummed part ends.
+    file: &'a std::fs::File,
+    path: &'a Path,
+    end: u64,
+}
+
+/// An array a cache file holds, left there: read by position when needed
+/// ([`Decoder::array_in_file`]).
+#[derive(Debug)]
+pub struct FileArray {
+    file: std::fs::File,
+    path: PathBuf,
+    /// Where its first value is, in bytes from the start of the file.
+    offset: u64,
+    /// Its values.
+    len: usize,
+}
+
+impl FileArray {
+    /// The array at `offset` of `len` values in `file` (at `path`, for messages), which this
+    /// process wrote and checked.
+    pub fn new(file: std::fs::File, path: PathBuf, offset: u64, len: usize) -> Self {
+        FileArray { file, path, offset, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Reads the values from `first` on into `out`. An error names the file: the file was
+    /// changed in place under this process (cache files are only ever replaced whole).
+    pub fn read<T: Plain>(&self, first: usize, out: &mut [T]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if first + out.len() > self.len {
+            return Err(std::io::Error::other(format!(
+                "{}: values {first}..{} wanted of an array of {}",
+                self.path.display(),
+                first + out.len(),
+                self.len
+            )));
+        }
+        let at = self.offset + (first * std::mem::size_of::<T>()) as u64;
+        self.file
+            .read_exact_at(bytemuck::cast_slice_mut(out), at)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))
+    }
 }
 
 /// Why a cache file cannot be used.
@@ -231,6 +289,26 @@ impl Decoder<'_> {
         self.raw(&mut b, what)?;
         Ok(u64::from_ne_bytes(b))
     }
+    /// An array left in the file: its values go through the checksum like any other, but only
+    /// where they are is kept, to be read by position later ([`FileArray`]).
+    pub fn array_in_file<T: Plain>(&mut self, what: &str) -> std::result::Result<FileArray, Stale> {
+        let n = self.u64(what)?;
+        let width = std::mem::size_of::<T>() as u64;
+        let Some(bytes) = n.checked_mul(width).filter(|bytes| *bytes <= self.left) else {
+            return Err(format!("{what}: {n} values do not fit the {} bytes left", self.left));
+        };
+        let offset = self.end - self.left;
+        let mut piece = vec![0u8; bytes.min(256 << 10) as usize];
+        let mut rest = bytes;
+        while rest > 0 {
+            let size = rest.min(piece.len() as u64) as usize;
+            self.raw(&mut piece[..size], what)?;
+            rest -= size as u64;
+        }
+        let file = self.file.try_clone().map_err(|e| format!("{what}: {e}"))?;
+        Ok(FileArray { file, path: self.path.to_path_buf(), offset, len: n as usize })
+    }
+
     pub fn array<T: Plain>(&mut self, what: &str) -> std::result::Result<Vec<T>, Stale> {
         let n = self.u64(what)?;
         let width = std::mem::size_of::<T>() as u64;
@@ -261,7 +339,7 @@ pub fn write(
     tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
     let mut written = Written { tmp: path.with_file_name(tmp_name), path: path.to_path_buf(), file: None };
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&written.tmp)?);
-    let mut e = Encoder { out: &mut out, crc: crc32fast::Hasher::new() };
+    let mut e = Encoder { out: &mut out, crc: crc32fast::Hasher::new(), position: 0 };
     e.raw(MAGIC)?;
     e.raw(&FORMAT.to_le_bytes())?;
     e.raw(&[ENDIAN])?;
@@ -309,14 +387,17 @@ pub struct Written {
 }
 
 impl Written {
-    pub fn commit(mut self) -> std::io::Result<()> {
+    /// Puts the file in place; returns it opened for reading (this very file, whatever replaces
+    /// it later).
+    pub fn commit(mut self) -> std::io::Result<std::fs::File> {
         let file = self.file.take().expect("written");
         file.sync_all()?;
+        let written = std::fs::File::open(&self.tmp)?;
         std::fs::rename(&self.tmp, &self.path)?;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::File::open(dir)?.sync_all()?;
         }
-        Ok(())
+        Ok(written)
     }
 }
 
@@ -357,8 +438,10 @@ pub fn read_accepting<A, T>(
     if size < (MAGIC.len() + 4 + 1 + 4) as u64 {
         return Err(format!("{size} bytes: not a cache file"));
     }
-    let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut d = Decoder { input: &mut input, crc: crc32fast::Hasher::new(), left: size - 4 };
+    let reader = file.try_clone().map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut input = std::io::BufReader::with_capacity(1 << 20, reader);
+    let mut d =
+        Decoder { input: &mut input, crc: crc32fast::Hasher::new(), left: size - 4, file: &file, path, end: size - 4 };
     let mut head = [0u8; MAGIC.len() + 4 + 1];
     d.raw(&mut head, "header")?;
     if &head[..MAGIC.len()] != MAGIC {

@@ -51,8 +51,16 @@ struct Kind<'a, T> {
     /// Reads the changed memories (ids) again into a cache read from a file behind.
     catch_up: CatchUp<'a, T>,
     rebuild: &'a dyn Fn(&Connection) -> Result<T>,
-    encode: fn(&T, &mut cache_file::Encoder<'_>) -> std::io::Result<()>,
+    encode: Encode<T>,
+    /// Once its file is in place (the file, opened before, and its path).
+    adopt: Adopt<T>,
 }
+
+/// How a cache is written to its file.
+type Encode<T> = fn(&T, &mut cache_file::Encoder<'_>) -> std::io::Result<()>;
+
+/// What a cache does once the file written from it is in place ([`Index::adopt_file`]).
+type Adopt<T> = fn(&mut T, std::fs::File, &std::path::Path);
 
 /// A file behind by more changed memories than this is rebuilt instead: reading them again
 /// would cost about as much.
@@ -124,6 +132,8 @@ impl CacheFiles {
             catch_up: &|conn, cache, changed| catch_up_text(conn, cache, tokenizer, changed),
             rebuild: &TextCache::load,
             encode: TextCache::encode,
+            // The text cache stays in memory: its lists are read whole by every search.
+            adopt: |_, _, _| {},
         };
         self.load(tx, slot, kind)
     }
@@ -148,6 +158,7 @@ impl CacheFiles {
             catch_up: &catch_up_vectors,
             rebuild: &|conn| load_vectors_from_sql(conn, dim, precision),
             encode: Index::encode,
+            adopt: Index::adopt_file,
         };
         self.load(tx, slot, kind)
     }
@@ -174,7 +185,7 @@ impl CacheFiles {
                     Ok(()) => {
                         drop(tx);
                         caught_up.fetch_add(1, Ordering::Relaxed);
-                        self.write_later(path.clone(), stamp, kind.key, Arc::clone(slot), kind.encode);
+                        self.write_later(path.clone(), stamp, kind.key, Arc::clone(slot), (kind.encode, kind.adopt));
                         return Ok(cache);
                     }
                     Err(e) => {
@@ -188,7 +199,7 @@ impl CacheFiles {
         drop(tx);
         rebuilt.fetch_add(1, Ordering::Relaxed);
         if let (Some(path), Some(stamp)) = (file, stamp) {
-            self.write_later(path, stamp, kind.key, Arc::clone(slot), kind.encode);
+            self.write_later(path, stamp, kind.key, Arc::clone(slot), (kind.encode, kind.adopt));
         }
         Ok(cache)
     }
@@ -203,7 +214,7 @@ impl CacheFiles {
         stamp: Stamp,
         key: String,
         slot: Arc<RwLock<Option<T>>>,
-        encode: fn(&T, &mut cache_file::Encoder<'_>) -> std::io::Result<()>,
+        (encode, adopt): (Encode<T>, Adopt<T>),
     ) {
         let spawned = std::thread::Builder::new().name("atlas-cache-file".into()).spawn(move || {
             // Read while written: no copy of the cache is made. The guard is held until the bytes
@@ -215,7 +226,12 @@ impl CacheFiles {
             };
             let written = written.and_then(cache_file::Written::commit);
             match written {
-                Ok(()) => tracing::debug!(file = %path.display(), "cache file written"),
+                Ok(file) => {
+                    if let Some(cache) = slot.write().expect("cache lock").as_mut() {
+                        adopt(cache, file, &path);
+                    }
+                    tracing::debug!(file = %path.display(), "cache file written");
+                }
                 Err(e) => tracing::info!(file = %path.display(), error = %e, "cache file not written"),
             }
         });

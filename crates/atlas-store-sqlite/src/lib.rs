@@ -1301,20 +1301,30 @@ fn search_vector_sync(
     limit: usize,
 ) -> Result<Vec<ScoredId>> {
     let ready = |slot: &Option<vector_cache::Index>| slot.as_ref().is_some_and(|index| index.dim() == dim);
-    let (candidates, total) = {
+    let unreadable = |e: std::io::Error| AtlasError::Storage(format!("vector cache: {e}"));
+    let shortlisted = || -> Result<(Vec<(i64, f32)>, usize)> {
         let shared = cache.read().expect("vector cache lock");
         if ready(&shared) {
             let index = shared.as_ref().expect("checked");
-            (index.candidates(query, limit, shortlist), index.len())
-        } else {
-            drop(shared);
-            // Load and search under the same write guard: nothing can clear it in between.
-            let mut slot = cache.write().expect("vector cache lock");
-            if !ready(&slot) {
-                *slot = Some(files.load_vectors(conn, cache, dim, precision)?);
-            }
-            let index = slot.as_ref().expect("loaded");
-            (index.candidates(query, limit, shortlist), index.len())
+            return Ok((index.candidates(query, limit, shortlist).map_err(unreadable)?, index.len()));
+        }
+        drop(shared);
+        // Load and search under the same write guard: nothing can clear it in between.
+        let mut slot = cache.write().expect("vector cache lock");
+        if !ready(&slot) {
+            *slot = Some(files.load_vectors(conn, cache, dim, precision)?);
+        }
+        let index = slot.as_ref().expect("loaded");
+        Ok((index.candidates(query, limit, shortlist).map_err(unreadable)?, index.len()))
+    };
+    let (candidates, total) = match shortlisted() {
+        Ok(found) => found,
+        Err(e) => {
+            // The file the codes are read from failed under this process (changed in place):
+            // the cache is loaded again, from a file that passes its checks or from SQL.
+            tracing::warn!(error = %e, "vector cache unreadable; loading it again");
+            *cache.write().expect("vector cache lock") = None;
+            shortlisted()?
         }
     };
     let blob = vector_blob(query);

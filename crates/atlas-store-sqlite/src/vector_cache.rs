@@ -4,8 +4,12 @@
 //! vector search and kept in step by this process's own writes. A query scans sign bits
 //! (48 bytes a vector for 384 dimensions) by Hamming distance on one thread, keeping only the
 //! nearest, then rescores the best of those with the kept vectors: float copies (exact), or
-//! int8 codes with a scale per vector (a quarter of the memory, scores within about 1% of exact; rereading the floats from
-//! vec0 for the final hits was measured at 0.18 ms a vector, too slow to be worth it).
+//! int8 codes with a scale per vector (a quarter of the memory, scores within about 1% of
+//! exact; rereading the floats from vec0 for the final hits was measured at 0.18 ms a vector,
+//! too slow to be worth it).
+//! An int8 index read from (or written to) its cache file leaves the codes there and reads the
+//! shortlist's codes by position (`pread`): at a million vectors, 384 MB stay in the system's
+//! file cache instead of the process's memory, for about 0.7 ms a search.
 //! SQL only applies the filter. Writes by another process reach this cache when the store is
 //! next opened.
 
@@ -31,8 +35,16 @@ pub struct Index {
     /// `F32`: `dim` floats a vector.
     vectors: Vec<f32>,
     /// `Int8`: `dim` codes and one scale a vector.
-    codes: Vec<i8>,
+    codes: Codes,
     scales: Vec<f32>,
+    /// This state of the index, unique in the process ([`next_version`]): an index's file is
+    /// adopted only by the very state it was written from.
+    version: u64,
+    /// The version last written to a file, and where its codes start there.
+    written: std::sync::Mutex<Option<(u64, u64)>>,
+    /// Why the codes cannot be read any more (their file failed under this process): every
+    /// search fails until the index is loaded again.
+    broken: Option<String>,
     position: Positions,
     /// Buffers of past sign-bit scans (a distance per vector), kept for reuse
     /// ([`crate::SEARCH_BUFFERS_KEPT`]).
@@ -49,6 +61,23 @@ struct Positions {
 }
 
 const ABSENT: u32 = u32::MAX;
+
+/// Where an int8 index keeps its codes.
+enum Codes {
+    /// In memory, `dim` a vector by position (an index built from SQL, or float).
+    Memory(Vec<i8>),
+    /// Left in the index's cache file (read from it, or written by this process) and read per
+    /// candidate: a million vectors' codes (384 MB) stay out of the process's memory, in the
+    /// system's file cache. The codes of positions written since, or moved, are in `changed`;
+    /// positions past the file's are always there.
+    File { array: crate::cache_file::FileArray, changed: HashMap<u32, Box<[i8]>> },
+}
+
+/// A number no state of an index in this process had before.
+fn next_version() -> u64 {
+    static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 
 impl Positions {
     fn with_capacity(n: usize) -> Self {
@@ -114,25 +143,50 @@ impl Index {
             ids: Vec::with_capacity(n),
             bits: Vec::with_capacity(n * words),
             vectors: Vec::with_capacity(floats),
-            codes: Vec::with_capacity(codes),
+            codes: Codes::Memory(Vec::with_capacity(codes)),
             scales: Vec::with_capacity(if codes > 0 { n } else { 0 }),
             position: Positions::with_capacity(n),
             scan_buffers: std::sync::Mutex::default(),
+            version: next_version(),
+            written: std::sync::Mutex::default(),
+            broken: None,
         }
     }
 
-    /// The query's dot product with the kept vector at position `i`; with int8, both sides'
-    /// codes multiply as integers (`quantized` is the query's codes and scale).
-    fn score(&self, i: usize, query: &[f32], quantized: &(Vec<i8>, f32)) -> f32 {
-        match self.precision {
-            Precision::F32 => {
-                self.vectors[i * self.dim..(i + 1) * self.dim].iter().zip(query).map(|(a, b)| a * b).sum()
+    /// Copies the int8 codes of position `i` into `out`.
+    fn read_codes(&self, i: usize, out: &mut [i8]) -> std::io::Result<()> {
+        match &self.codes {
+            Codes::Memory(codes) => {
+                out.copy_from_slice(&codes[i * self.dim..(i + 1) * self.dim]);
+                Ok(())
             }
-            Precision::Int8 => {
-                let codes = &self.codes[i * self.dim..(i + 1) * self.dim];
-                self.scales[i] * quantized.1 * int8_dot(codes, &quantized.0) as f32
-            }
+            Codes::File { array, changed } => match changed.get(&(i as u32)) {
+                Some(codes) => {
+                    out.copy_from_slice(codes);
+                    Ok(())
+                }
+                None => array.read(i * self.dim, out),
+            },
         }
+    }
+
+    /// Whether the int8 codes stay in the cache file rather than in memory.
+    #[cfg(test)]
+    pub fn codes_on_file(&self) -> bool {
+        matches!(self.codes, Codes::File { .. })
+    }
+
+    /// After this index was written to a cache file (`file`, at `path`: that very file, opened
+    /// before it was put in place): an int8 index still in the state written leaves its codes
+    /// there from now on and frees their memory (or the older file's).
+    pub fn adopt_file(&mut self, file: std::fs::File, path: &std::path::Path) {
+        let written = *self.written.lock().expect("written lock");
+        let Some((version, codes_at)) = written else { return };
+        if version != self.version || self.precision != Precision::Int8 || self.broken.is_some() {
+            return;
+        }
+        let array = crate::cache_file::FileArray::new(file, path.to_path_buf(), codes_at, self.len() * self.dim);
+        self.codes = Codes::File { array, changed: HashMap::new() };
     }
 
     pub fn len(&self) -> usize {
@@ -154,8 +208,27 @@ impl Index {
         e.array(&self.ids)?;
         e.array(&self.bits)?;
         e.array(&self.vectors)?;
-        e.array(&self.codes)?;
-        e.array(&self.scales)
+        let codes_at = e.position() + 8;
+        match &self.codes {
+            Codes::Memory(codes) => e.array(codes)?,
+            Codes::File { .. } => {
+                // Copied from the file a few thousand vectors at a time, never whole in memory.
+                let (n, dim) = (self.len(), self.dim);
+                e.u64((n * dim) as u64)?;
+                const PIECE: usize = 4096;
+                let mut piece = vec![0i8; PIECE.min(n) * dim];
+                for start in (0..n).step_by(PIECE) {
+                    let end = (start + PIECE).min(n);
+                    for i in start..end {
+                        self.read_codes(i, &mut piece[(i - start) * dim..(i - start + 1) * dim])?;
+                    }
+                    e.values(&piece[..(end - start) * dim])?;
+                }
+            }
+        }
+        e.array(&self.scales)?;
+        *self.written.lock().expect("written lock") = Some((self.version, codes_at));
+        Ok(())
     }
 
     /// An index from what [`Index::encode`] wrote, checked whole against `dim` and `precision`
@@ -179,7 +252,19 @@ impl Index {
         let mut index = Index::with_capacity(dim, precision, 0);
         index.bits = d.array("sign bits")?;
         index.vectors = d.array("vectors")?;
-        index.codes = d.array("codes")?;
+        let codes_found;
+        (index.codes, codes_found) = match precision {
+            Precision::F32 => {
+                let codes: Vec<i8> = d.array("codes")?;
+                let found = codes.len();
+                (Codes::Memory(codes), found)
+            }
+            Precision::Int8 => {
+                let array = d.array_in_file::<i8>("codes")?;
+                let found = array.len();
+                (Codes::File { array, changed: HashMap::new() }, found)
+            }
+        };
         index.scales = d.array("scales")?;
         let (floats, codes, scales) = match precision {
             Precision::F32 => (n * dim, 0, 0),
@@ -187,7 +272,7 @@ impl Index {
         };
         if index.bits.len() != n * index.words
             || index.vectors.len() != floats
-            || index.codes.len() != codes
+            || codes_found != codes
             || index.scales.len() != scales
         {
             return Err(format!("arrays do not match {n} vectors of {dim} dimensions as {precision:?}"));
@@ -209,6 +294,7 @@ impl Index {
 
     pub fn upsert(&mut self, id: i64, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
+        self.version = next_version();
         let bits = self.sign_bits(v);
         let i = match self.position.get(id) {
             Some(i) => {
@@ -223,7 +309,9 @@ impl Index {
                 match self.precision {
                     Precision::F32 => self.vectors.resize((i + 1) * self.dim, 0.0),
                     Precision::Int8 => {
-                        self.codes.resize((i + 1) * self.dim, 0);
+                        if let Codes::Memory(codes) = &mut self.codes {
+                            codes.resize((i + 1) * self.dim, 0);
+                        }
                         self.scales.push(1.0);
                     }
                 }
@@ -234,7 +322,10 @@ impl Index {
             Precision::F32 => self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(v),
             Precision::Int8 => {
                 let (codes, scale) = quantize(v);
-                self.codes[i * self.dim..(i + 1) * self.dim].copy_from_slice(&codes);
+                match &mut self.codes {
+                    Codes::Memory(kept) => kept[i * self.dim..(i + 1) * self.dim].copy_from_slice(&codes),
+                    Codes::File { changed, .. } => drop(changed.insert(i as u32, codes.into_boxed_slice())),
+                }
                 self.scales[i] = scale;
             }
         }
@@ -242,6 +333,7 @@ impl Index {
 
     pub fn remove(&mut self, id: i64) {
         let Some(i) = self.position.remove(id) else { return };
+        self.version = next_version();
         let last = self.ids.len() - 1;
         if i != last {
             let moved = self.ids[last];
@@ -256,8 +348,19 @@ impl Index {
                     }
                 }
                 Precision::Int8 => {
-                    for d in 0..self.dim {
-                        self.codes.swap(i * self.dim + d, last * self.dim + d);
+                    let mut moved = vec![0i8; self.dim];
+                    if let Codes::File { .. } = self.codes
+                        && let Err(e) = self.read_codes(last, &mut moved)
+                    {
+                        self.broken = Some(e.to_string());
+                    }
+                    match &mut self.codes {
+                        Codes::Memory(codes) => {
+                            for d in 0..self.dim {
+                                codes.swap(i * self.dim + d, last * self.dim + d);
+                            }
+                        }
+                        Codes::File { changed, .. } => drop(changed.insert(i as u32, moved.into_boxed_slice())),
                     }
                     self.scales.swap(i, last);
                 }
@@ -267,7 +370,10 @@ impl Index {
         self.ids.pop();
         self.bits.truncate(last * self.words);
         self.vectors.truncate(last * self.dim);
-        self.codes.truncate(last * self.dim);
+        match &mut self.codes {
+            Codes::Memory(codes) => codes.truncate(last * self.dim),
+            Codes::File { changed, .. } => drop(changed.remove(&(last as u32))),
+        }
         self.scales.truncate(last);
     }
 
@@ -283,10 +389,13 @@ impl Index {
 
     /// Up to `wanted × per_result` (at least 256) vectors nearest by sign bits, rescored with
     /// the kept vectors: (id, cosine similarity, exact when [`Index::exact`]), best first.
-    pub fn candidates(&self, query: &[f32], wanted: usize, per_result: usize) -> Vec<(i64, f32)> {
+    pub fn candidates(&self, query: &[f32], wanted: usize, per_result: usize) -> std::io::Result<Vec<(i64, f32)>> {
+        if let Some(why) = &self.broken {
+            return Err(std::io::Error::other(why.clone()));
+        }
         let n = self.len();
         if n == 0 || wanted == 0 {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let qbits = self.sign_bits(query);
         let keep_bits = (wanted * per_result).max(256).min(n);
@@ -299,12 +408,39 @@ impl Index {
             near.select_nth_unstable(keep_bits - 1);
             near.truncate(keep_bits);
         }
-        let quantized = if self.precision == Precision::Int8 { quantize(query) } else { (Vec::new(), 1.0) };
-        let mut scored: Vec<(i64, f32)> =
-            near.iter().map(|&(_, i)| (self.ids[i as usize], self.score(i as usize, query, &quantized))).collect();
+        let scored = self.rescore(&mut near, query);
         self.keep_scan_buffer(near);
+        let mut scored = scored?;
         scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        scored
+        Ok(scored)
+    }
+
+    /// The query's dot product with the kept vectors at the positions in `near`; with int8,
+    /// both sides' codes multiply as integers.
+    fn rescore(&self, near: &mut [(u32, u32)], query: &[f32]) -> std::io::Result<Vec<(i64, f32)>> {
+        let dim = self.dim;
+        match self.precision {
+            Precision::F32 => Ok(near
+                .iter()
+                .map(|&(_, i)| {
+                    let i = i as usize;
+                    (self.ids[i], self.vectors[i * dim..(i + 1) * dim].iter().zip(query).map(|(a, b)| a * b).sum())
+                })
+                .collect()),
+            Precision::Int8 => {
+                let (quantized, scale) = quantize(query);
+                // In position order, so that codes read from the file come in file order.
+                near.sort_unstable_by_key(|&(_, i)| i);
+                let mut codes = vec![0i8; dim];
+                let mut scored = Vec::with_capacity(near.len());
+                for &(_, i) in near.iter() {
+                    let i = i as usize;
+                    self.read_codes(i, &mut codes)?;
+                    scored.push((self.ids[i], self.scales[i] * scale * int8_dot(&codes, &quantized) as f32));
+                }
+                Ok(scored)
+            }
+        }
     }
 
     fn scan_buffer(&self) -> Vec<(u32, u32)> {
@@ -508,13 +644,69 @@ mod tests {
             assert_eq!(back.precision(), precision);
             assert_eq!(back.len(), index.len());
             for q in [3u64, 70, 1 << 40] {
-                assert_eq!(back.candidates(&unit(q, 48), 10, 16), index.candidates(&unit(q, 48), 10, 16));
+                assert_eq!(
+                    back.candidates(&unit(q, 48), 10, 16).unwrap(),
+                    index.candidates(&unit(q, 48), 10, 16).unwrap()
+                );
             }
             let other = if precision == Precision::F32 { Precision::Int8 } else { Precision::F32 };
             assert!(read(48, Some(precision)).is_ok());
             assert!(read(48, Some(other)).is_err());
             assert!(read(32, None).err().unwrap().contains("48 dimensions"));
         }
+    }
+
+    /// An int8 index read from its file leaves the codes there and keeps answering as one that
+    /// holds them, through upserts and removals (a removal moves the last position, whose codes
+    /// may be in the file, into the removed one's), and writes a file of its own that reads back
+    /// the same. An index that wrote its file adopts it, unless it changed since.
+    #[test]
+    fn int8_codes_left_in_the_file_answer_as_codes_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let stamp = crate::cache_file::Stamp { schema: 7, epoch: 1, nonce: 3 };
+        let write = |index: &Index, name: &str| {
+            let path = dir.path().join(name);
+            let file = crate::cache_file::write(&path, stamp, "k", |e| index.encode(e)).unwrap().commit().unwrap();
+            (path, file)
+        };
+        let read = |path: &std::path::Path| {
+            crate::cache_file::read(path, stamp, "k", |d| Index::decode(d, 48, Some(Precision::Int8))).unwrap()
+        };
+        let same = |a: &Index, b: &Index| {
+            for q in [3u64, 70, 299, 1 << 40, 5_000] {
+                assert_eq!(a.candidates(&unit(q, 48), 10, 16).unwrap(), b.candidates(&unit(q, 48), 10, 16).unwrap());
+            }
+        };
+        let mut memory = Index::with_capacity(48, Precision::Int8, 0);
+        for id in 1..=300 {
+            memory.upsert(id, &unit(id as u64, 48));
+        }
+        let (path, _) = write(&memory, "a.cache");
+        let mut on_file = read(&path);
+        assert!(on_file.codes_on_file() && !memory.codes_on_file());
+        same(&memory, &on_file);
+        for index in [&mut memory, &mut on_file] {
+            index.upsert(5_000, &unit(5_000, 48));
+            index.upsert(70, &unit(71, 48));
+            index.remove(3);
+            index.remove(299);
+            index.remove(5_000);
+            index.upsert(1 << 40, &unit(1 << 40, 48));
+        }
+        same(&memory, &on_file);
+        let (again, _) = write(&on_file, "b.cache");
+        same(&memory, &read(&again));
+
+        let (path, file) = write(&memory, "c.cache");
+        memory.adopt_file(file, &path);
+        assert!(memory.codes_on_file(), "the file written from this very state is adopted");
+        same(&memory, &on_file);
+        let mut changed = Index::with_capacity(48, Precision::Int8, 0);
+        changed.upsert(1, &unit(1, 48));
+        let (path, file) = write(&changed, "d.cache");
+        changed.upsert(2, &unit(2, 48));
+        changed.adopt_file(file, &path);
+        assert!(!changed.codes_on_file(), "changed since it was written: the file lacks the change");
     }
 
     #[test]
@@ -528,7 +720,8 @@ mod tests {
         coarse.remove(3);
         exact.remove(3);
         for q in [7u64, 77, 499] {
-            let (e, c) = (exact.candidates(&unit(q, 48), 5, 16), coarse.candidates(&unit(q, 48), 5, 16));
+            let (e, c) =
+                (exact.candidates(&unit(q, 48), 5, 16).unwrap(), coarse.candidates(&unit(q, 48), 5, 16).unwrap());
             assert_eq!(e[0].0, c[0].0);
             let exact_of: HashMap<i64, f32> = e.iter().copied().collect();
             for (id, score) in c.iter().filter(|(id, _)| exact_of.contains_key(id)) {
@@ -567,9 +760,11 @@ mod tests {
         for id in 1..=500 {
             index.upsert(id, &unit(id as u64, 48));
         }
-        let top = |index: &Index, q: u64| index.candidates(&unit(q, 48), 5, 16).iter().map(|c| c.0).collect::<Vec<_>>();
+        let top = |index: &Index, q: u64| {
+            index.candidates(&unit(q, 48), 5, 16).unwrap().iter().map(|c| c.0).collect::<Vec<_>>()
+        };
         assert_eq!(top(&index, 77)[0], 77);
-        assert!((index.candidates(&unit(77, 48), 5, 16)[0].1 - 1.0).abs() < 1e-5, "exact cosine");
+        assert!((index.candidates(&unit(77, 48), 5, 16).unwrap()[0].1 - 1.0).abs() < 1e-5, "exact cosine");
         index.remove(77);
         index.remove(500);
         assert_eq!(index.len(), 498);

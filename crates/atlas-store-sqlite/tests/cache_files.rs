@@ -336,3 +336,53 @@ async fn a_database_replaced_by_another_with_as_many_writes_does_not_use_the_old
     assert_eq!(answers(&store, &embedder).await, expected);
     assert_eq!(store.cache_loads(), CacheLoads { text_rebuilt: 1, vectors_rebuilt: 1, ..CacheLoads::default() });
 }
+
+/// An int8 vector cache leaves its codes in its file and reads them per candidate: answers are
+/// the same as a rebuild's through the process's own writes (new vectors, a forgotten memory
+/// whose position another takes), and a file changed in place under the process (here cut
+/// short) is detected on the next search, which rebuilds the cache and answers all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn int8_codes_read_from_their_file_and_a_file_cut_under_the_process() {
+    use atlas_store_sqlite::Precision;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let embedder = HashEmbedder::new(32);
+    let int8 = SqliteOptions { vector_precision: Some(Precision::Int8), ..SqliteOptions::default() };
+    let rebuilt = || async {
+        let options = SqliteOptions { cache_files: false, ..int8.clone() };
+        answers(&SqliteStore::open(&db, &options).unwrap(), &embedder).await
+    };
+    let store = SqliteStore::open(&db, &int8).unwrap();
+    store.bind_model(embedder.model()).await.unwrap();
+    let ids = store.insert((0..400).map(turn).collect(), None).await.unwrap();
+    store
+        .put_vectors(ids.iter().enumerate().map(|(i, id)| (*id, embedder.embed_one(&turn(i).text))).collect())
+        .await
+        .unwrap();
+    let built = answers(&store, &embedder).await;
+    drop(store);
+    let store = SqliteStore::open(&db, &int8).unwrap();
+    assert_eq!(answers(&store, &embedder).await, built);
+    assert_eq!(store.cache_loads().vectors_from_file, 1);
+    // This process's writes: a new vector, one replaced.
+    let text = "violin lighthouse";
+    let fresh = NewMemory::episode(text, Scope::default(), None, Timestamp(5), Timestamp(5));
+    let id = store.insert(vec![fresh], None).await.unwrap()[0];
+    store
+        .put_vectors(vec![(id, embedder.embed_one(text)), (ids[3], embedder.embed_one("chess garden"))])
+        .await
+        .unwrap();
+    let expected = rebuilt().await;
+    assert_eq!(answers(&store, &embedder).await, expected);
+    assert_eq!(store.search_vector(embedder.embed_one(text), RecallFilter::default(), 1).await.unwrap()[0].id, id);
+    // The file is cut short in place: the next search finds out, rebuilds, and answers.
+    let [_, vectors] = files(&db);
+    let file = std::fs::OpenOptions::new().write(true).open(&vectors).unwrap();
+    file.set_len(file.metadata().unwrap().len() / 2).unwrap();
+    assert_eq!(answers(&store, &embedder).await, expected);
+    assert_eq!(store.cache_loads().vectors_rebuilt, 1, "{:?}", store.cache_loads());
+    // A forgotten memory: its file goes (the process keeps reading the one it holds open), and
+    // the last position moves into its place.
+    store.forget(ids[10]).await.unwrap();
+    assert_eq!(answers(&store, &embedder).await, rebuilt().await);
+}
