@@ -139,13 +139,13 @@ impl CacheFiles {
     }
 
     /// The vector cache of `dim` dimensions, from its file (caught up if behind) or from SQL;
-    /// `precision` as configured (`None`: by size, [`crate::INT8_FROM_VECTORS`]).
+    /// `precision` as configured (`None`: by size, [`crate::INT8_FROM_VECTORS`]); int8 codes
+    /// left in the file from `in_file_from` vectors ([`crate::CODES_IN_FILE_FROM`]).
     pub fn load_vectors(
         &self,
         conn: &Connection,
         slot: &Arc<RwLock<Option<Index>>>,
-        dim: usize,
-        precision: Option<Precision>,
+        (dim, precision, in_file_from): (usize, Option<Precision>, usize),
     ) -> Result<Index> {
         let tx = conn.unchecked_transaction().map_err(storage)?;
         let model = crate::read_model(&tx)?.map(|m| m.name).unwrap_or_default();
@@ -154,9 +154,9 @@ impl CacheFiles {
             name: "vectors",
             key: vectors_key(&model, dim, precision),
             counters: [&c.vectors_from_file, &c.vectors_caught_up, &c.vectors_rebuilt],
-            decode: &|d| Index::decode(d, dim, precision),
+            decode: &|d| Index::decode(d, dim, precision, in_file_from),
             catch_up: &catch_up_vectors,
-            rebuild: &|conn| load_vectors_from_sql(conn, dim, precision),
+            rebuild: &|conn| load_vectors_from_sql(conn, dim, precision, in_file_from),
             encode: Index::encode,
             adopt: Index::adopt_file,
         };
@@ -305,12 +305,18 @@ fn decode_vector(id: i64, blob: &[u8], v: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-fn load_vectors_from_sql(conn: &Connection, dim: usize, precision: Option<Precision>) -> Result<Index> {
+fn load_vectors_from_sql(
+    conn: &Connection,
+    dim: usize,
+    precision: Option<Precision>,
+    in_file_from: usize,
+) -> Result<Index> {
     let table = crate::VECTOR_TABLE;
     let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).map_err(storage)?;
     let n = n as usize;
     let precision = precision.unwrap_or(if n >= crate::INT8_FROM_VECTORS { Precision::Int8 } else { Precision::F32 });
     let mut index = Index::with_capacity(dim, precision, n);
+    index.keep_codes_in_file_from(in_file_from);
     let mut stmt = conn.prepare(&format!("SELECT rowid, embedding FROM {table}")).map_err(storage)?;
     let mut rows = stmt.query([]).map_err(storage)?;
     let mut v = vec![0f32; dim];

@@ -74,6 +74,11 @@ pub const INT8_FROM_VECTORS: usize = 50_000;
 /// and the allocator keeps what each search thread freed.)
 pub(crate) const SEARCH_BUFFERS_KEPT: usize = 3;
 
+/// [`SqliteOptions::codes_in_file_from`] by default: from 250k vectors (96 MB of int8 codes at
+/// 384 dimensions), the codes stay in the cache file. Below, memory is cheap and reading the
+/// shortlist from the file (about 0.7 ms a search) is not worth it.
+pub const CODES_IN_FILE_FROM: usize = 250_000;
+
 /// [`SqliteOptions::vector_shortlist`] by default.
 pub const DEFAULT_VECTOR_SHORTLIST: usize = 16;
 
@@ -92,6 +97,10 @@ pub struct SqliteOptions {
     /// Vectors the sign-bit scan keeps per result wanted, for exact rescoring (at least 256 in
     /// all): the accuracy of vector search against its time (`cargo xtask bench recall`).
     pub vector_shortlist: usize,
+    /// From this many vectors, an int8 vector cache read from its file (or written to one)
+    /// leaves its codes there and reads the shortlist's codes by position, out of the
+    /// process's memory ([`CODES_IN_FILE_FROM`]).
+    pub codes_in_file_from: usize,
     /// Keep the text and vector caches in files beside the database (`<db>.text.cache`,
     /// `<db>.vectors.cache`), so that a new process's first search reads them instead of
     /// rebuilding them from SQL. They are checked against the database's state and rebuilt
@@ -107,6 +116,7 @@ impl Default for SqliteOptions {
             create: true,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             vector_shortlist: DEFAULT_VECTOR_SHORTLIST,
+            codes_in_file_from: CODES_IN_FILE_FROM,
             cache_files: true,
         }
     }
@@ -124,6 +134,7 @@ pub struct SqliteStore {
     /// The quantised in-memory copy of the vectors; `None` until the first vector search.
     vector_cache: SharedCache,
     vector_precision: Option<Precision>,
+    codes_in_file_from: usize,
     vector_shortlist: usize,
     /// The in-memory BM25 index; `None` until the first text search.
     text_cache: SharedTextCache,
@@ -265,6 +276,7 @@ impl SqliteStore {
             model: Arc::new(RwLock::new(model)),
             vector_cache: Arc::new(RwLock::new(None)),
             vector_precision: options.vector_precision,
+            codes_in_file_from: options.codes_in_file_from,
             vector_shortlist: options.vector_shortlist.max(1),
             text_cache: Arc::new(RwLock::new(None)),
             tokenizer: Arc::new(Tokenizer::new()?),
@@ -1009,9 +1021,11 @@ impl VectorIndex for SqliteStore {
         }
         let (cache, files) = (Arc::clone(&self.vector_cache), self.cache_files.clone());
         let (dim, precision, shortlist) = (model.dimension, self.vector_precision, self.vector_shortlist);
+        let in_file_from = self.codes_in_file_from;
         self.readers
             .read(move |conn| {
-                search_vector_sync(conn, &cache, &files, (dim, precision, shortlist), &query, &filter, limit)
+                let settings = (dim, precision, shortlist, in_file_from);
+                search_vector_sync(conn, &cache, &files, settings, &query, &filter, limit)
             })
             .await
     }
@@ -1295,7 +1309,7 @@ fn search_vector_sync(
     conn: &Connection,
     cache: &SharedCache,
     files: &CacheFiles,
-    (dim, precision, shortlist): (usize, Option<Precision>, usize),
+    (dim, precision, shortlist, in_file_from): (usize, Option<Precision>, usize, usize),
     query: &[f32],
     filter: &RecallFilter,
     limit: usize,
@@ -1312,7 +1326,7 @@ fn search_vector_sync(
         // Load and search under the same write guard: nothing can clear it in between.
         let mut slot = cache.write().expect("vector cache lock");
         if !ready(&slot) {
-            *slot = Some(files.load_vectors(conn, cache, dim, precision)?);
+            *slot = Some(files.load_vectors(conn, cache, (dim, precision, in_file_from))?);
         }
         let index = slot.as_ref().expect("loaded");
         Ok((index.candidates(query, limit, shortlist).map_err(unreadable)?, index.len()))

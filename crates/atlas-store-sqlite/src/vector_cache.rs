@@ -45,6 +45,8 @@ pub struct Index {
     /// Why the codes cannot be read any more (their file failed under this process): every
     /// search fails until the index is loaded again.
     broken: Option<String>,
+    /// From this many vectors, int8 codes are left in the index's file (read from or written to).
+    codes_in_file_from: usize,
     position: Positions,
     /// Buffers of past sign-bit scans (a distance per vector), kept for reuse
     /// ([`crate::SEARCH_BUFFERS_KEPT`]).
@@ -150,7 +152,13 @@ impl Index {
             version: next_version(),
             written: std::sync::Mutex::default(),
             broken: None,
+            codes_in_file_from: usize::MAX,
         }
+    }
+
+    /// From `n` vectors on, int8 codes are left in the index's file ([`Index::adopt_file`]).
+    pub fn keep_codes_in_file_from(&mut self, n: usize) {
+        self.codes_in_file_from = n;
     }
 
     /// Copies the int8 codes of position `i` into `out`.
@@ -182,7 +190,11 @@ impl Index {
     pub fn adopt_file(&mut self, file: std::fs::File, path: &std::path::Path) {
         let written = *self.written.lock().expect("written lock");
         let Some((version, codes_at)) = written else { return };
-        if version != self.version || self.precision != Precision::Int8 || self.broken.is_some() {
+        if version != self.version
+            || self.precision != Precision::Int8
+            || self.broken.is_some()
+            || self.len() < self.codes_in_file_from
+        {
             return;
         }
         let array = crate::cache_file::FileArray::new(file, path.to_path_buf(), codes_at, self.len() * self.dim);
@@ -232,11 +244,12 @@ impl Index {
     }
 
     /// An index from what [`Index::encode`] wrote, checked whole against `dim` and `precision`
-    /// (any, when `None`).
+    /// (any, when `None`); int8 codes of `in_file_from` vectors or more are left in the file.
     pub fn decode(
         d: &mut crate::cache_file::Decoder<'_>,
         dim: usize,
         precision: Option<Precision>,
+        in_file_from: usize,
     ) -> Result<Self, crate::cache_file::Stale> {
         let found = d.u64("dimension")? as usize;
         if found != dim {
@@ -250,11 +263,17 @@ impl Index {
         let ids: Vec<i64> = d.array("ids")?;
         let n = ids.len();
         let mut index = Index::with_capacity(dim, precision, 0);
+        index.codes_in_file_from = in_file_from;
         index.bits = d.array("sign bits")?;
         index.vectors = d.array("vectors")?;
         let codes_found;
         (index.codes, codes_found) = match precision {
             Precision::F32 => {
+                let codes: Vec<i8> = d.array("codes")?;
+                let found = codes.len();
+                (Codes::Memory(codes), found)
+            }
+            Precision::Int8 if n < in_file_from => {
                 let codes: Vec<i8> = d.array("codes")?;
                 let found = codes.len();
                 (Codes::Memory(codes), found)
@@ -639,7 +658,8 @@ mod tests {
             }
             index.remove(7);
             crate::cache_file::write(&path, stamp, "k", |e| index.encode(e)).unwrap().commit().unwrap();
-            let read = |dim, wanted| crate::cache_file::read(&path, stamp, "k", |d| Index::decode(d, dim, wanted));
+            let read =
+                |dim, wanted| crate::cache_file::read(&path, stamp, "k", |d| Index::decode(d, dim, wanted, usize::MAX));
             let back = read(48, None).unwrap();
             assert_eq!(back.precision(), precision);
             assert_eq!(back.len(), index.len());
@@ -670,7 +690,7 @@ mod tests {
             (path, file)
         };
         let read = |path: &std::path::Path| {
-            crate::cache_file::read(path, stamp, "k", |d| Index::decode(d, 48, Some(Precision::Int8))).unwrap()
+            crate::cache_file::read(path, stamp, "k", |d| Index::decode(d, 48, Some(Precision::Int8), 0)).unwrap()
         };
         let same = |a: &Index, b: &Index| {
             for q in [3u64, 70, 299, 1 << 40, 5_000] {
@@ -678,6 +698,7 @@ mod tests {
             }
         };
         let mut memory = Index::with_capacity(48, Precision::Int8, 0);
+        memory.keep_codes_in_file_from(0);
         for id in 1..=300 {
             memory.upsert(id, &unit(id as u64, 48));
         }
@@ -702,11 +723,21 @@ mod tests {
         assert!(memory.codes_on_file(), "the file written from this very state is adopted");
         same(&memory, &on_file);
         let mut changed = Index::with_capacity(48, Precision::Int8, 0);
+        changed.keep_codes_in_file_from(0);
         changed.upsert(1, &unit(1, 48));
         let (path, file) = write(&changed, "d.cache");
         changed.upsert(2, &unit(2, 48));
         changed.adopt_file(file, &path);
         assert!(!changed.codes_on_file(), "changed since it was written: the file lacks the change");
+        let mut small = Index::with_capacity(48, Precision::Int8, 0);
+        small.keep_codes_in_file_from(2);
+        small.upsert(1, &unit(1, 48));
+        let (path, file) = write(&small, "e.cache");
+        small.adopt_file(file, &path);
+        assert!(!small.codes_on_file(), "below the size from which codes stay in the file");
+        assert!(
+            !crate::cache_file::read(&path, stamp, "k", |d| Index::decode(d, 48, None, 2)).unwrap().codes_on_file()
+        );
     }
 
     #[test]

@@ -347,7 +347,8 @@ async fn int8_codes_read_from_their_file_and_a_file_cut_under_the_process() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("space.db");
     let embedder = HashEmbedder::new(32);
-    let int8 = SqliteOptions { vector_precision: Some(Precision::Int8), ..SqliteOptions::default() };
+    let int8 =
+        SqliteOptions { vector_precision: Some(Precision::Int8), codes_in_file_from: 0, ..SqliteOptions::default() };
     let rebuilt = || async {
         let options = SqliteOptions { cache_files: false, ..int8.clone() };
         answers(&SqliteStore::open(&db, &options).unwrap(), &embedder).await
