@@ -1382,7 +1382,7 @@ fn first_admitted(
     limit: usize,
 ) -> Result<Vec<ScoredId>> {
     let mut hits = Vec::with_capacity(limit.min(ranked.len()));
-    let (mut start, mut window) = (0, limit * 2 + 16);
+    let (mut start, mut window) = (0, limit + limit / 4 + 16);
     while hits.len() < limit && start < ranked.len() {
         let end = (start + window).min(ranked.len());
         let ids: Vec<i64> = ranked[start..end].iter().map(|h| h.id.0).collect();
