@@ -410,7 +410,9 @@ impl TextCache {
         while scanned < terms.len() {
             let term = &terms[scanned];
             let mut kth = None;
-            if prune && touched.len() >= limit {
+            // The k-th best score costs a pass over every row seen so far: worth it only before
+            // a list at least half as long (a shorter one is read in about the same time).
+            if prune && touched.len() >= limit && term.list.len() * 2 >= touched.len() {
                 best.clear();
                 best.extend(touched.iter().map(|&slot| scores[slot as usize]));
                 let found = *best.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a)).1;
