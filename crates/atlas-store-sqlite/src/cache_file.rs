@@ -249,6 +249,11 @@ impl FileArray {
         self.len
     }
 
+    #[cfg(test)]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Reads the values from `first` on into `out`. An error names the file: the file was
     /// changed in place under this process (cache files are only ever replaced whole).
     pub fn read<T: Plain>(&self, first: usize, out: &mut [T]) -> std::io::Result<()> {

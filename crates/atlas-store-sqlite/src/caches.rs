@@ -52,15 +52,29 @@ struct Kind<'a, T> {
     catch_up: CatchUp<'a, T>,
     rebuild: &'a dyn Fn(&Connection) -> Result<T>,
     encode: Encode<T>,
-    /// Once its file is in place (the file, opened before, and its path).
-    adopt: Adopt<T>,
+    /// Whether it reads from its file once that is in place.
+    adopt: Option<Adoption<T>>,
 }
 
 /// How a cache is written to its file.
 type Encode<T> = fn(&T, &mut cache_file::Encoder<'_>) -> std::io::Result<()>;
 
-/// What a cache does once the file written from it is in place ([`Index::adopt_file`]).
-type Adopt<T> = fn(&mut T, std::fs::File, &std::path::Path);
+/// How a cache reads from the file written from it once that is in place
+/// ([`Index::adopt_file`]): `state` names the state written (read under the same guard as the
+/// encoding), and `adopt` takes the file (opened before it was put in place, and its path) only
+/// if the cache is still in that state.
+struct Adoption<T> {
+    state: fn(&T) -> u64,
+    adopt: fn(&mut T, u64, std::fs::File, &std::path::Path),
+}
+
+impl<T> Clone for Adoption<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Adoption<T> {}
 
 /// A file behind by more changed memories than this is rebuilt instead: reading them again
 /// would cost about as much.
@@ -133,7 +147,7 @@ impl CacheFiles {
             rebuild: &TextCache::load,
             encode: TextCache::encode,
             // The text cache stays in memory: its lists are read whole by every search.
-            adopt: |_, _, _| {},
+            adopt: None,
         };
         self.load(tx, slot, kind)
     }
@@ -158,7 +172,7 @@ impl CacheFiles {
             catch_up: &catch_up_vectors,
             rebuild: &|conn| load_vectors_from_sql(conn, dim, precision, in_file_from),
             encode: Index::encode,
-            adopt: Index::adopt_file,
+            adopt: Some(Adoption { state: Index::version, adopt: Index::adopt_file }),
         };
         self.load(tx, slot, kind)
     }
@@ -214,21 +228,25 @@ impl CacheFiles {
         stamp: Stamp,
         key: String,
         slot: Arc<RwLock<Option<T>>>,
-        (encode, adopt): (Encode<T>, Adopt<T>),
+        (encode, adoption): (Encode<T>, Option<Adoption<T>>),
     ) {
         let spawned = std::thread::Builder::new().name("atlas-cache-file".into()).spawn(move || {
             // Read while written: no copy of the cache is made. The guard is held until the bytes
             // are handed to the file, not while it is synced.
-            let written = {
+            let (written, state) = {
                 let guard = slot.read().expect("cache lock");
                 let Some(cache) = guard.as_ref() else { return };
-                cache_file::write(&path, stamp, &key, |e| encode(cache, e))
+                let written = cache_file::write(&path, stamp, &key, |e| encode(cache, e));
+                (written, adoption.map(|a| (a.state)(cache)))
             };
-            let written = written.and_then(cache_file::Written::commit);
-            match written {
+            match written.and_then(cache_file::Written::commit) {
                 Ok(file) => {
-                    if let Some(cache) = slot.write().expect("cache lock").as_mut() {
-                        adopt(cache, file, &path);
+                    // The slot may hold another cache by now (reloaded): only the state written
+                    // takes the file.
+                    if let (Some(a), Some(state)) = (adoption, state)
+                        && let Some(cache) = slot.write().expect("cache lock").as_mut()
+                    {
+                        (a.adopt)(cache, state, file, &path);
                     }
                     tracing::debug!(file = %path.display(), "cache file written");
                 }

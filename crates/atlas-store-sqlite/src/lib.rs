@@ -632,9 +632,18 @@ impl MemoryStore for SqliteStore {
         if forgotten {
             self.truncate_wal().await?;
         }
-        if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
-            for v in dropped {
-                index.remove(v);
+        {
+            let mut cache = self.vector_cache.write().expect("vector cache lock");
+            if let Some(index) = cache.as_mut() {
+                for v in dropped {
+                    index.remove(v);
+                }
+                // Codes read from the cache file keep it open, and the forgotten memory's codes
+                // with it, after the file is deleted below: the cache is let go (the next
+                // search builds it again, as a new process would).
+                if forgotten && index.codes_on_file() {
+                    *cache = None;
+                }
             }
         }
         self.update_text_cache(old, replies).await;
@@ -1315,12 +1324,13 @@ fn search_vector_sync(
     limit: usize,
 ) -> Result<Vec<ScoredId>> {
     let ready = |slot: &Option<vector_cache::Index>| slot.as_ref().is_some_and(|index| index.dim() == dim);
-    let unreadable = |e: std::io::Error| AtlasError::Storage(format!("vector cache: {e}"));
-    let shortlisted = || -> Result<(Vec<(i64, f32)>, usize)> {
+    // Outer error: loading failed; inner: the codes' file could not be read.
+    type Shortlist = std::io::Result<(Vec<(i64, f32)>, usize)>;
+    let shortlisted = || -> Result<Shortlist> {
         let shared = cache.read().expect("vector cache lock");
         if ready(&shared) {
             let index = shared.as_ref().expect("checked");
-            return Ok((index.candidates(query, limit, shortlist).map_err(unreadable)?, index.len()));
+            return Ok(index.candidates(query, limit, shortlist).map(|found| (found, index.len())));
         }
         drop(shared);
         // Load and search under the same write guard: nothing can clear it in between.
@@ -1329,16 +1339,16 @@ fn search_vector_sync(
             *slot = Some(files.load_vectors(conn, cache, (dim, precision, in_file_from))?);
         }
         let index = slot.as_ref().expect("loaded");
-        Ok((index.candidates(query, limit, shortlist).map_err(unreadable)?, index.len()))
+        Ok(index.candidates(query, limit, shortlist).map(|found| (found, index.len())))
     };
-    let (candidates, total) = match shortlisted() {
+    let (candidates, total) = match shortlisted()? {
         Ok(found) => found,
         Err(e) => {
             // The file the codes are read from failed under this process (changed in place):
             // the cache is loaded again, from a file that passes its checks or from SQL.
-            tracing::warn!(error = %e, "vector cache unreadable; loading it again");
+            tracing::warn!(error = %e, "vector cache file unreadable; loading the cache again");
             *cache.write().expect("vector cache lock") = None;
-            shortlisted()?
+            shortlisted()?.map_err(|e| AtlasError::Storage(format!("vector cache: {e}")))?
         }
     };
     let blob = vector_blob(query);

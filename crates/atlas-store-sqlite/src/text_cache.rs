@@ -288,8 +288,14 @@ impl TextCache {
                 // Slots only grow, so every posting list stays sorted by slot.
                 self.postings[token as usize].push(Posting { slot, weight: weight as f32 });
                 let list = &self.postings[token as usize];
-                if let Some(bound) = self.list_bounds[token as usize].get_mut() {
-                    bound.include(list.len() - 1, &list[list.len() - 1], length);
+                let bounds = &mut self.list_bounds[token as usize];
+                if let Some(bound) = bounds.get_mut() {
+                    if list.len() > 2 * bound.made_for {
+                        // Twice as long as when its buckets were sized: they are sized again.
+                        *bounds = std::sync::OnceLock::new();
+                    } else {
+                        bound.include(list.len() - 1, &list[list.len() - 1], length);
+                    }
                 }
             }
             self.push_slot(row.id);
@@ -516,7 +522,7 @@ impl TextCache {
             let list = &self.postings[token as usize];
             // Buckets of slots holding about eight postings each.
             let width = (self.ids.len() * 8 / list.len().max(1)).max(1);
-            let mut bound = ListBound { shift: width.ilog2(), ..ListBound::default() };
+            let mut bound = ListBound { shift: width.ilog2(), made_for: list.len(), ..ListBound::default() };
             for (at, p) in list.iter().enumerate() {
                 bound.include(at, p, self.lengths[p.slot as usize]);
             }
@@ -545,11 +551,20 @@ struct ListBound {
     /// Slots `j << shift ..` start at posting `starts[j]`.
     shift: u32,
     starts: Vec<u32>,
+    /// The list's length when the buckets were sized.
+    made_for: usize,
 }
 
 impl Default for ListBound {
     fn default() -> Self {
-        ListBound { max_weight: 0.0, min_length: u32::MAX, blocks: Vec::new(), shift: 0, starts: Vec::new() }
+        ListBound {
+            max_weight: 0.0,
+            min_length: u32::MAX,
+            blocks: Vec::new(),
+            shift: 0,
+            starts: Vec::new(),
+            made_for: 0,
+        }
     }
 }
 

@@ -7,9 +7,10 @@
 //! int8 codes with a scale per vector (a quarter of the memory, scores within about 1% of
 //! exact; rereading the floats from vec0 for the final hits was measured at 0.18 ms a vector,
 //! too slow to be worth it).
-//! An int8 index read from (or written to) its cache file leaves the codes there and reads the
-//! shortlist's codes by position (`pread`): at a million vectors, 384 MB stay in the system's
-//! file cache instead of the process's memory, for about 0.7 ms a search.
+//! From 250k vectors (`crate::CODES_IN_FILE_FROM`), an int8 index read from (or written to) its
+//! cache file leaves the codes there and reads the shortlist's codes by position (`pread`): at a
+//! million vectors, 384 MB stay in the system's file cache instead of the process's memory, for
+//! about 0.7 ms of reads a search.
 //! SQL only applies the filter. Writes by another process reach this cache when the store is
 //! next opened.
 
@@ -48,8 +49,8 @@ pub struct Index {
     /// From this many vectors, int8 codes are left in the index's file (read from or written to).
     codes_in_file_from: usize,
     position: Positions,
-    /// Buffers of past sign-bit scans (a distance per vector), kept for reuse
-    /// ([`crate::SEARCH_BUFFERS_KEPT`]).
+    /// Buffers of past sign-bit scans (the nearest pairs of distance and position), kept for
+    /// reuse ([`crate::SEARCH_BUFFERS_KEPT`]).
     scan_buffers: std::sync::Mutex<Vec<Vec<(u32, u32)>>>,
 }
 
@@ -66,7 +67,8 @@ const ABSENT: u32 = u32::MAX;
 
 /// Where an int8 index keeps its codes.
 enum Codes {
-    /// In memory, `dim` a vector by position (an index built from SQL, or float).
+    /// In memory, `dim` a vector by position (an index built from SQL, or below
+    /// `codes_in_file_from` vectors).
     Memory(Vec<i8>),
     /// Left in the index's cache file (read from it, or written by this process) and read per
     /// candidate: a million vectors' codes (384 MB) stay out of the process's memory, in the
@@ -179,18 +181,32 @@ impl Index {
     }
 
     /// Whether the int8 codes stay in the cache file rather than in memory.
-    #[cfg(test)]
     pub fn codes_on_file(&self) -> bool {
         matches!(self.codes, Codes::File { .. })
     }
 
-    /// After this index was written to a cache file (`file`, at `path`: that very file, opened
-    /// before it was put in place): an int8 index still in the state written leaves its codes
-    /// there from now on and frees their memory (or the older file's).
-    pub fn adopt_file(&mut self, file: std::fs::File, path: &std::path::Path) {
+    /// The file the int8 codes are read from.
+    #[cfg(test)]
+    fn codes_file(&self) -> Option<std::path::PathBuf> {
+        match &self.codes {
+            Codes::File { array, .. } => Some(array.path().to_path_buf()),
+            Codes::Memory(_) => None,
+        }
+    }
+
+    /// This state of the index ([`Index::adopt_file`]).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// After the state `version` of this index was written to a cache file (`file`, at `path`:
+    /// that very file, opened before it was put in place): an int8 index still in that state
+    /// leaves its codes there from now on and frees their memory (or the older file's).
+    pub fn adopt_file(&mut self, version: u64, file: std::fs::File, path: &std::path::Path) {
         let written = *self.written.lock().expect("written lock");
-        let Some((version, codes_at)) = written else { return };
+        let Some((encoded, codes_at)) = written else { return };
         if version != self.version
+            || encoded != version
             || self.precision != Precision::Int8
             || self.broken.is_some()
             || self.len() < self.codes_in_file_from
@@ -223,16 +239,30 @@ impl Index {
         let codes_at = e.position() + 8;
         match &self.codes {
             Codes::Memory(codes) => e.array(codes)?,
-            Codes::File { .. } => {
-                // Copied from the file a few thousand vectors at a time, never whole in memory.
+            Codes::File { array, changed } => {
+                if let Some(why) = &self.broken {
+                    return Err(std::io::Error::other(why.clone()));
+                }
+                // Copied from the file a few thousand vectors at a time (one read each), never
+                // whole in memory, with the codes written since put in their places.
                 let (n, dim) = (self.len(), self.dim);
+                let in_file = array.len() / dim;
                 e.u64((n * dim) as u64)?;
                 const PIECE: usize = 4096;
                 let mut piece = vec![0i8; PIECE.min(n) * dim];
                 for start in (0..n).step_by(PIECE) {
                     let end = (start + PIECE).min(n);
+                    let from_file = end.min(in_file).saturating_sub(start);
+                    if from_file > 0 {
+                        array.read(start * dim, &mut piece[..from_file * dim])?;
+                    }
                     for i in start..end {
-                        self.read_codes(i, &mut piece[(i - start) * dim..(i - start + 1) * dim])?;
+                        let codes = &mut piece[(i - start) * dim..(i - start + 1) * dim];
+                        match changed.get(&(i as u32)) {
+                            Some(kept) => codes.copy_from_slice(kept),
+                            None if i < in_file => {}
+                            None => return Err(std::io::Error::other(format!("no codes for position {i}"))),
+                        }
                     }
                     e.values(&piece[..(end - start) * dim])?;
                 }
@@ -460,21 +490,22 @@ impl Index {
                     }
                     Ok(scored)
                 };
-                if !matches!(self.codes, Codes::File { .. }) {
+                if !matches!(self.codes, Codes::File { .. }) || near.len() < 64 {
                     return score(near);
                 }
                 // Codes read from the file, half on a second thread: the reads are system calls,
                 // and the other core is free by now in a recall (measured at 1M inside recall:
-                // the vector stage 3.9 -> 3.2 ms).
+                // the vector stage 3.9 -> 3.2 ms). Without a thread to spare, one reads all.
                 let (first, second) = near.split_at(near.len() / 2);
-                let (mut scored, rest) = std::thread::scope(|s| {
-                    let rest = s.spawn(|| score(second));
-                    (score(first), rest.join().expect("codes reader"))
-                });
-                if let Ok(scored) = &mut scored {
-                    scored.extend(rest?);
-                }
-                scored
+                std::thread::scope(|s| {
+                    let rest = std::thread::Builder::new().name("atlas-codes".into()).spawn_scoped(s, || score(second));
+                    let mut scored = score(first)?;
+                    match rest {
+                        Ok(rest) => scored.extend(rest.join().expect("codes reader")?),
+                        Err(_) => scored.extend(score(second)?),
+                    }
+                    Ok(scored)
+                })
             }
         }
     }
@@ -704,7 +735,7 @@ mod tests {
         let write = |index: &Index, name: &str| {
             let path = dir.path().join(name);
             let file = crate::cache_file::write(&path, stamp, "k", |e| index.encode(e)).unwrap().commit().unwrap();
-            (path, file)
+            (path, file, index.version())
         };
         let read = |path: &std::path::Path| {
             crate::cache_file::read(path, stamp, "k", |d| Index::decode(d, 48, Some(Precision::Int8), 0)).unwrap()
@@ -719,7 +750,7 @@ mod tests {
         for id in 1..=300 {
             memory.upsert(id, &unit(id as u64, 48));
         }
-        let (path, _) = write(&memory, "a.cache");
+        let (path, _, _) = write(&memory, "a.cache");
         let mut on_file = read(&path);
         assert!(on_file.codes_on_file() && !memory.codes_on_file());
         same(&memory, &on_file);
@@ -732,25 +763,39 @@ mod tests {
             index.upsert(1 << 40, &unit(1 << 40, 48));
         }
         same(&memory, &on_file);
-        let (again, _) = write(&on_file, "b.cache");
+        let (again, _, _) = write(&on_file, "b.cache");
         same(&memory, &read(&again));
 
-        let (path, file) = write(&memory, "c.cache");
-        memory.adopt_file(file, &path);
+        let (path, file, version) = write(&memory, "c.cache");
+        memory.adopt_file(version, file, &path);
         assert!(memory.codes_on_file(), "the file written from this very state is adopted");
         same(&memory, &on_file);
+        // Another index, written since in a state of its own, does not take the first file.
+        let (path, _, version) = write(&on_file, "f.cache");
+        let mut other = read(&again);
+        write(&other, "g.cache");
+        other.adopt_file(version, std::fs::File::open(&path).unwrap(), &path);
+        assert_eq!(other.codes_file(), Some(again.clone()), "kept its own file");
         let mut changed = Index::with_capacity(48, Precision::Int8, 0);
         changed.keep_codes_in_file_from(0);
         changed.upsert(1, &unit(1, 48));
-        let (path, file) = write(&changed, "d.cache");
+        let (path, file, version) = write(&changed, "d.cache");
         changed.upsert(2, &unit(2, 48));
-        changed.adopt_file(file, &path);
+        changed.adopt_file(version, file, &path);
         assert!(!changed.codes_on_file(), "changed since it was written: the file lacks the change");
+        // A file cut short under an index that reads from it: a removal cannot move the last
+        // codes, and the index refuses to search or to write a file until it is loaded again.
+        let (path, _, _) = write(&memory, "h.cache");
+        let mut cut = read(&path);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(100).unwrap();
+        cut.remove(1);
+        assert!(cut.candidates(&unit(3, 48), 10, 16).is_err());
+        assert!(crate::cache_file::write(&dir.path().join("i.cache"), stamp, "k", |e| cut.encode(e)).is_err());
         let mut small = Index::with_capacity(48, Precision::Int8, 0);
         small.keep_codes_in_file_from(2);
         small.upsert(1, &unit(1, 48));
-        let (path, file) = write(&small, "e.cache");
-        small.adopt_file(file, &path);
+        let (path, file, version) = write(&small, "e.cache");
+        small.adopt_file(version, file, &path);
         assert!(!small.codes_on_file(), "below the size from which codes stay in the file");
         assert!(
             !crate::cache_file::read(&path, stamp, "k", |d| Index::decode(d, 48, None, 2)).unwrap().codes_on_file()
