@@ -430,15 +430,14 @@ impl TextCache {
             }
             // `only_seen`: a row new to the search is left out.
             let mut score = |p: &Posting, only_seen: bool| {
-                let (slot, word, bit) = (p.slot as usize, p.slot as usize / 64, 1u64 << (p.slot % 64));
-                if seen[word] & bit == 0 {
+                if !bit(seen, p.slot) {
                     if only_seen {
                         return;
                     }
-                    seen[word] |= bit;
+                    set_bit(seen, p.slot);
                     touched.push(p.slot);
                 }
-                scores[slot] += term.contribution(p.weight, self.lengths[slot], avgdl);
+                scores[p.slot as usize] += term.posting_score(p, &self.lengths, avgdl);
             };
             match kth {
                 None => term.list.iter().for_each(|p| score(p, false)),
@@ -467,18 +466,13 @@ impl TextCache {
             });
             touched.sort_unstable();
             seen.fill(0);
-            for &slot in touched.iter() {
-                seen[slot as usize / 64] |= 1 << (slot % 64);
-            }
+            touched.iter().for_each(|&slot| set_bit(seen, slot));
             for term in &terms[scanned..] {
                 if term.list.len() <= touched.len() * LOOKUPS_PER_SCAN {
                     // Many rows left for the list's length: one pass over it, checking each
                     // posting's bit, beats a search per row.
-                    for p in term.list {
-                        if seen[p.slot as usize / 64] & (1 << (p.slot % 64)) != 0 {
-                            scores[p.slot as usize] +=
-                                term.contribution(p.weight, self.lengths[p.slot as usize], avgdl);
-                        }
+                    for p in term.list.iter().filter(|p| bit(seen, p.slot)) {
+                        scores[p.slot as usize] += term.posting_score(p, &self.lengths, avgdl);
                     }
                     continue;
                 }
@@ -488,7 +482,7 @@ impl TextCache {
                     at = bound.seek(term.list, at, slot);
                     let Some(p) = term.list.get(at) else { break };
                     if p.slot == slot {
-                        scores[slot as usize] += term.contribution(p.weight, self.lengths[slot as usize], avgdl);
+                        scores[slot as usize] += term.posting_score(p, &self.lengths, avgdl);
                     }
                 }
             }
@@ -613,6 +607,11 @@ struct QueryTerm<'a> {
 }
 
 impl QueryTerm<'_> {
+    /// [`QueryTerm::contribution`] of a posting of its list (`lengths`: every row's).
+    fn posting_score(&self, p: &Posting, lengths: &[u32], avgdl: f64) -> f64 {
+        self.contribution(p.weight, lengths[p.slot as usize], avgdl)
+    }
+
     /// What the term adds to the score of a row of `length` tokens that holds it with `weight`
     /// (FTS5's BM25 term, rising with the weight, falling with the length).
     fn contribution(&self, weight: f32, length: u32, avgdl: f64) -> f64 {
@@ -620,6 +619,15 @@ impl QueryTerm<'_> {
         let norm = K1 * (1.0 - B + B * length / avgdl);
         self.count * (self.idf * (freq * (K1 + 1.0)) / (freq + norm))
     }
+}
+
+/// Whether `slot`'s bit is set in a bit per slot.
+fn bit(bits: &[u64], slot: u32) -> bool {
+    bits[slot as usize / 64] & (1 << (slot % 64)) != 0
+}
+
+fn set_bit(bits: &mut [u64], slot: u32) {
+    bits[slot as usize / 64] |= 1 << (slot % 64);
 }
 
 /// Whether a row whose score can reach `upper` may still rank with a row scoring `threshold`
