@@ -297,22 +297,14 @@ impl Index {
         index.bits = d.array("sign bits")?;
         index.vectors = d.array("vectors")?;
         let codes_found;
-        (index.codes, codes_found) = match precision {
-            Precision::F32 => {
-                let codes: Vec<i8> = d.array("codes")?;
-                let found = codes.len();
-                (Codes::Memory(codes), found)
-            }
-            Precision::Int8 if n < in_file_from => {
-                let codes: Vec<i8> = d.array("codes")?;
-                let found = codes.len();
-                (Codes::Memory(codes), found)
-            }
-            Precision::Int8 => {
-                let array = d.array_in_file::<i8>("codes")?;
-                let found = array.len();
-                (Codes::File { array, changed: HashMap::new() }, found)
-            }
+        (index.codes, codes_found) = if precision == Precision::Int8 && n >= in_file_from {
+            let array = d.array_in_file::<i8>("codes")?;
+            let found = array.len();
+            (Codes::File { array, changed: HashMap::new() }, found)
+        } else {
+            let codes: Vec<i8> = d.array("codes")?;
+            let found = codes.len();
+            (Codes::Memory(codes), found)
         };
         index.scales = d.array("scales")?;
         let (floats, codes, scales) = match precision {
@@ -452,7 +444,7 @@ impl Index {
         // here), and a second thread measured slower in a recall, whose full-text search and
         // query embedding want the other core at the same time.
         let mut near = self.scan_buffer();
-        self.hamming(&qbits, 0, n, keep_bits, &mut near);
+        self.hamming(&qbits, keep_bits, &mut near);
         if keep_bits < near.len() {
             near.select_nth_unstable(keep_bits - 1);
             near.truncate(keep_bits);
@@ -523,15 +515,15 @@ impl Index {
     }
 
     /// Appends to `out` (sign-bit distance to the query, position) of at least the `keep`
-    /// nearest of the vectors in `from..to` (every one of them that ranks among those `keep`).
-    fn hamming(&self, qbits: &[u64], from: usize, to: usize, keep: usize, out: &mut Vec<(u32, u32)>) {
+    /// nearest vectors (every vector that ranks among those `keep`).
+    fn hamming(&self, qbits: &[u64], keep: usize, out: &mut Vec<(u32, u32)>) {
         let mut near = Nearest::new(self.words, keep, out);
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("popcnt") {
             // SAFETY: the CPU supports popcnt, checked just above.
-            return unsafe { hamming_popcnt(&self.bits, self.words, qbits, from, to, &mut near) };
+            return unsafe { hamming_popcnt(&self.bits, self.words, qbits, &mut near) };
         }
-        hamming_portable(&self.bits, self.words, qbits, from, to, &mut near)
+        hamming_portable(&self.bits, self.words, qbits, &mut near)
     }
 }
 
@@ -549,15 +541,14 @@ pub fn int8_dot(a: &[i8], b: &[i8]) -> i32 {
 
 // Inlined into the popcnt version below, so that its loop is compiled with the instruction.
 #[inline(always)]
-fn hamming_portable(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize, near: &mut Nearest<'_>) {
+fn hamming_portable(bits: &[u64], words: usize, q: &[u64], near: &mut Nearest<'_>) {
     // The common widths get a loop of fixed length, unrolled (twice as fast as the general one).
     match words {
-        6 => hamming_fixed::<6>(bits, q, from, to, near),
-        12 => hamming_fixed::<12>(bits, q, from, to, near),
-        16 => hamming_fixed::<16>(bits, q, from, to, near),
+        6 => hamming_fixed::<6>(bits, q, near),
+        12 => hamming_fixed::<12>(bits, q, near),
+        16 => hamming_fixed::<16>(bits, q, near),
         _ => {
-            for i in from..to {
-                let row = &bits[i * words..(i + 1) * words];
+            for (i, row) in bits.chunks_exact(words).enumerate() {
                 near.offer(row.iter().zip(q).map(|(a, b)| (a ^ b).count_ones()).sum(), i as u32);
             }
         }
@@ -565,22 +556,22 @@ fn hamming_portable(bits: &[u64], words: usize, q: &[u64], from: usize, to: usiz
 }
 
 #[inline(always)]
-fn hamming_fixed<const W: usize>(bits: &[u64], q: &[u64], from: usize, to: usize, near: &mut Nearest<'_>) {
+fn hamming_fixed<const W: usize>(bits: &[u64], q: &[u64], near: &mut Nearest<'_>) {
     let q: &[u64; W] = q.try_into().expect("query bits of the index's width");
-    for (i, row) in bits[from * W..to * W].chunks_exact(W).enumerate() {
+    for (i, row) in bits.chunks_exact(W).enumerate() {
         let mut distance = 0;
         for w in 0..W {
             distance += (row[w] ^ q[w]).count_ones();
         }
-        near.offer(distance, (from + i) as u32);
+        near.offer(distance, i as u32);
     }
 }
 
 /// The same loop compiled with the popcnt instruction (the baseline x86-64 target lacks it).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
-unsafe fn hamming_popcnt(bits: &[u64], words: usize, q: &[u64], from: usize, to: usize, near: &mut Nearest<'_>) {
-    hamming_portable(bits, words, q, from, to, near)
+unsafe fn hamming_popcnt(bits: &[u64], words: usize, q: &[u64], near: &mut Nearest<'_>) {
+    hamming_portable(bits, words, q, near)
 }
 
 /// The `keep` smallest (distance, position) pairs of a scan, and perhaps some more: a pair is
