@@ -14,6 +14,16 @@ pub enum AtlasError {
     #[error("no memory with id {0}")]
     NotFound(crate::MemoryId),
 
+    /// The caller may not do this ([`crate::access`]): its role is too low, or it named a scope
+    /// outside its tenant; `location` says where (file:line, field).
+    #[error("{location}: {message}")]
+    Forbidden { location: String, message: String },
+
+    /// A retried write that does not match the first: the same idempotency key with another
+    /// payload. Nothing was written.
+    #[error("{0}")]
+    Conflict(String),
+
     /// The database was written by a newer ATLAS; refusing protects it.
     #[error(
         "database {path} has schema version {found}, newer than this atlas understands (up to {known}); upgrade atlas"
@@ -53,6 +63,8 @@ impl AtlasError {
         match self {
             AtlasError::InvalidInput { .. } => "invalid_input",
             AtlasError::NotFound(_) => "not_found",
+            AtlasError::Forbidden { .. } => "forbidden",
+            AtlasError::Conflict(_) => "conflict",
             AtlasError::SchemaTooNew { .. } => "schema_too_new",
             AtlasError::ModelMismatch { .. } => "model_mismatch",
             AtlasError::Busy(_) => "busy",
@@ -67,7 +79,7 @@ impl AtlasError {
     /// Where invalid input was found (`file:line`, a flag) and the field named in it, if any.
     pub fn location(&self) -> Option<(&str, Option<&str>)> {
         match self {
-            AtlasError::InvalidInput { location, message } => {
+            AtlasError::InvalidInput { location, message } | AtlasError::Forbidden { location, message } => {
                 let field = message.strip_prefix("field \"").and_then(|rest| rest.split_once('"')).map(|(f, _)| f);
                 Some((location, field))
             }

@@ -4,6 +4,7 @@
 //! database, no network. Adapters (`atlas-store-*`, embedders, LLM clients) implement the traits
 //! in [`ports`]; `atlas-runtime` composes them.
 
+pub mod access;
 pub mod edge;
 pub mod error;
 pub mod filter;

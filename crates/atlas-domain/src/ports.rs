@@ -1,7 +1,8 @@
 //! Ports: the small async traits that storage, embedding and LLM adapters implement.
 //!
-//! A store implements [`MemoryStore`], [`TextIndex`], [`VectorIndex`] and [`Replica`] (one
-//! adapter may implement all four over one database); `atlas-testing` runs one conformance suite over every
+//! A store implements [`MemoryStore`], [`TextIndex`], [`VectorIndex`], [`Replica`] and
+//! [`KeyStore`] (one adapter may implement all of them over one database); `atlas-testing` runs
+//! one conformance suite over every
 //! implementation, the in-memory fake included.
 
 use crate::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
@@ -219,6 +220,22 @@ pub trait Replica: Send + Sync {
     /// a restore under them cannot collide with a concurrent writer. Reserved ids that stay
     /// unused are a gap, never reused.
     async fn reserve_ids(&self, count: u64) -> Result<MemoryId>;
+}
+
+/// The access keys of a served space ([`crate::access`]): only their hashes are kept. A
+/// server reads the list again at least once a second, so keys added or revoked by another
+/// process take effect without a restart.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// Stores a new key; a key with the same id (the same token) is refused as invalid input.
+    async fn add_key(&self, key: crate::access::AccessKey) -> Result<()>;
+
+    /// Every key, revoked ones included, oldest first.
+    async fn keys(&self) -> Result<Vec<crate::access::AccessKey>>;
+
+    /// Marks a key revoked at `at`; returns whether a live key of that id existed.
+    async fn revoke_key(&self, id: String, at: Timestamp) -> Result<bool>;
 }
 
 /// Turns text into unit-length vectors.

@@ -276,7 +276,12 @@ impl Atlas {
     ) -> Result<Vec<StoredExperience>> {
         let mut stored = Vec::with_capacity(trajectories.len());
         for t in trajectories {
-            let key = format!("trajectory:{}", t.id);
+            // Once per id within a scope: two tenants' trajectories of one id are two experiences.
+            let key = if scope.is_empty() {
+                format!("trajectory:{}", t.id)
+            } else {
+                format!("trajectory@{}:{}", serde_json::json!([scope.user, scope.agent, scope.session]), t.id)
+            };
             let receipt = self.parts.store.insert_once(key, vec![t.to_experience(scope.clone(), now())], None).await?;
             let memory_id =
                 *receipt.ids.first().ok_or_else(|| AtlasError::Storage("an insert returned no id".into()))?;

@@ -6,21 +6,26 @@
 //! transaction, so a retry after a crash, a kill or a lost answer stores nothing twice.
 
 use crate::{Atlas, now};
+use atlas_domain::access::Caller;
 use atlas_domain::jsonl::{self, ExportHeader};
 use atlas_domain::policy::limits::validate;
 use atlas_domain::policy::references::{ids_needed, outside_references, plan, renumber};
 use atlas_domain::ports::{ProgressFn, StoredMemory};
-use atlas_domain::{AtlasError, MemoryId, NewMemory, Result, Timestamp};
+use atlas_domain::{AtlasError, MemoryId, NewMemory, Result, Scope, Timestamp};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-/// How an import treats a file it has seen before.
-#[derive(Debug, Clone, Copy, Default)]
+/// How an import treats a file it has seen before, and whose it may be.
+#[derive(Debug, Clone, Default)]
 pub struct ImportOptions {
     /// Import a second copy even if this file's content was imported into this space before.
     pub again: bool,
+    /// Who imports: a tenant's records take its user and agent where they name none, a record
+    /// naming another is refused (forbidden, naming its line), its replays are its own, and a
+    /// restored export may only refer to the tenant's own memories.
+    pub caller: Caller,
 }
 
 /// What an import stored (or, `replayed`, what the earlier import of the same content stored).
@@ -190,13 +195,21 @@ impl Atlas {
         options: ImportOptions,
         progress: Option<ProgressFn>,
     ) -> Result<Imported> {
-        let key = (!options.again).then(|| import_key(bytes));
+        // A tenant's imports are its own: the same content imported by another is not a replay.
+        let key = (!options.again).then(|| match &options.caller {
+            Caller::All => import_key(bytes),
+            Caller::Tenant { tenant, .. } => format!("{}@{}", import_key(bytes), tenant_label(tenant)),
+        });
         let now = now();
-        if let Some(export) = parse_full_export(bytes, origin, now)? {
-            return self.restore_export(export, key).await;
+        if let Some(mut export) = parse_full_export(bytes, origin, now)? {
+            for (location, item) in &mut export.items {
+                item.memory.scope = confine(&options.caller, &item.memory.scope, location)?;
+            }
+            return self.restore_export(export, key, &options.caller).await;
         }
-        let batch = parse_jsonl(bytes, origin, now)?;
-        for (location, memory) in &batch {
+        let mut batch = parse_jsonl(bytes, origin, now)?;
+        for (location, memory) in &mut batch {
+            memory.scope = confine(&options.caller, &memory.scope, location)?;
             validate(memory, self.config.max_text_bytes, location)?;
         }
         let memories: Vec<NewMemory> = batch.into_iter().map(|(_, m)| m).collect();
@@ -224,7 +237,7 @@ impl Atlas {
     /// Restores a full export: under its own ids into a space that never held a memory, else
     /// under ids reserved for it with every reference mapped; a reference to a memory neither
     /// in the file nor in the space is refused before anything is written.
-    async fn restore_export(&self, export: FullExport, key: Option<String>) -> Result<Imported> {
+    async fn restore_export(&self, export: FullExport, key: Option<String>, caller: &Caller) -> Result<Imported> {
         for (location, item) in &export.items {
             validate(&item.memory.to_new(), self.config.max_text_bytes, location)?;
         }
@@ -243,7 +256,9 @@ impl Atlas {
         let in_space: HashSet<MemoryId> = if keep_layout || outside.is_empty() {
             HashSet::new()
         } else {
-            self.parts.store.get_many(outside.into_iter().collect()).await?.into_iter().map(|m| m.id).collect()
+            // Only the caller's own memories can be referred to: a tenant cannot link into another's.
+            let found = self.parts.store.get_many(outside.into_iter().collect()).await?;
+            found.into_iter().filter(|m| caller.sees(&m.scope)).map(|m| m.id).collect()
         };
         // Checked before ids are reserved: a refused file leaves the space as it was.
         let mut check = batch.clone();
@@ -288,7 +303,20 @@ impl Atlas {
     /// streams it to its client). A reader of a cut export sees no trailer, and the import
     /// refuses it.
     pub async fn export_to<W: tokio::io::AsyncWrite + Unpin>(&self, out: &mut W, with_vectors: bool) -> Result<u64> {
+        self.export_for(out, with_vectors, &Caller::All).await
+    }
+
+    /// [`Atlas::export_to`] of what `caller` sees: its memories, and the edges between them. It
+    /// restores like any export (into the same space, under new ids).
+    pub async fn export_for<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        out: &mut W,
+        with_vectors: bool,
+        caller: &Caller,
+    ) -> Result<u64> {
         use tokio::io::AsyncWriteExt;
+        // An edge travels with its later end, so its other end was decided before it.
+        let mut exported = HashSet::new();
         let io = |e: std::io::Error| AtlasError::Storage(format!("export: {e}"));
         let model = if with_vectors { self.parts.store.stats().await?.embedding_model } else { None };
         let header = jsonl::header_line(&ExportHeader { embedding_model: model });
@@ -301,7 +329,18 @@ impl Atlas {
             after = Some(last.memory.id);
             let mut chunk = String::new();
             for item in &page {
-                chunk.push_str(&jsonl::stored_to_line(item, with_vectors).to_string());
+                if !caller.sees(&item.memory.scope) {
+                    continue;
+                }
+                let item = if *caller == Caller::All {
+                    std::borrow::Cow::Borrowed(item)
+                } else {
+                    exported.insert(item.memory.id);
+                    let mut own = item.clone();
+                    own.edges.retain(|e| exported.contains(&e.src) && exported.contains(&e.dst));
+                    std::borrow::Cow::Owned(own)
+                };
+                chunk.push_str(&jsonl::stored_to_line(&item, with_vectors).to_string());
                 chunk.push('\n');
                 count += 1;
             }
@@ -311,6 +350,17 @@ impl Atlas {
         out.flush().await.map_err(io)?;
         Ok(count)
     }
+}
+
+/// `scope` within what `caller` may write: its tenant's user and agent forced where absent,
+/// another's refused at `location`.
+fn confine(caller: &Caller, scope: &Scope, location: &str) -> Result<Scope> {
+    caller.confine(scope.clone()).map_err(|denied| denied.at(location))
+}
+
+/// A tenant as text that cannot be mistaken for another's (JSON escapes every separator).
+pub fn tenant_label(tenant: &Scope) -> String {
+    serde_json::json!([tenant.user, tenant.agent]).to_string()
 }
 
 /// A blocking writer (a file, stdout) seen as an async one: each write completes at once.

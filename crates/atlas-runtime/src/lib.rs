@@ -10,18 +10,19 @@ pub mod config;
 pub mod consolidation;
 pub mod context;
 pub mod forgetting;
+pub mod keys;
 pub mod migrate;
 mod recall;
 pub mod wire;
 
-pub use backup::{ImportOptions, Imported, import_key, parse_jsonl, parse_trajectories};
+pub use backup::{ImportOptions, Imported, import_key, parse_jsonl, parse_trajectories, tenant_label};
 pub use config::Config;
 pub use consolidation::CycleReport;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
 use atlas_domain::policy::limits::validate;
 use atlas_domain::ports::{
-    Consolidator, Embedder, Llm, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex,
+    Consolidator, Embedder, KeyStore, Llm, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Result, Scope, Timestamp, Validity,
@@ -36,6 +37,8 @@ pub struct Parts {
     pub text: Arc<dyn TextIndex>,
     pub vectors: Arc<dyn VectorIndex>,
     pub replica: Arc<dyn Replica>,
+    /// The access keys of a served space.
+    pub keys: Arc<dyn KeyStore>,
     pub embedder: Option<Arc<dyn Embedder>>,
     /// The sleep cycle's port, where the store has it.
     pub consolidator: Option<Arc<dyn Consolidator>>,
@@ -45,7 +48,7 @@ pub struct Parts {
 
 impl Parts {
     /// One adapter that implements every storage port.
-    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + Replica + 'static>(
+    pub fn from_store<S: MemoryStore + TextIndex + VectorIndex + Replica + KeyStore + 'static>(
         store: Arc<S>,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Self {
@@ -53,7 +56,8 @@ impl Parts {
             store: store.clone(),
             text: store.clone(),
             vectors: store.clone(),
-            replica: store,
+            replica: store.clone(),
+            keys: store,
             embedder,
             consolidator: None,
             llm: None,
@@ -224,34 +228,81 @@ impl Atlas {
     /// The hot path: validates and commits one episode and returns its id. It never waits for
     /// an embedding or an LLM: the background task embeds it later.
     pub async fn remember(&self, input: Remember) -> Result<MemoryId> {
-        let now = now();
-        let event_time = input.time.unwrap_or(now);
-        let memory = NewMemory {
-            scope: input.scope,
-            text: input.text,
-            event_time,
-            recorded_at: now,
-            validity: Validity::from(event_time),
-            meta: input.meta,
-            body: Body::Episode { speaker: input.speaker },
-        };
-        validate(&memory, self.config.max_text_bytes, "remember")?;
-        let id = match input.key {
+        let receipt = match &input.key {
             Some(key) if key.trim().is_empty() => {
                 return Err(AtlasError::invalid("remember", "field \"key\": empty (omit it, or give a unique key)"));
             }
+            Some(key) => Some(format!("remember:{key}")),
+            None => None,
+        };
+        let mut ids = self.remember_all(vec![input], receipt).await?;
+        ids.pop().ok_or_else(|| AtlasError::Storage("a write of one memory returned no id".into()))
+    }
+
+    /// Stores every item or none: each is validated before the first is written (an error
+    /// names `location[i]`), and all are committed in one transaction. With `receipt` (an
+    /// idempotency key, used as given: the caller names its space) a retry stores nothing and
+    /// returns the first call's ids, and a retry with another payload is a
+    /// [`AtlasError::Conflict`]. The items' own `key`s are ignored.
+    pub async fn remember_all(&self, items: Vec<Remember>, receipt: Option<String>) -> Result<Vec<MemoryId>> {
+        let now = now();
+        let mut memories = Vec::with_capacity(items.len());
+        for (i, input) in items.iter().enumerate() {
+            let event_time = input.time.unwrap_or(now);
+            let memory = NewMemory {
+                scope: input.scope.clone(),
+                text: input.text.clone(),
+                event_time,
+                recorded_at: now,
+                validity: Validity::from(event_time),
+                meta: input.meta.clone(),
+                body: Body::Episode { speaker: input.speaker.clone() },
+            };
+            let location = if items.len() == 1 { "remember".to_owned() } else { format!("memories[{i}]") };
+            validate(&memory, self.config.max_text_bytes, &location)?;
+            memories.push(memory);
+        }
+        let ids = match receipt {
             Some(key) => {
-                let mut receipt = self.parts.store.insert_once(format!("remember:{key}"), vec![memory], None).await?;
-                receipt
-                    .ids
-                    .pop()
-                    .ok_or_else(|| AtlasError::Storage(format!("the receipt of key {key:?} holds no id")))?
+                let receipt = self.parts.store.insert_once(key.clone(), memories, None).await?;
+                if receipt.replayed {
+                    self.check_replay(&key, &items, &receipt.ids).await?;
+                    return Ok(receipt.ids);
+                }
+                receipt.ids
             }
-            None => self.parts.store.insert(vec![memory], None).await?.remove(0),
+            None => self.parts.store.insert(memories, None).await?,
         };
         self.background.wake();
-        self.sleeper.written(1, self.config.consolidation.every);
-        Ok(id)
+        self.sleeper.written(ids.len(), self.config.consolidation.every);
+        Ok(ids)
+    }
+
+    /// A replayed write must be the same write: the same number of memories with the same text,
+    /// speaker, scope, meta and (where the retry gives one) time.
+    async fn check_replay(&self, key: &str, items: &[Remember], ids: &[MemoryId]) -> Result<()> {
+        let stored = self.parts.store.get_many(ids.to_vec()).await?;
+        let same = stored.len() == items.len()
+            && stored.iter().zip(items).all(|(m, item)| {
+                let speaker = match &m.body {
+                    Body::Episode { speaker } => speaker.as_ref(),
+                    _ => None,
+                };
+                m.text == item.text
+                    && speaker == item.speaker.as_ref()
+                    && m.scope == item.scope
+                    && m.meta == item.meta
+                    && item.time.is_none_or(|t| t == m.event_time)
+            });
+        if same {
+            Ok(())
+        } else {
+            let shown = key.split_once(':').map_or(key, |(_, k)| k);
+            Err(AtlasError::Conflict(format!(
+                "the idempotency key {shown:?} was used before for another payload; nothing was stored \
+                 (use a new key for a new write)"
+            )))
+        }
     }
 
     /// Answers from every signal it has. It never waits for the backlog of memories without a
@@ -340,6 +391,11 @@ impl Atlas {
         };
         let edges = self.parts.store.edges_of(id).await?;
         Ok(Some(MemoryDetail { memory, edges }))
+    }
+
+    /// Many memories by id; missing ones are skipped, the order follows `ids`.
+    pub async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
+        self.parts.store.get_many(ids).await
     }
 
     /// A memory's provenance and history: its sources, the versions it replaced (following

@@ -12,6 +12,7 @@ pub mod api;
 mod collection;
 mod consolidation;
 pub mod filter;
+mod keys;
 pub mod ledger;
 mod legacy;
 pub mod meta;

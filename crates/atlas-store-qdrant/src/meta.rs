@@ -464,7 +464,7 @@ pub async fn rebind_model(meta: &Collection, model: &atlas_domain::ports::Embedd
     meta.upsert(vec![point]).await
 }
 
-fn object(value: Value) -> Map<String, Value> {
+pub(crate) fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => Map::new(),

@@ -9,6 +9,7 @@ mod cache_file;
 mod caches;
 mod consolidation;
 mod error;
+mod keys;
 pub mod migrations;
 pub mod ownership;
 mod readers;

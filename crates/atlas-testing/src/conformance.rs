@@ -4,7 +4,10 @@
 
 use crate::strategies::arb_new_memory;
 use crate::{HashEmbedder, Subject, runtime};
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, Replica, StoredMemory, TextIndex, Update, VectorIndex};
+use atlas_domain::access::{AccessKey, Role};
+use atlas_domain::ports::{
+    EmbeddingModel, KeyStore, MemoryStore, Replica, StoredMemory, TextIndex, Update, VectorIndex,
+};
 use atlas_domain::{
     AtlasError, Body, EdgeKind, Lifecycle, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp,
     Validity,
@@ -15,8 +18,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 /// What a storage adapter implements.
-pub trait Store: MemoryStore + TextIndex + VectorIndex + Replica + 'static {}
-impl<T: MemoryStore + TextIndex + VectorIndex + Replica + 'static> Store for T {}
+pub trait Store: MemoryStore + TextIndex + VectorIndex + Replica + KeyStore + 'static {}
+impl<T: MemoryStore + TextIndex + VectorIndex + Replica + KeyStore + 'static> Store for T {}
 
 pub type Make<'a, S> = &'a dyn Fn() -> Subject<S>;
 
@@ -42,7 +45,8 @@ macro_rules! store_conformance {
                 rebinding_requeues_everything_for_the_new_model, replica_copies_ids_vectors_and_edges_idempotently,
                 restore_refuses_vectors_of_another_dimension, keyed_writes_happen_once, reserved_ids_are_never_taken,
                 own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
-                updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes);
+                updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes,
+                access_keys_are_kept_and_revoked);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -895,5 +899,36 @@ pub fn rankings_are_the_fakes<S: Store>(make: Make<S>) {
                 }
             }
         }
+    });
+}
+
+pub fn access_keys_are_kept_and_revoked<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        assert!(store.keys().await.unwrap().is_empty());
+        let key = |id: &str, user: Option<&str>, agent: Option<&str>, role, at| AccessKey {
+            id: id.into(),
+            token_sha256: format!("{id}{}", "0".repeat(64 - id.len())),
+            tenant: Scope { user: user.map(Into::into), agent: agent.map(Into::into), session: None },
+            role,
+            created_at: Timestamp(at),
+            revoked_at: None,
+        };
+        let ann = key("aaaaaaaaaaaa", Some("ann"), None, Role::Write, 10);
+        let bot = key("bbbbbbbbbbbb", Some("bob"), Some("helper"), Role::Read, 20);
+        let admin = key("cccccccccccc", None, None, Role::Admin, 30);
+        for k in [&bot, &ann, &admin] {
+            store.add_key(k.clone()).await.unwrap();
+        }
+        assert_eq!(store.keys().await.unwrap(), vec![ann.clone(), bot.clone(), admin.clone()], "oldest first, whole");
+        assert!(matches!(store.add_key(ann.clone()).await, Err(AtlasError::InvalidInput { .. })), "one id once");
+        assert!(store.revoke_key(bot.id.clone(), Timestamp(40)).await.unwrap());
+        assert!(!store.revoke_key(bot.id.clone(), Timestamp(50)).await.unwrap(), "revoked once");
+        assert!(!store.revoke_key("nonexistent".into(), Timestamp(50)).await.unwrap());
+        let keys = store.keys().await.unwrap();
+        assert_eq!(keys[1].revoked_at, Some(Timestamp(40)), "the first revocation's time is kept");
+        assert!(keys[0].is_live() && keys[2].is_live());
+        assert_eq!(store.stats().await.unwrap().memories(), 0, "keys are not memories");
     });
 }

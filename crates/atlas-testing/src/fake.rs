@@ -2,13 +2,14 @@
 
 use crate::embedder::cosine;
 use async_trait::async_trait;
+use atlas_domain::access::AccessKey;
 use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::policy::embedding::line;
 use atlas_domain::policy::query::words;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
-    ClosedSession, Consolidation, Consolidator, EmbeddingModel, MemoryRef, MemoryStore, ProgressFn, Receipt, Replica,
-    ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
+    ClosedSession, Consolidation, Consolidator, EmbeddingModel, KeyStore, MemoryRef, MemoryStore, ProgressFn, Receipt,
+    Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Scope, Timestamp,
@@ -29,6 +30,7 @@ struct State {
     /// Per episode: (processed, attempts, last attempt).
     consolidation: HashMap<MemoryId, (bool, u32, i64)>,
     cycles: Vec<serde_json::Value>,
+    keys: Vec<AccessKey>,
 }
 
 impl State {
@@ -529,5 +531,34 @@ impl Consolidator for FakeStore {
         }
         closed.sort_by(|a, b| (a.0, &a.1.scope.session).cmp(&(b.0, &b.1.scope.session)));
         Ok(closed.into_iter().take(limit).map(|(_, c)| c).collect())
+    }
+}
+
+#[async_trait]
+impl KeyStore for FakeStore {
+    async fn add_key(&self, key: AccessKey) -> Result<()> {
+        let mut s = self.state.lock().expect("fake store lock");
+        if s.keys.iter().any(|k| k.id == key.id) {
+            return Err(AtlasError::invalid("keys add", format!("a key with id {} exists already", key.id)));
+        }
+        s.keys.push(key);
+        Ok(())
+    }
+
+    async fn keys(&self) -> Result<Vec<AccessKey>> {
+        let mut keys = self.state.lock().expect("fake store lock").keys.clone();
+        keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(keys)
+    }
+
+    async fn revoke_key(&self, id: String, at: Timestamp) -> Result<bool> {
+        let mut s = self.state.lock().expect("fake store lock");
+        match s.keys.iter_mut().find(|k| k.id == id && k.revoked_at.is_none()) {
+            Some(key) => {
+                key.revoked_at = Some(at);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }
