@@ -2,11 +2,15 @@
 
 Usage: mcp_check.py ATLAS_BINARY WORK_DIR
 
-Connects twice, each time to a fresh memory space in WORK_DIR:
+Connects twice, each time to a fresh memory space in WORK_DIR (made first with an empty import:
+neither `mcp` nor `serve` creates a missing space):
   1. `atlas --db WORK_DIR/stdio.db mcp` over stdio (the SDK starts the process);
   2. `atlas --db WORK_DIR/http.db serve --listen 127.0.0.1:PORT`, at /mcp over streamable HTTP.
 Each time: lists the tools and checks their schemas, remembers, recalls, gets, forgets, reads
-the stats, and checks that bad input comes back as a tool error naming the field. Exits non-zero
+the stats, and checks that bad input comes back as a tool error naming the field. Then, on the
+running server, two tenants' keys are added from another process (`atlas keys add`): each
+client, with its own bearer token, sees only its own memories through the tools, another's id
+is not found, another's scope is refused, and a call without a token is refused. Exits non-zero
 with a message on the first thing that is wrong. `cargo xtask clients` installs the SDK (pinned,
 hashes verified) into a virtual environment and runs this; `cargo xtask ci` runs it too.
 """
@@ -20,7 +24,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx2
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 REQUIRED_TOOLS = {"remember", "recall", "get", "forget", "stats"}
 
@@ -85,6 +91,49 @@ async def exercise(client, transport):
     print(f"ok  {transport}: {len(tools)} tools; remember, recall (scoped, explained), get, forget, stats, bad input")
 
 
+def tool_error(result):
+    check(result.is_error, f"expected a tool error, got {result.content}")
+    return (result.structured_content or json.loads(result.content[0].text))["error"]
+
+
+def with_token(url, token):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=30)))
+
+
+async def tenants(atlas, db, url):
+    def add_key(user):
+        out = subprocess.run([atlas, "--db", str(db), "--json", "keys", "add", "--user", user, "--role", "write"],
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)["token"]
+
+    ann, bob = add_key("ann"), add_key("bob")
+    async with with_token(url, ann) as client:
+        stored = structured(await client.call_tool("remember", {"text": "Ann's door code is 4242", "session": "t"}))
+        own = structured(await client.call_tool("get", {"id": stored["id"]}))
+        check(own["scope"].get("user") == "ann", f"a tenant's memory takes its user: {own}")
+    async with with_token(url, bob) as client:
+        found = structured(await client.call_tool("recall", {"query": "door code 4242", "k": 50}))
+        check("4242" not in json.dumps(found) and "Lisbon" not in json.dumps(found),
+              f"bob's unscoped recall must not see ann's memories: {found}")
+        check(tool_error(await client.call_tool("get", {"id": stored["id"]}))["code"] == "not_found",
+              "another tenant's id is not found")
+        check(tool_error(await client.call_tool("forget", {"id": stored["id"]}))["code"] == "not_found",
+              "another tenant's memory cannot be forgotten")
+        refused = tool_error(await client.call_tool("recall", {"query": "x", "scope": {"user": "ann"}}))
+        check(refused["code"] == "forbidden" and refused["field"] == "scope.user", f"another's scope: {refused}")
+        check(tool_error(await client.call_tool("stats", {}))["code"] == "forbidden", "stats cover every tenant")
+    try:
+        async with with_token(url, None) as client:
+            await client.list_tools()
+        check(False, "a call without a token must be refused once keys exist")
+    except AssertionError:
+        raise
+    except Exception:
+        pass
+    print("ok  tenants over /mcp: keys added while serving; each sees only its own; another's id not found")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -92,6 +141,10 @@ def free_port():
 
 
 async def main(atlas, work):
+    empty = work / "empty.jsonl"
+    empty.write_text("")
+    for db in ("stdio.db", "http.db"):
+        subprocess.run([atlas, "--db", str(work / db), "import", str(empty)], check=True, capture_output=True)
     stdio = StdioServerParameters(command=atlas, args=["--db", str(work / "stdio.db"), "mcp"])
     async with Client(stdio) as client:
         await exercise(client, "stdio (atlas mcp)")
@@ -110,6 +163,7 @@ async def main(atlas, work):
                 time.sleep(0.1)
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             await exercise(client, "streamable HTTP (atlas serve, /mcp)")
+        await tenants(atlas, work / "http.db", f"http://127.0.0.1:{port}/mcp")
     finally:
         server.terminate()
         code = server.wait(timeout=30)

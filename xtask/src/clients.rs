@@ -1,32 +1,40 @@
 //! Real clients against ATLAS (`cargo xtask clients`): the official MCP Python SDK drives
-//! `atlas mcp` over stdio and `atlas serve` over streamable HTTP (clients/mcp_check.py), from a
-//! virtual environment this task installs with pinned, hash-verified packages.
+//! `atlas mcp` over stdio and `atlas serve` over streamable HTTP, tenants' keys included
+//! (clients/mcp_check.py), and schemathesis fuzzes the HTTP API against its own OpenAPI
+//! document (clients/api_fuzz.py), each from a virtual environment this task installs with
+//! pinned, hash-verified packages.
 
 use anyhow::{Result, bail};
 use atlas_embed_onnx::assets;
 use std::process::Command;
 
 pub fn run() -> Result<()> {
-    let requirements = crate::root().join("clients").join("requirements.txt");
+    let atlas = crate::atlas_binary()?;
+    python_check("requirements.txt", "mcp", "mcp_check.py", &atlas, "the MCP Python SDK client check")?;
+    python_check("schemathesis-requirements.txt", "schemathesis", "api_fuzz.py", &atlas, "the schemathesis run")
+}
+
+/// Runs `clients/<script> ATLAS WORK` with the Python of a virtual environment that holds
+/// `clients/<requirements>` (named after the pinned version of `package`: a new pin, a new one).
+fn python_check(requirements: &str, package: &str, script: &str, atlas: &std::path::Path, what: &str) -> Result<()> {
+    let requirements = crate::root().join("clients").join(requirements);
     let text = std::fs::read_to_string(&requirements)?;
     let pinned = text
         .lines()
-        .find_map(|l| l.strip_prefix("mcp=="))
+        .find_map(|l| l.strip_prefix(&format!("{package}==")))
         .and_then(|l| l.split_whitespace().next())
-        .ok_or_else(|| anyhow::anyhow!("{}: no mcp==VERSION line", requirements.display()))?;
-    // The environment is named after the pinned version: a new pin gets a new environment.
+        .ok_or_else(|| anyhow::anyhow!("{}: no {package}==VERSION line", requirements.display()))?;
     let python = assets::python_venv(
-        &format!("mcp-pyenv-{pinned}"),
-        "mcp",
+        &format!("{package}-pyenv-{pinned}"),
+        package,
         &["--require-hashes", "-r", &requirements.display().to_string()],
     )?;
-    let atlas = crate::atlas_binary()?;
     let work = tempfile::tempdir()?;
-    let script = crate::root().join("clients").join("mcp_check.py");
+    let script = crate::root().join("clients").join(script);
     println!("$ {} {} {} {}", python.display(), script.display(), atlas.display(), work.path().display());
-    let status = Command::new(&python).arg(&script).arg(&atlas).arg(work.path()).env("ATLAS_LOG", "warn").status()?;
+    let status = Command::new(&python).arg(&script).arg(atlas).arg(work.path()).env("ATLAS_LOG", "warn").status()?;
     if !status.success() {
-        bail!("the MCP Python SDK client check failed ({status})");
+        bail!("{what} failed ({status})");
     }
     Ok(())
 }

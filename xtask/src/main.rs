@@ -31,7 +31,8 @@ enum Task {
     Ci,
     /// The test suite alone (nextest when installed, else cargo test).
     Test,
-    /// Real clients against ATLAS: the official MCP Python SDK over stdio and streamable HTTP.
+    /// Real clients against ATLAS: the official MCP Python SDK over stdio and streamable HTTP,
+    /// and schemathesis against the OpenAPI document of a live `atlas serve`.
     Clients,
     /// The Qdrant conformance suite against `QDRANT_URL` or a Qdrant started for it.
     QdrantSuite,

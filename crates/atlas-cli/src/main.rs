@@ -1,9 +1,11 @@
 //! The `atlas` command line: a thin shell over `atlas-runtime` with human and `--json` output.
 
 mod agent_memory;
+mod keys;
 mod output;
 
 use anyhow::{Context, Result, anyhow};
+use atlas_domain::access::AccessKey;
 use atlas_domain::{MemoryId, MemoryKind, Scope, Timestamp};
 use atlas_runtime::{Atlas, Config, ImportOptions, RecallRequest, Remember};
 use clap::{Args, Parser, Subcommand};
@@ -154,11 +156,12 @@ enum Command {
         /// A file holding the bearer token clients must send (else ATLAS_TOKEN).
         #[arg(long, value_name = "FILE")]
         token_file: Option<PathBuf>,
-        /// Requests in flight beyond this are answered 503 with Retry-After.
-        #[arg(long, default_value_t = 256)]
-        max_in_flight: usize,
-        /// A request answered in no more than this many ms, else 503.
-        #[arg(long, default_value_t = 30_000)]
+        /// Requests in flight beyond this are answered 503 with Retry-After (at least 1).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+        max_in_flight: u64,
+        /// Reading a request (headers and body) and answering a read take at most this many
+        /// ms, else 503 (a write that has begun always finishes and says how).
+        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
         timeout_ms: u64,
         /// Largest request body, in bytes.
         #[arg(long, default_value_t = 8 << 20)]
@@ -166,6 +169,20 @@ enum Command {
         /// Largest body of POST /v1/import, in bytes (it streams in; one transaction).
         #[arg(long, default_value_t = 1 << 30)]
         max_import_bytes: usize,
+        /// A host name clients may reach the server by, besides the loopback names (the Host
+        /// header is checked against DNS rebinding); repeat for more.
+        #[arg(long, value_name = "HOST")]
+        allowed_host: Vec<String>,
+        /// A web origin (scheme://host[:port]) whose pages may call the API, besides the
+        /// server's own; repeat for more.
+        #[arg(long, value_name = "ORIGIN")]
+        allowed_origin: Vec<String>,
+    },
+    /// Access keys of a served space: `keys add --user U [--agent A] --role read|write|admin`,
+    /// `keys list`, `keys revoke ID` (docs/SERVER.md).
+    Keys {
+        #[command(subcommand)]
+        action: keys::KeysAction,
     },
     /// Serve MCP over stdin and stdout (docs/SERVER.md): the tools remember, recall, get,
     /// forget, stats, context and the agent memories, for Claude, Cursor, Zed and any MCP client.
@@ -361,14 +378,18 @@ struct RecallArgs {
 async fn serve(atlas: Atlas, listen: &str, mut options: atlas_server::ServerOptions) -> Result<()> {
     let addr: std::net::SocketAddr =
         listen.parse().map_err(|e| anyhow!("--listen: {listen:?} is not an address like 127.0.0.1:7431 ({e})"))?;
-    if !atlas_server::is_loopback(&addr) && options.token.is_none() {
+    let has_keys = atlas.keys().await?.iter().any(AccessKey::is_live);
+    if !atlas_server::is_loopback(&addr) && options.token.is_none() && !has_keys {
         return Err(anyhow!(
             "refusing to listen on {addr} without a token: anyone who can reach it could read and change \
-             this memory; give one with --token-file FILE or ATLAS_TOKEN, or listen on 127.0.0.1"
+             this memory; give one with --token-file FILE or ATLAS_TOKEN, add keys with `atlas keys add`, \
+             or listen on 127.0.0.1"
         ));
     }
-    // Beyond loopback the token guards MCP too; on loopback its Host check stops DNS rebinding.
-    options.mcp_loopback_hosts_only = atlas_server::is_loopback(&addr);
+    // On loopback the Host check stops DNS rebinding; beyond it the tokens guard, and the Host
+    // is checked only against the names given with --allowed-host.
+    options.check_host = atlas_server::is_loopback(&addr) || !options.allowed_hosts.is_empty();
+    options.require_token = !atlas_server::is_loopback(&addr);
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let atlas = Arc::new(atlas);
     atlas.start_sleep_cycle();
@@ -422,6 +443,8 @@ async fn cli_main(cli: Cli) -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let json = cli.json;
     match run(cli).await {
@@ -460,8 +483,6 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Experience { action: ExperienceAction::Store { .. } }
             | Command::Strategy { action: StrategyAction::Add { .. } | StrategyAction::Write { .. } }
             | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
-            | Command::Serve { .. }
-            | Command::Mcp
     );
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
@@ -480,6 +501,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Stats
             | Command::Export { .. }
             | Command::Explain { .. }
+            | Command::Keys { .. }
     ) {
         // These never embed: the model is not loaded (its vectors come from a later recall,
         // import, embed-pending or a long-lived process).
@@ -529,7 +551,17 @@ async fn run(cli: Cli) -> Result<()> {
             atlas.end_session();
             Ok(())
         }
-        Command::Serve { listen, token_file, max_in_flight, timeout_ms, max_body_bytes, max_import_bytes } => {
+        Command::Keys { action } => keys::run(&atlas, action, json).await,
+        Command::Serve {
+            listen,
+            token_file,
+            max_in_flight,
+            timeout_ms,
+            max_body_bytes,
+            max_import_bytes,
+            allowed_host,
+            allowed_origin,
+        } => {
             let token = match token_file {
                 Some(path) => Some(
                     std::fs::read_to_string(&path)
@@ -545,7 +577,9 @@ async fn run(cli: Cli) -> Result<()> {
                 max_body_bytes,
                 max_import_bytes,
                 timeout: std::time::Duration::from_millis(timeout_ms),
-                max_in_flight,
+                max_in_flight: max_in_flight as usize,
+                allowed_hosts: allowed_host,
+                allowed_origins: allowed_origin,
                 ..atlas_server::ServerOptions::default()
             };
             serve(atlas, &listen, options).await
@@ -679,7 +713,7 @@ async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) 
     bar.set_message("storing");
     let stored_bar = bar.clone();
     let progress: atlas_domain::ports::ProgressFn = Arc::new(move |n| stored_bar.set_position(n as u64));
-    let imported = atlas.import_file(file, ImportOptions { again }, Some(progress)).await?;
+    let imported = atlas.import_file(file, ImportOptions { again, ..ImportOptions::default() }, Some(progress)).await?;
     bar.finish_and_clear();
     // Acknowledged: committed. Said at once, before any embedding, so that a kill from here on
     // never leaves a stored import unacknowledged.

@@ -541,6 +541,17 @@ fn serve_refuses_an_open_address_without_a_token_and_answers_on_loopback() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("served.db");
+    // Neither serve nor mcp creates a missing space (a mistyped path), nor leaves a file.
+    for args in [&["serve", "--listen", "127.0.0.1:0"][..], &["mcp"][..]] {
+        let err = failed(command(&db, args).env("ATLAS_EMBEDDER", "none").output().unwrap());
+        assert!(err.contains("does not exist"), "{args:?}: {err}");
+        assert!(!db.exists(), "{args:?} left a file");
+    }
+    let err = failed(command(&db, &["serve", "--max-in-flight", "0"]).output().unwrap());
+    assert!(err.contains("--max-in-flight"), "{err}");
+    assert!(
+        command(&db, &["remember", "--", "a first memory"]).env("ATLAS_EMBEDDER", "none").status().unwrap().success()
+    );
     let err = failed(
         command(&db, &["serve", "--listen", "0.0.0.0:0"])
             .env("ATLAS_EMBEDDER", "none")
@@ -559,7 +570,7 @@ fn serve_refuses_an_open_address_without_a_token_and_answers_on_loopback() {
     let mut answer = String::new();
     for _ in 0..100 {
         if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
             stream.read_to_string(&mut answer).unwrap();
             break;
         }
@@ -568,4 +579,59 @@ fn serve_refuses_an_open_address_without_a_token_and_answers_on_loopback() {
     server.kill().unwrap();
     server.wait().unwrap();
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"ok\""), "{answer}");
+}
+
+/// `atlas keys add` prints the token once, as its last line (with --json, in the object); only
+/// its hash is stored; `keys list` never shows a token; `keys revoke` needs a live id.
+#[test]
+fn keys_are_added_listed_and_revoked_and_tokens_never_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keys.db");
+    let none = |args: &[&str]| command(&db, args).env("ATLAS_EMBEDDER", "none").output().unwrap();
+    let err = failed(none(&["keys", "list"]));
+    assert!(err.contains("does not exist"), "keys does not create a space: {err}");
+    ok(none(&["remember", "--", "a first memory"]));
+    let text = ok(none(&["keys", "add", "--user", "ann", "--role", "write"]));
+    let token = text.lines().last().unwrap().trim().to_owned();
+    assert!(token.starts_with("atlas_") && token.len() > 60, "{text}");
+    let made: serde_json::Value = serde_json::from_str(&ok(none(&[
+        "--json", "keys", "add", "--user", "bob", "--agent", "helper", "--role", "read",
+    ])))
+    .unwrap();
+    for field in ["id", "token", "user", "agent", "role", "created_at"] {
+        assert!(!made[field].is_null(), "{field} in {made}");
+    }
+    let err = failed(none(&["keys", "add", "--role", "read"]));
+    assert!(err.contains("--user"), "a read key needs a tenant: {err}");
+    ok(none(&["keys", "add", "--role", "admin"]));
+    let listed: serde_json::Value = serde_json::from_str(&ok(none(&["--json", "keys", "list"]))).unwrap();
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 3, "{listed}");
+    let shown = listed.to_string();
+    assert!(!shown.contains(&token) && !shown.contains(made["token"].as_str().unwrap()), "no token listed: {shown}");
+    let file = std::fs::read(&db).unwrap();
+    let needle = token.as_bytes();
+    assert!(!file.windows(needle.len()).any(|w| w == needle), "the token itself is never in the database");
+    let id = made["id"].as_str().unwrap();
+    ok(none(&["keys", "revoke", id]));
+    let err = failed(none(&["keys", "revoke", id]));
+    assert!(err.contains("no live key"), "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&ok(none(&["--json", "keys", "list"]))).unwrap();
+    let revoked: Vec<&serde_json::Value> =
+        listed["keys"].as_array().unwrap().iter().filter(|k| !k["revoked_at"].is_null()).collect();
+    assert_eq!(revoked.len(), 1, "{listed}");
+}
+
+/// Log lines written to a file or a pipe carry no colour codes.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("log.db");
+    let out = command(&db, &["remember", "--", "hello"])
+        .env("ATLAS_EMBEDDER", "none")
+        .env("ATLAS_LOG", "debug")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.is_empty(), "debug logging wrote something");
+    assert!(!err.contains('\u{1b}'), "no escape codes: {err:.300}");
 }

@@ -13,6 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn serve(db: &Path, addr: SocketAddr) -> Child {
+    if !db.exists() {
+        // `serve` opens an existing space only: an empty import makes one.
+        let empty = db.with_extension("empty.jsonl");
+        std::fs::write(&empty, "").unwrap();
+        let made = Command::new(env!("CARGO_BIN_EXE_atlas")).arg("--db").arg(db).arg("import").arg(&empty).output();
+        assert!(made.unwrap().status.success(), "an empty import makes the space");
+    }
     let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
     command.arg("--db").arg(db).args(["serve", "--listen", &addr.to_string()]);
     for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_TOKEN"] {

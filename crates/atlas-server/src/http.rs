@@ -1,12 +1,17 @@
 //! The HTTP side of `atlas serve`: one axum route per entry of [`crate::ROUTES`], the MCP
-//! server nested at `/mcp`, and one guard around everything: a bearer token when one is
-//! configured, a body limit (413), a request timeout (503), a bound on requests in flight that
-//! answers 503 with `Retry-After` instead of queueing without bound, per-route metrics. Errors
-//! are `{"error": {"code", "message", "field"}}` with the status that fits: bad input never
-//! gives a 500.
+//! server nested at `/mcp`, and one guard around everything, in this order: the `Host` (against
+//! DNS rebinding) and `Origin` (against pages of other sites) checks, the caller (the bearer
+//! token or a tenant's key, [`crate::auth`]), JSON bodies only (against cross-site form posts),
+//! the body read within the timeout and the limit (413) before a slot is taken, a bound on
+//! requests in flight that answers 503 with `Retry-After` instead of queueing, and the
+//! timeout of reads (a write that has begun finishes: a 503 means nothing was stored).
+//! `/healthz` and `/metrics` never wait for a slot. Errors are `{"error": {"code", "message",
+//! "field"}}` with the status that fits: bad input never gives a 500.
 
+use crate::auth::{Keys, authenticate};
 use crate::ops::{self, ApiError};
 use crate::{Op, ROUTES, Route};
+use atlas_domain::access::Caller;
 use atlas_runtime::{Atlas, ImportOptions};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -15,6 +20,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
+use http_body_util::BodyExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,20 +28,32 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
+/// The host names a loopback server answers to.
+pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "[::1]", "::1"];
+
 /// How the server guards itself.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// Every request must carry `Authorization: Bearer <token>` when set.
+    /// The admin token: `Authorization: Bearer <token>` sees every tenant. Tenants' keys are
+    /// read from the space ([`atlas_runtime::Atlas::keys`]).
     pub token: Option<String>,
     pub max_body_bytes: usize,
     /// The largest body `POST /v1/import` reads (it streams; the import is one transaction).
     pub max_import_bytes: usize,
+    /// Reading a request (headers, then body) and answering a read take at most this long.
     pub timeout: Duration,
     /// Requests in flight beyond this are answered 503 with `Retry-After`.
     pub max_in_flight: usize,
-    /// Check the `Host` of MCP requests against loopback names (against DNS rebinding); off
-    /// when listening beyond loopback, where the token guards instead.
-    pub mcp_loopback_hosts_only: bool,
+    /// Check every request's `Host` against the loopback names and `allowed_hosts` (against
+    /// DNS rebinding): on when listening on loopback.
+    pub check_host: bool,
+    /// Refuse calls without a token even when no token and no key exist (beyond loopback: the
+    /// last key revoked must not open the server).
+    pub require_token: bool,
+    /// Host names (without port) accepted besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    /// Web origins (`scheme://host[:port]`) whose pages may call, besides the server's own.
+    pub allowed_origins: Vec<String>,
     /// Cancelled at shutdown: ends the MCP sessions' open event streams, which a graceful
     /// shutdown would otherwise wait for.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -49,7 +67,10 @@ impl Default for ServerOptions {
             max_import_bytes: 1 << 30,
             timeout: Duration::from_secs(30),
             max_in_flight: 256,
-            mcp_loopback_hosts_only: true,
+            check_host: true,
+            require_token: false,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -66,6 +87,9 @@ struct AppState {
     atlas: Arc<Atlas>,
     options: ServerOptions,
     in_flight: Semaphore,
+    /// One import reads its body at a time: a second waits for nothing and is told to retry.
+    importing: Semaphore,
+    keys: Keys,
     metrics: Mutex<BTreeMap<&'static str, Arc<RouteMetrics>>>,
 }
 
@@ -76,21 +100,52 @@ impl IntoResponse for ApiError {
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"atlas\""));
+        }
         response
     }
 }
 
-/// The arguments of a JSON operation: the body's object, the path's `{id}` and the query's
-/// pairs folded in (`true` / `false` and numbers as such), so that `DELETE
-/// /v1/memories/7?hard=true` calls `forget` with `{"id": 7, "hard": true}`.
-fn arguments(path: &RawPathParams, query: Option<&str>, body: &Bytes) -> Result<Value, ApiError> {
+/// The query's boolean parameter of `op` (`?hard=true`), the only one it takes: any other is
+/// refused, naming it, so that a query never overrides the path or the body.
+fn query_flag(op: Op, query: Option<&str>) -> Result<bool, ApiError> {
+    let mut flag = false;
+    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (name, raw) = pair.split_once('=').unwrap_or((pair, "true"));
+        match crate::query_parameter(op) {
+            Some((known, _)) if known == name => {
+                flag = match raw {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    other => return Err(ApiError::invalid(name, format!("`{name}` is true or false, not {other:?}"))),
+                };
+            }
+            Some((known, _)) => {
+                return Err(ApiError::invalid(name, format!("unknown query parameter `{name}` (only `{known}`)")));
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("unknown query parameter `{name}` (this route takes none)"),
+                ));
+            }
+        }
+    }
+    Ok(flag)
+}
+
+/// The arguments of a JSON operation: the body's object, with the path's `{id}` (the only id)
+/// and the query's flag folded in, so that `DELETE /v1/memories/7?hard=true` calls `forget`
+/// with `{"id": 7, "hard": true}`.
+fn arguments(op: Op, path: &RawPathParams, query: Option<&str>, body: &Bytes) -> Result<Value, ApiError> {
     let mut args = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
         match serde_json::from_slice::<Value>(body) {
             Ok(Value::Object(o)) => o,
             Ok(_) => return Err(ApiError::invalid("body", "the body must be a JSON object")),
-            Err(e) => return Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), None)),
+            Err(e) => return Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body"))),
         }
     };
     for (name, value) in path.iter() {
@@ -103,14 +158,15 @@ fn arguments(path: &RawPathParams, query: Option<&str>, body: &Bytes) -> Result<
             return Err(ApiError::invalid(name, format!("`{name}` comes from the path, not the body")));
         }
     }
-    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-        let (name, raw) = pair.split_once('=').unwrap_or((pair, "true"));
-        let value = match raw {
-            "true" => Value::Bool(true),
-            "false" => Value::Bool(false),
-            _ => raw.parse::<i64>().map_or_else(|_| Value::from(raw), Value::from),
-        };
-        args.insert(name.to_owned(), value);
+    if let Some((name, _)) = crate::query_parameter(op) {
+        if args.contains_key(name) {
+            return Err(ApiError::invalid(name, format!("`{name}` comes from the query (?{name}=true), not the body")));
+        }
+        if query_flag(op, query)? {
+            args.insert(name.to_owned(), Value::Bool(true));
+        }
+    } else {
+        query_flag(op, query)?;
     }
     Ok(Value::Object(args))
 }
@@ -121,17 +177,29 @@ async fn json_operation(
     path: RawPathParams,
     query: Option<String>,
     headers: HeaderMap,
+    caller: Caller,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let args = arguments(&path, query.as_deref(), &body)?;
+    let args = arguments(route.op, &path, query.as_deref(), &body)?;
     let op = match route.batch {
         Some(batch) if args.as_object().is_some_and(|o| o.contains_key(batch_field(batch))) => batch,
         _ => route.op,
     };
-    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let value = ops::call(&state.atlas, op, args, key).await?;
+    let key = idempotency_key(&headers)?;
+    let value = ops::call(&state.atlas, op, args, key, &caller).await?;
     let status = if matches!(op, Op::Remember | Op::RememberMany) { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, axum::Json(value)).into_response())
+}
+
+/// The `Idempotency-Key` header, which must be visible text when given.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => match v.to_str() {
+            Ok(k) if !k.trim().is_empty() => Ok(Some(k.to_owned())),
+            _ => Err(ApiError::invalid("Idempotency-Key", "the header must be non-empty visible ASCII text")),
+        },
+    }
 }
 
 /// The field that holds a batch form's items.
@@ -143,28 +211,26 @@ pub fn batch_field(op: Op) -> &'static str {
     }
 }
 
-/// `POST /v1/import`: the body is read as it streams in, up to `max_import_bytes`, then
-/// imported in one transaction (a bad line refuses the whole body, naming its line and field).
+/// `POST /v1/import`: the body was read by the guard (within the import limit, each piece
+/// within the timeout), then it is imported in one transaction (a bad line refuses the whole
+/// body, naming its line and field). A tenant's lines are its own ([`ImportOptions::caller`]).
 async fn import(
     state: Arc<AppState>,
     query: Option<String>,
     headers: HeaderMap,
+    caller: Caller,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let again = match query.as_deref() {
-        None | Some("") | Some("again=false") => false,
-        Some("again=true") | Some("again") => true,
-        Some(other) => return Err(ApiError::invalid("again", format!("unknown query {other:?} (only again=true)"))),
-    };
-    let limit = state.options.max_import_bytes;
-    let bytes = axum::body::to_bytes(body, limit)
+    let again = query_flag(Op::Import, query.as_deref())?;
+    caller.may(atlas_domain::access::Role::Write).map_err(|d| ApiError::forbidden("authorization", &d.to_string()))?;
+    let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
-        .map_err(|_| ApiError::new(413, "too_large", format!("import body over {limit} bytes"), None))?;
-    let origin = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map_or_else(|| "body".to_owned(), |k| format!("body ({k})"));
-    let imported = state.atlas.import_bytes(&bytes, &origin, ImportOptions { again }, None).await?;
+        .map_err(|e| ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body")))?;
+    let origin = match idempotency_key(&headers)? {
+        Some(k) => format!("body ({k})"),
+        None => "body".to_owned(),
+    };
+    let imported = state.atlas.import_bytes(&bytes, &origin, ImportOptions { again, caller }, None).await?;
     let status = if imported.replayed { StatusCode::OK } else { StatusCode::CREATED };
     let value = json!({"imported": imported.ids.len(), "ids": imported.ids, "replayed": imported.replayed,
                        "restored": imported.restored, "renumbered": imported.renumbered,
@@ -172,20 +238,15 @@ async fn import(
     Ok((status, axum::Json(value)).into_response())
 }
 
-/// `GET /v1/export`: a full export streamed as JSON Lines while it is read from the store. A
-/// failure midway cuts the stream before the trailer line, so that an import refuses it.
-async fn export(state: Arc<AppState>, query: Option<String>) -> Result<Response, ApiError> {
-    let vectors = match query.as_deref() {
-        None | Some("") | Some("vectors=false") => false,
-        Some("vectors=true") | Some("vectors") => true,
-        Some(other) => {
-            return Err(ApiError::invalid("vectors", format!("unknown query {other:?} (only vectors=true)")));
-        }
-    };
+/// `GET /v1/export`: a full export streamed as JSON Lines while it is read from the store (a
+/// tenant's: its memories only). A failure midway cuts the stream before the trailer line, so
+/// that an import refuses it.
+async fn export(state: Arc<AppState>, query: Option<String>, caller: Caller) -> Result<Response, ApiError> {
+    let vectors = query_flag(Op::Export, query.as_deref())?;
     let (mut writer, reader) = tokio::io::duplex(1 << 16);
     let atlas = Arc::clone(&state.atlas);
     tokio::spawn(async move {
-        if let Err(e) = atlas.export_to(&mut writer, vectors).await {
+        if let Err(e) = atlas.export_for(&mut writer, vectors, &caller).await {
             tracing::warn!("export stream cut: {e}");
         }
     });
@@ -219,20 +280,34 @@ async fn metrics(state: Arc<AppState>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
-/// Token, in-flight bound, body limit, timeout and metrics around every route.
+/// The guard around every route (see the module's doc), and the metrics.
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let path = request.uri().path();
-    let route = if path == "/mcp" || path.starts_with("/mcp/") {
+    let path = request.uri().path().to_owned();
+    let method = request.method().clone();
+    let route = ROUTES.iter().find(|r| r.method == method.as_str() && route_matches(r.path, &path));
+    let name = if path == "/mcp" || path.starts_with("/mcp/") {
         Some("mcp")
     } else {
-        ROUTES
-            .iter()
-            .find(|r| r.method == request.method().as_str() && route_matches(r.path, path))
-            .map(|r| r.tool.as_ref().map_or(op_name(r.op), |t| t.name))
+        route.map(|r| r.tool.as_ref().map_or(op_name(r.op), |t| t.name))
     };
-    let response = guarded(&state, request, next, route).await;
-    let entry = Arc::clone(state.metrics.lock().expect("metrics lock").entry(route.unwrap_or("unknown")).or_default());
+    let mut response = guarded(&state, request, next, route, started).await;
+    if response.status() == StatusCode::METHOD_NOT_ALLOWED && route.is_none() && name.is_none() {
+        // axum's own 405 has an empty body: the same, in JSON, with the methods of the path.
+        let allowed: Vec<&str> = ROUTES.iter().filter(|r| route_matches(r.path, &path)).map(|r| r.method).collect();
+        let allow = allowed.join(", ");
+        response = ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed here; allowed: {allow}"),
+            Some("method"),
+        )
+        .into_response();
+        if let Ok(value) = HeaderValue::from_str(&allow) {
+            response.headers_mut().insert(header::ALLOW, value);
+        }
+    }
+    let entry = Arc::clone(state.metrics.lock().expect("metrics lock").entry(name.unwrap_or("unknown")).or_default());
     entry.requests.fetch_add(1, Ordering::Relaxed);
     entry.micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     if !response.status().is_success() {
@@ -260,37 +335,191 @@ fn route_matches(pattern: &str, path: &str) -> bool {
     p.len() == q.len() && p.iter().zip(&q).all(|(a, b)| a.starts_with('{') || a == b)
 }
 
-async fn guarded(state: &AppState, request: Request, next: Next, route: Option<&str>) -> Response {
-    if let Some(token) = &state.options.token {
-        let expected = format!("Bearer {token}");
-        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given != Some(expected.as_str()) && request.uri().path() != "/healthz" {
-            let message = if given.is_none() { "missing bearer token" } else { "wrong bearer token" };
-            return ApiError::new(401, "unauthorized", message, Some("authorization")).into_response();
-        }
-    }
-    let Ok(_permit) = state.in_flight.try_acquire() else {
-        let message = format!("{} requests in flight already; retry shortly", state.options.max_in_flight);
-        return ApiError::new(503, "busy", message, None).into_response();
-    };
-    // Bodies are read here, within the limit, so that every route sees a bounded body; an
-    // import streams its own under its own limit.
-    let request = if route == Some("import") {
-        request
+/// The host part of a `Host` header or an origin's authority (`[::1]:7431` → `[::1]`).
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        authority.find(']').map_or(authority, |end| &authority[..=end])
     } else {
-        let (parts, body) = request.into_parts();
-        match axum::body::to_bytes(body, state.options.max_body_bytes).await {
-            Ok(bytes) => Request::from_parts(parts, Body::from(bytes)),
+        authority.rsplit_once(':').map_or(authority, |(host, _)| host)
+    }
+}
+
+fn host_allowed(options: &ServerOptions, host: &str) -> bool {
+    let name = host_name(host);
+    LOOPBACK_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(name))
+        || options.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// A page's `Origin` may call when it is the server's own (the origin's authority is the
+/// request's `Host`) or one of `--allowed-origin`; `null` (a sandboxed page, a file) never.
+fn origin_allowed(options: &ServerOptions, origin: &str, host: Option<&str>) -> bool {
+    if options.allowed_origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(origin)) {
+        return true;
+    }
+    let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    matches!((authority, host), (Some(a), Some(h)) if a.eq_ignore_ascii_case(h))
+}
+
+/// Whether a `Content-Type` names JSON (or, for an import, JSON Lines).
+fn json_body(content_type: &str, lines: bool) -> bool {
+    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json"))
+        || (lines && matches!(media.as_str(), "application/x-ndjson" | "application/jsonl" | "application/json-lines"))
+}
+
+/// Reads a body within `limit` bytes, each piece within the request timeout: a client that
+/// stops sending is cut off (503) instead of holding a slot.
+async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
+    let mut body = http_body_util::Limited::new(body, limit);
+    let mut bytes = Vec::new();
+    loop {
+        match tokio::time::timeout(timeout, body.frame()).await {
             Err(_) => {
-                let message = format!("request body over {} bytes", state.options.max_body_bytes);
-                return ApiError::new(413, "too_large", message, None).into_response();
+                let message = format!("the request body stalled for {} ms; nothing was done", timeout.as_millis());
+                return Err(ApiError::new(503, "timeout", message, Some("body")));
+            }
+            Ok(None) => return Ok(Bytes::from(bytes)),
+            Ok(Some(Err(e))) => {
+                if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                    return Err(ApiError::new(
+                        413,
+                        "too_large",
+                        format!("request body over {limit} bytes"),
+                        Some("body"),
+                    ));
+                }
+                return Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body")));
+            }
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    bytes.extend_from_slice(&data);
+                }
             }
         }
+    }
+}
+
+/// An MCP `tools/call` whose `arguments` is not an object: rmcp would answer "method not
+/// found"; JSON-RPC says invalid params (-32602), with the request's id.
+fn mcp_bad_arguments(body: &[u8]) -> Option<Response> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    let arguments = message.get("params")?.get("arguments")?;
+    if message.get("method")? != "tools/call" || arguments.is_object() || arguments.is_null() {
+        return None;
+    }
+    let error = json!({"jsonrpc": "2.0", "id": message.get("id").cloned().unwrap_or(Value::Null),
+                       "error": {"code": -32602, "message": "invalid params: tools/call `arguments` must be an object"}});
+    Some(axum::Json(error).into_response())
+}
+
+async fn guarded(
+    state: &AppState,
+    request: Request,
+    next: Next,
+    route: Option<&'static Route>,
+    started: Instant,
+) -> Response {
+    let options = &state.options;
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    if options.check_host && !host.as_deref().is_some_and(|h| host_allowed(options, h)) {
+        let message = format!(
+            "Host {:?} is not one this server answers to (loopback names; more with --allowed-host)",
+            host.as_deref().unwrap_or("")
+        );
+        return ApiError::forbidden("host", &message).into_response();
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("null");
+        if !origin_allowed(options, origin, host.as_deref()) {
+            let message = format!("pages of {origin:?} may not call this server (add one with --allowed-origin)");
+            return ApiError::forbidden("origin", &message).into_response();
+        }
+    }
+    let op = route.map(|r| r.op);
+    if op == Some(Op::Health) {
+        return next.run(request).await;
+    }
+    let caller = match authenticate(
+        &state.keys,
+        &state.atlas,
+        options.token.as_deref(),
+        options.require_token,
+        request.headers(),
+    )
+    .await
+    {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
     };
-    match tokio::time::timeout(state.options.timeout, next.run(request)).await {
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(caller);
+    let is_mcp = parts.uri.path() == "/mcp" || parts.uri.path().starts_with("/mcp/");
+    // Bodies are read here, before a slot is taken, so that a slow client holds none.
+    let has_body = parts.method == Method::POST || parts.method == Method::PUT || parts.method == Method::PATCH;
+    let import = op == Some(Op::Import);
+    let _import_slot = if import {
+        match state.importing.try_acquire() {
+            Ok(slot) => Some(slot),
+            Err(_) => {
+                return ApiError::new(503, "busy", "another import is being read; retry shortly", None).into_response();
+            }
+        }
+    } else {
+        None
+    };
+    let limit = if import { options.max_import_bytes } else { options.max_body_bytes };
+    let bytes = match read_body(body, limit, options.timeout).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response(),
+    };
+    // An unknown route or method is answered 404 / 405 below, whatever its body.
+    if (route.is_some() || is_mcp) && (has_body || !bytes.is_empty()) {
+        let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let ok = match content_type {
+            Some(t) => json_body(t, import),
+            None => bytes.iter().all(u8::is_ascii_whitespace),
+        };
+        if !ok {
+            let expected = if import { "application/x-ndjson (JSON Lines)" } else { "application/json" };
+            let message = format!("the body must be {expected}, not {:?}", content_type.unwrap_or("(none)"));
+            return ApiError::new(415, "unsupported_media_type", message, Some("content-type")).into_response();
+        }
+    }
+    if is_mcp
+        && parts.method == Method::POST
+        && let Some(answer) = mcp_bad_arguments(&bytes)
+    {
+        return answer;
+    }
+    let request = Request::from_parts(parts, Body::from(bytes));
+    if op == Some(Op::Metrics) {
+        return next.run(request).await;
+    }
+    let Ok(_permit) = state.in_flight.try_acquire() else {
+        let message = format!("{} requests in flight already; retry shortly", options.max_in_flight);
+        return ApiError::new(503, "busy", message, None).into_response();
+    };
+    let deadline = started + options.timeout;
+    if op.is_some_and(crate::writes) {
+        // A write that has begun runs to its end (the store bounds its wait for the lock and
+        // answers busy having stored nothing); it does not begin past the deadline.
+        if Instant::now() >= deadline {
+            let message =
+                format!("no time left of {} ms to begin the write; nothing was stored", options.timeout.as_millis());
+            return ApiError::new(503, "timeout", message, None).into_response();
+        }
+        return next.run(request).await;
+    }
+    match tokio::time::timeout_at(deadline.into(), next.run(request)).await {
         Ok(response) => response,
         Err(_) => {
-            let message = format!("no answer within {} ms", state.options.timeout.as_millis());
+            let message = format!("no answer within {} ms", options.timeout.as_millis());
             ApiError::new(503, "timeout", message, None).into_response()
         }
     }
@@ -308,15 +537,25 @@ fn handler(route: &'static Route) -> MethodRouter<Arc<AppState>> {
                        RawQuery(query): RawQuery,
                        headers: HeaderMap,
                        request: Request| async move {
+        let caller = request.extensions().get::<Caller>().cloned().unwrap_or_default();
         let result = match route.op {
             Op::Health => Ok(axum::Json(json!({"status": "ok"})).into_response()),
-            Op::Metrics => metrics(state).await,
+            Op::Metrics => match caller {
+                Caller::All => metrics(state).await,
+                Caller::Tenant { .. } => Err(ApiError::forbidden(
+                    "authorization",
+                    "metrics cover every tenant: an unconfined admin key or the server's token",
+                )),
+            },
             Op::OpenApi => Ok(axum::Json(crate::openapi::document()).into_response()),
-            Op::Import => import(state, query, headers, request.into_body()).await,
-            Op::Export => export(state, query).await,
+            Op::Import => import(state, query, headers, caller, request.into_body()).await,
+            Op::Export => match caller.may(atlas_domain::access::Role::Read) {
+                Ok(()) => export(state, query, caller).await,
+                Err(d) => Err(ApiError::forbidden("authorization", &d.to_string())),
+            },
             _ => match axum::body::to_bytes(request.into_body(), usize::MAX).await {
-                Ok(body) => json_operation(state, route, path, query, headers, body).await,
-                Err(e) => Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), None)),
+                Ok(body) => json_operation(state, route, path, query, headers, caller, body).await,
+                Err(e) => Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body"))),
             },
         };
         result.unwrap_or_else(IntoResponse::into_response)
@@ -326,10 +565,13 @@ fn handler(route: &'static Route) -> MethodRouter<Arc<AppState>> {
 
 /// The API over `atlas`, with the MCP server at `/mcp`.
 pub fn router(atlas: Arc<Atlas>, options: ServerOptions) -> Router {
-    let mcp = crate::mcp::http_service(Arc::clone(&atlas), options.mcp_loopback_hosts_only, options.shutdown.clone());
+    // The guard checks `Host` for every route, `/mcp` included, and answers in JSON.
+    let mcp = crate::mcp::http_service(Arc::clone(&atlas), options.shutdown.clone());
     let state = Arc::new(AppState {
         atlas,
         in_flight: Semaphore::new(options.max_in_flight),
+        importing: Semaphore::new(1),
+        keys: Keys::default(),
         options,
         metrics: Mutex::new(BTreeMap::new()),
     });
@@ -354,18 +596,48 @@ pub fn router(atlas: Arc<Atlas>, options: ServerOptions) -> Router {
 }
 
 /// Serves `app` on `listener` until `shutdown` completes: then it stops accepting, ends the
-/// MCP event streams (`options.shutdown`) and lets requests in flight finish.
+/// MCP event streams (`options.shutdown`) and lets requests in flight finish. Each connection
+/// must send a request's headers within `options.timeout` (hyper's header read timeout;
+/// the guard times the body), so that a silent client holds a socket, never a slot.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     options: &ServerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let token = options.shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            token.cancel();
-        })
-        .await
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.timeout);
+    let builder = builder.http1_only();
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, do not spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    options.shutdown.cancel();
+    graceful.shutdown().await;
+    Ok(())
 }

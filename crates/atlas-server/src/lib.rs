@@ -5,11 +5,14 @@
 //!
 //! - [`ops`]: the operations, transport-free (JSON arguments in, JSON out) and their argument
 //!   types, from which the OpenAPI document and the tools' input schemas are generated.
-//! - [`http`]: axum routes from the table, and the guard around all of them (token, limits,
-//!   metrics); import and export stream JSON Lines.
+//! - [`http`]: axum routes from the table, and the guard around all of them (Host, Origin,
+//!   caller, JSON bodies, limits, timeouts, metrics); import and export stream JSON Lines.
+//! - [`auth`]: who is calling: the server's token, a tenant's key, or nobody on an open
+//!   loopback server.
 //! - [`mcp`]: the same operations as MCP tools (rmcp), over stdio (`atlas mcp`) and at `/mcp`.
 //! - [`openapi`]: `/openapi.json`, generated from the table and the argument types.
 
+pub mod auth;
 pub mod http;
 pub mod mcp;
 pub mod openapi;
@@ -201,6 +204,33 @@ pub const ROUTES: &[Route] = &[
         mcp::CONCEPT_OUTCOME,
     ),
 ];
+
+/// The one query parameter an operation takes (a boolean), with its description; every other
+/// query parameter is refused.
+pub fn query_parameter(op: Op) -> Option<(&'static str, &'static str)> {
+    match op {
+        Op::Forget => Some(("hard", "Remove it for good (soft by default).")),
+        Op::Import => Some(("again", "Import content already imported once again (else it is a replay).")),
+        Op::Export => Some(("vectors", "Include each memory's vector.")),
+        _ => None,
+    }
+}
+
+/// Whether `op` writes: a write that has begun is never cut by the request timeout (it
+/// finishes and says how), so that a 503 always means nothing was stored.
+pub fn writes(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Remember
+            | Op::RememberMany
+            | Op::Import
+            | Op::Forget
+            | Op::Consolidate
+            | Op::Learn
+            | Op::StrategyOutcome
+            | Op::ConceptOutcome
+    )
+}
 
 /// Whether `addr` only listens on this machine.
 pub fn is_loopback(addr: &std::net::SocketAddr) -> bool {

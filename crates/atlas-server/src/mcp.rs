@@ -6,6 +6,7 @@
 
 use crate::ops::{self, schema_of};
 use crate::{Op, ROUTES};
+use atlas_domain::access::Caller;
 use atlas_runtime::Atlas;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
@@ -133,13 +134,19 @@ impl ServerHandler for AtlasMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Over HTTP the guard put the caller in the request; over stdio the user owns the space.
+        let caller = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>().cloned())
+            .unwrap_or_default();
         let Some(route) = ROUTES.iter().find(|r| r.tool.as_ref().is_some_and(|t| t.name == request.name)) else {
             return Err(ErrorData::invalid_params(format!("no tool named {:?}", request.name), None));
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let result = match ops::call(&self.atlas, route.op, arguments, None).await {
+        let result = match ops::call(&self.atlas, route.op, arguments, None, &caller).await {
             Ok(value) => CallToolResult::structured(value),
             Err(e) => {
                 let mut result = CallToolResult::error(vec![ContentBlock::text(e.body.to_string())]);
@@ -164,12 +171,9 @@ pub async fn serve_stdio(atlas: Arc<Atlas>) -> std::io::Result<()> {
 /// The streamable HTTP transport, for `atlas serve` to nest at `/mcp`.
 pub fn http_service(
     atlas: Arc<Atlas>,
-    loopback_hosts_only: bool,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> StreamableHttpService<AtlasMcp, LocalSessionManager> {
-    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(shutdown);
-    if !loopback_hosts_only {
-        config = config.disable_allowed_hosts();
-    }
+    // The HTTP guard checks `Host` for every route, `/mcp` included, and answers in JSON.
+    let config = StreamableHttpServerConfig::default().with_cancellation_token(shutdown).disable_allowed_hosts();
     StreamableHttpService::new(move || Ok(AtlasMcp::new(Arc::clone(&atlas))), Arc::default(), config)
 }

@@ -18,12 +18,7 @@ fn parameters(path: &str, op: Op) -> Vec<Value> {
         .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
         .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "integer", "minimum": 1}}))
         .collect();
-    let query = match op {
-        Op::Forget => Some(("hard", "Remove it for good (soft by default).")),
-        Op::Import => Some(("again", "Import content already imported once again (else it is a replay).")),
-        Op::Export => Some(("vectors", "Include each memory's vector.")),
-        _ => None,
-    };
+    let query = crate::query_parameter(op);
     if let Some((name, description)) = query {
         parameters.push(json!({"name": name, "in": "query", "required": false, "description": description,
                                "schema": {"type": "boolean", "default": false}}));
@@ -57,8 +52,11 @@ pub fn document() -> Value {
             "responses": {
                 "400": error_response("Bad input; `field` names what was wrong."),
                 "401": error_response("Missing or wrong bearer token."),
+                "403": error_response("Refused: a Host or Origin not allowed, a role too low, or a scope outside the key's tenant."),
                 "404": error_response("No such memory or route."),
+                "409": error_response("The Idempotency-Key was used before for another payload; nothing was stored."),
                 "413": error_response("Body over the limit."),
+                "415": error_response("The body is not JSON (application/json; JSON Lines on import)."),
                 "503": error_response("Busy or timed out; retry after `Retry-After` seconds."),
             },
         });
@@ -92,9 +90,18 @@ pub fn document() -> Value {
             Op::Metrics => ("200", json!({"text/plain": {"schema": {"type": "string"}}})),
             Op::Export => ("200", json!({"application/x-ndjson": {"schema": {"type": "string"}}})),
             Op::Remember | Op::Import => ("201", json!({"application/json": {"schema": {"type": "object"}}})),
+            Op::Health => ("200", json!({"application/json": {"schema": {"type": "object"}}})),
             _ => ("200", json!({"application/json": {"schema": {"type": "object"}}})),
         };
-        operation["responses"][status] = json!({"description": "Done; the CLI's `--json` shape.", "content": content});
+        operation["responses"][status] =
+            json!({"description": "Done; the CLI's `--json` shape.", "content": content.clone()});
+        if route.op == Op::Import {
+            operation["responses"]["200"] = json!({"description": "The same content was imported before: a replay, nothing stored.", "content": content});
+        }
+        if route.op == Op::Health {
+            // Answered without a token.
+            operation["security"] = json!([]);
+        }
         let entry = paths.entry(route.path.to_owned()).or_insert_with(|| json!({}));
         entry[route.method.to_ascii_lowercase()] = operation;
     }
@@ -108,7 +115,9 @@ pub fn document() -> Value {
             "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["code", "message"],
                 "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                               "field": {"type": ["string", "null"]}}}}}},
+                               "field": {"type": ["string", "null"]},
+                               "index": {"type": "integer", "minimum": 0},
+                               "location": {"type": ["string", "null"]}}}}}},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -5,6 +5,7 @@
 //! become the descriptions of the OpenAPI document and of the MCP tools' input schemas.
 
 use crate::Op;
+use atlas_domain::access::{Caller, Role};
 use atlas_domain::{AtlasError, MemoryId, MemoryKind, Scope, Timestamp};
 use atlas_runtime::{Atlas, RecallRequest, Remember, wire};
 use schemars::JsonSchema;
@@ -33,12 +34,47 @@ impl ApiError {
         ApiError::new(400, "invalid_input", message, Some(field))
     }
 
-    /// A serde error as a 400 naming the field (serde names it between backticks: "unknown
-    /// field `x`", "missing field `text`"), under `prefix` for an item of a batch.
-    pub fn from_serde(e: &serde_json::Error, prefix: &str) -> Self {
-        let message = e.to_string();
-        let field = message.split('`').nth(1).map(|f| format!("{prefix}{f}"));
-        ApiError::new(400, "invalid_input", format!("request body: {message}"), field.as_deref())
+    pub fn forbidden(field: &str, message: &str) -> Self {
+        ApiError::new(403, "forbidden", message, Some(field))
+    }
+
+    /// A serde error as a 400 whose `field` is the JSON path of the offending field
+    /// (`queries[1].qury`, `k`), under `prefix` for an item of a batch.
+    pub fn from_serde(e: &serde_path_to_error::Error<serde_json::Error>, prefix: &str) -> Self {
+        let inner = e.inner().to_string();
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        // An unknown or missing field is named by serde between backticks, below the path.
+        let named = ["unknown field `", "missing field `"]
+            .iter()
+            .find_map(|p| inner.strip_prefix(p))
+            .and_then(|rest| rest.split('`').next());
+        let field = match (named, path.is_empty()) {
+            (Some(name), true) => name.to_owned(),
+            (Some(name), false) if !path.ends_with(name) => format!("{path}.{name}"),
+            (_, false) => path,
+            (None, true) => String::new(),
+        };
+        let field = format!("{prefix}{field}");
+        let field = field.trim_end_matches('.');
+        let shown = if field.is_empty() { "body" } else { field };
+        ApiError::new(400, "invalid_input", format!("{shown}: {inner}"), Some(shown))
+    }
+
+    /// This error as one of item `index` of a batch: its field under `prefix` (`memories[3].`).
+    pub fn in_item(mut self, prefix: &str, index: usize) -> Self {
+        let field = self.body["error"]["field"].as_str().map(|f| format!("{prefix}{f}"));
+        self.body["error"]["field"] = field.map_or_else(|| Value::from(prefix.trim_end_matches('.')), Value::from);
+        self.body["error"]["index"] = Value::from(index);
+        self
+    }
+
+    /// A runtime error that named no field, as one naming `field`.
+    fn or_field(mut self, field: &str) -> Self {
+        if self.body["error"]["field"].is_null() {
+            self.body["error"]["field"] = Value::from(field);
+        }
+        self
     }
 }
 
@@ -46,11 +82,17 @@ impl From<AtlasError> for ApiError {
     fn from(e: AtlasError) -> Self {
         let status = match &e {
             AtlasError::InvalidInput { .. } => 400,
+            AtlasError::Forbidden { .. } => 403,
             AtlasError::NotFound(_) => 404,
+            AtlasError::Conflict(_) => 409,
             AtlasError::Busy(_) => 503,
             _ => 500,
         };
-        ApiError { status, body: wire::error_value(e.code(), &e.to_string(), Some(&e)) }
+        let mut body = wire::error_value(e.code(), &e.to_string(), Some(&e));
+        if let AtlasError::Conflict(_) = e {
+            body["error"]["field"] = Value::from("Idempotency-Key");
+        }
+        ApiError { status, body }
     }
 }
 
@@ -268,7 +310,7 @@ pub fn schema_of(op: Op) -> Value {
 }
 
 fn args<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, ApiError> {
-    serde_json::from_value(args).map_err(|e| ApiError::from_serde(&e, ""))
+    serde_path_to_error::deserialize(args).map_err(|e| ApiError::from_serde(&e, ""))
 }
 
 fn time(field: &str, value: Option<String>) -> Result<Option<Timestamp>, ApiError> {
@@ -283,40 +325,130 @@ fn at_most(field: &str, value: usize, cap: usize) -> Result<(), ApiError> {
     if value > cap { Err(ApiError::invalid(field, format!("at most {cap}, got {value}"))) } else { Ok(()) }
 }
 
-/// Runs `op` with `arguments`; `key` is the caller's idempotency key for writes.
-pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>) -> OpResult {
+fn not_blank(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() { Err(ApiError::invalid(field, format!("`{field}` is empty"))) } else { Ok(()) }
+}
+
+/// What an operation needs of its caller: a role, or the whole space (an unconfined caller).
+enum Needs {
+    Role(Role),
+    WholeSpace,
+}
+
+fn needs(op: Op) -> Needs {
+    match op {
+        Op::Health | Op::OpenApi => Needs::Role(Role::Read),
+        Op::Recall | Op::RecallMany | Op::Get | Op::Explain | Op::Context | Op::Export => Needs::Role(Role::Read),
+        Op::Experiences | Op::Strategies | Op::Concepts => Needs::Role(Role::Read),
+        Op::Remember | Op::RememberMany | Op::Import | Op::Forget | Op::Learn => Needs::Role(Role::Write),
+        Op::StrategyOutcome | Op::ConceptOutcome => Needs::Role(Role::Write),
+        // Counts and cycles over every tenant's memories.
+        Op::Stats | Op::Metrics | Op::Consolidate => Needs::WholeSpace,
+    }
+}
+
+/// Whether `caller` may run `op` at all (403 naming `authorization` if not).
+pub fn permit(caller: &Caller, op: Op) -> Result<(), ApiError> {
+    match (needs(op), caller) {
+        (Needs::Role(role), _) => caller.may(role).map_err(|d| ApiError::forbidden("authorization", &d.to_string())),
+        (Needs::WholeSpace, Caller::All) => Ok(()),
+        (Needs::WholeSpace, Caller::Tenant { .. }) => Err(ApiError::forbidden(
+            "authorization",
+            "this covers every tenant of the space: it needs an unconfined admin key or the server's token \
+             (the sleep cycle also runs in the background)",
+        )),
+    }
+}
+
+/// The request's scope within the caller's tenant: its user and agent forced, another's refused
+/// (403 naming `<prefix>scope.user`).
+fn confined(caller: &Caller, s: Option<ScopeArgs>, prefix: &str) -> Result<Scope, ApiError> {
+    caller.confine(scope(s)).map_err(|d| {
+        let field = match &d {
+            atlas_domain::access::Denied::Scope { field, .. } => format!("{prefix}scope.{field}"),
+            atlas_domain::access::Denied::Role { .. } => "authorization".to_owned(),
+        };
+        ApiError::forbidden(&field, &d.to_string())
+    })
+}
+
+/// The memory `id` if the caller may see it; another tenant's is not found, so that ids do not
+/// tell what exists.
+async fn own_memory(atlas: &Atlas, caller: &Caller, id: i64) -> Result<atlas_domain::Memory, ApiError> {
+    let id = memory_id(id)?;
+    match atlas.get(id).await? {
+        Some(detail) if caller.sees(&detail.memory.scope) => Ok(detail.memory),
+        _ => Err(AtlasError::NotFound(id).into()),
+    }
+}
+
+/// The receipt key of a write under the caller's `Idempotency-Key`: a tenant's keys live in
+/// their own space, and a batch's key never meets a single write's.
+fn receipt_key(caller: &Caller, kind: &str, key: Option<String>) -> Option<String> {
+    key.map(|k| match caller {
+        Caller::All => format!("{kind}:{k}"),
+        Caller::Tenant { tenant, .. } => format!("{kind}@{}:{k}", atlas_runtime::tenant_label(tenant)),
+    })
+}
+
+/// Runs `op` with `arguments` for `caller`; `key` is the caller's idempotency key for writes.
+pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, caller: &Caller) -> OpResult {
+    permit(caller, op)?;
     match op {
         Op::Health => Ok(json!({"status": "ok"})),
-        Op::Remember => remember(atlas, vec![(args(arguments)?, key)], false).await.map(|ids| json!({"id": ids[0]})),
+        Op::Remember => {
+            let item: RememberArgs = args(arguments)?;
+            let receipt = receipt_key(caller, "remember", key);
+            remember(atlas, caller, vec![item], receipt, false).await.map(|ids| json!({"id": ids[0]}))
+        }
         Op::RememberMany => {
             let items: Vec<RememberArgs> = parse_items(arguments, "memories")?;
-            // One key per request; each memory of a batch gets its own under it.
-            let keyed =
-                items.into_iter().enumerate().map(|(i, m)| (m, key.as_ref().map(|k| format!("{k}#{i}")))).collect();
-            remember(atlas, keyed, true).await.map(|ids| json!({"ids": ids}))
+            let receipt = receipt_key(caller, "remember-batch", key);
+            remember(atlas, caller, items, receipt, true).await.map(|ids| json!({"ids": ids}))
         }
-        Op::Recall => recall(atlas, args(arguments)?).await,
+        Op::Recall => recall(atlas, caller, args(arguments)?).await,
         Op::RecallMany => {
             let queries: Vec<RecallArgs> = parse_items(arguments, "queries")?;
-            let mut results = Vec::with_capacity(queries.len());
+            // Every query is checked before the first runs: a bad batch answers nothing.
+            let mut requests = Vec::with_capacity(queries.len());
             for (i, query) in queries.into_iter().enumerate() {
-                results.push(recall(atlas, query).await.map_err(|e| prefixed(e, &format!("queries[{i}]."), i))?);
+                requests.push(recall_request(caller, query).map_err(|e| e.in_item(&format!("queries[{i}]."), i))?);
+            }
+            let mut results = Vec::with_capacity(requests.len());
+            for (i, (request, explain)) in requests.into_iter().enumerate() {
+                let answer =
+                    atlas.recall(request).await.map_err(|e| ApiError::from(e).in_item(&format!("queries[{i}]."), i))?;
+                results.push(tenant_view(caller, wire::recall_value(&answer, explain)));
             }
             Ok(json!({"results": results}))
         }
         Op::Get => {
-            let id = memory_id(args::<IdArgs>(arguments)?.id)?;
-            let detail = atlas.get(id).await?.ok_or(AtlasError::NotFound(id))?;
+            let memory = own_memory(atlas, caller, args::<IdArgs>(arguments)?.id).await?;
+            let mut detail = atlas.get(memory.id).await?.ok_or(AtlasError::NotFound(memory.id))?;
+            if *caller != Caller::All {
+                // Only edges between the caller's own memories: another tenant's ids stay unseen.
+                let ends: Vec<MemoryId> =
+                    detail.edges.iter().map(|e| if e.src == memory.id { e.dst } else { e.src }).collect();
+                let seen: std::collections::HashSet<MemoryId> =
+                    atlas.get_many(ends).await?.into_iter().filter(|m| caller.sees(&m.scope)).map(|m| m.id).collect();
+                detail.edges.retain(|e| seen.contains(&e.src) || seen.contains(&e.dst) || e.src == e.dst);
+            }
             Ok(wire::detail_value(&detail))
         }
         Op::Explain => {
-            let id = memory_id(args::<IdArgs>(arguments)?.id)?;
-            let e = atlas.explain(id).await?.ok_or(AtlasError::NotFound(id))?;
+            let memory = own_memory(atlas, caller, args::<IdArgs>(arguments)?.id).await?;
+            let mut e = atlas.explain(memory.id).await?.ok_or(AtlasError::NotFound(memory.id))?;
+            for list in [&mut e.sources, &mut e.replaced, &mut e.replaced_by, &mut e.entities] {
+                list.retain(|m| caller.sees(&m.scope));
+            }
             Ok(wire::explanation_value(&e))
         }
         Op::Forget => {
             let ForgetArgs { id, hard } = args(arguments)?;
-            let id = memory_id(id)?;
+            let id = own_memory(atlas, caller, id).await.map(|m| m.id).or_else(|e| {
+                // A hard forget also reaches what only the archive still holds (an admin's).
+                if hard && *caller == Caller::All && e.status == 404 { memory_id(id) } else { Err(e) }
+            })?;
             let found = if hard {
                 let done = atlas.forget_hard(id).await?;
                 done.from_store || done.archive_files > 0
@@ -334,9 +466,12 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>) 
         }
         Op::Context => {
             let ContextArgs { task, budget, session, scope: s } = args(arguments)?;
-            let mut scope = scope(s);
+            not_blank("task", &task)?;
+            let mut scope = confined(caller, s, "")?;
             scope.session = session.or(scope.session);
-            Ok(wire::context_value(&atlas.context(&task, budget, scope).await?))
+            Ok(wire::context_value(
+                &atlas.context(&task, budget, scope).await.map_err(|e| ApiError::from(e).or_field("task"))?,
+            ))
         }
         Op::Consolidate => {
             let report = if args::<ConsolidateArgs>(arguments)?.end_sessions {
@@ -348,31 +483,37 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>) 
         }
         Op::Experiences => {
             let TaskArgs { task, k, scope: s, .. } = args(arguments)?;
+            not_blank("task", &task)?;
             at_most("k", k, MAX_K)?;
-            let hits = atlas.search_experiences(&task, k, scope(s)).await?;
+            let hits = atlas.search_experiences(&task, k, confined(caller, s, "")?).await?;
             Ok(json!({"task": task, "hits": hits.iter().map(wire::experience_value).collect::<Vec<_>>()}))
         }
         Op::Strategies => {
             let TaskArgs { task, k, scope: s, explore } = args(arguments)?;
+            not_blank("task", &task)?;
             at_most("k", k, MAX_K)?;
-            let hits = atlas.read_strategies(&task, k, scope(s), explore).await?;
+            let hits = atlas.read_strategies(&task, k, confined(caller, s, "")?, explore).await?;
             Ok(json!({"task": task, "hits": hits.iter().map(wire::strategy_value).collect::<Vec<_>>()}))
         }
         Op::Concepts => {
             let TaskArgs { task, k, scope: s, .. } = args(arguments)?;
+            not_blank("task", &task)?;
             at_most("k", k, MAX_K)?;
-            Ok(json!({"concepts": atlas.search_concepts(&task, k, scope(s)).await?}))
+            Ok(json!({"concepts": atlas.search_concepts(&task, k, confined(caller, s, "")?).await?}))
         }
         Op::StrategyOutcome => {
             let OutcomeArgs { id, success } = args(arguments)?;
-            Ok(wire::strategy_value(&atlas.update_strategy(memory_id(id)?, success).await?))
+            let id = own_memory(atlas, caller, id).await?.id;
+            let strategy = atlas.update_strategy(id, success).await.map_err(|e| ApiError::from(e).or_field("id"))?;
+            Ok(wire::strategy_value(&strategy))
         }
         Op::ConceptOutcome => {
             let OutcomeArgs { id, success } = args(arguments)?;
-            let concept = atlas.record_concept_use(memory_id(id)?, success).await?;
+            let id = own_memory(atlas, caller, id).await?.id;
+            let concept = atlas.record_concept_use(id, success).await.map_err(|e| ApiError::from(e).or_field("id"))?;
             Ok(serde_json::to_value(concept).expect("a concept serialises"))
         }
-        Op::Learn => learn(atlas, args(arguments)?).await,
+        Op::Learn => learn(atlas, caller, args(arguments)?).await,
         Op::Metrics | Op::OpenApi | Op::Import | Op::Export => {
             unreachable!("{op:?} answers in its transport, not in JSON")
         }
@@ -396,71 +537,99 @@ fn parse_items<T: for<'de> Deserialize<'de>>(arguments: Value, field: &str) -> R
     items
         .into_iter()
         .enumerate()
-        .map(|(i, v)| serde_json::from_value(v).map_err(|e| ApiError::from_serde(&e, &format!("{field}[{i}]."))))
+        .map(|(i, v)| {
+            serde_path_to_error::deserialize(v)
+                .map_err(|e| ApiError::from_serde(&e, "").in_item(&format!("{field}[{i}]."), i))
+        })
         .collect()
 }
 
-/// An error of one item of a batch, its field under the item's path.
-fn prefixed(mut e: ApiError, prefix: &str, index: usize) -> ApiError {
-    let field = e.body["error"]["field"].as_str().map(|f| format!("{prefix}{f}"));
-    e.body["error"]["field"] = field.map_or_else(|| Value::from(prefix.trim_end_matches('.')), Value::from);
-    e.body["error"]["index"] = Value::from(index);
-    e
-}
-
-/// Stores `items` in order; in a `batch`, an error names its item (`memories[i].time`).
+/// Stores every item or none, in one transaction; in a `batch`, an error names its item
+/// (`memories[i].time`, `index`).
 async fn remember(
     atlas: &Atlas,
-    items: Vec<(RememberArgs, Option<String>)>,
+    caller: &Caller,
+    items: Vec<RememberArgs>,
+    receipt: Option<String>,
     batch: bool,
 ) -> Result<Vec<i64>, ApiError> {
-    // Every item is checked before the first is stored: a bad batch stores nothing.
+    let in_item = |e: ApiError, i: usize| if batch { e.in_item(&format!("memories[{i}]."), i) } else { e };
     let mut inputs = Vec::with_capacity(items.len());
-    for (i, (item, key)) in items.into_iter().enumerate() {
-        let mut scope = scope(item.scope);
+    for (i, item) in items.into_iter().enumerate() {
+        let mut scope = confined(caller, item.scope, "").map_err(|e| in_item(e, i))?;
         if item.session.is_some() {
             scope.session = item.session;
         }
-        let when =
-            time("time", item.time).map_err(|e| if batch { prefixed(e, &format!("memories[{i}]."), i) } else { e })?;
-        inputs.push(Remember { text: item.text, speaker: item.speaker, scope, time: when, meta: item.meta, key });
+        let when = time("time", item.time).map_err(|e| in_item(e, i))?;
+        inputs.push(Remember { text: item.text, speaker: item.speaker, scope, time: when, meta: item.meta, key: None });
     }
-    let mut ids = Vec::with_capacity(inputs.len());
-    for input in inputs {
-        ids.push(atlas.remember(input).await?.0);
+    match atlas.remember_all(inputs, receipt).await {
+        Ok(ids) => Ok(ids.into_iter().map(|id| id.0).collect()),
+        // The runtime names a batch's item `memories[i]` and the field in its message.
+        Err(e @ AtlasError::InvalidInput { .. }) => {
+            let (location, field) = e.location().map(|(l, f)| (l.to_owned(), f.map(str::to_owned))).unzip();
+            let index = location
+                .as_deref()
+                .and_then(|l| l.strip_prefix("memories["))
+                .and_then(|l| l.split(']').next())
+                .and_then(|n| n.parse::<usize>().ok());
+            let mut error = ApiError::from(e);
+            error.body["error"]["field"] = Value::from(field.flatten().unwrap_or_else(|| "text".into()));
+            Err(match index {
+                Some(i) if batch => error.in_item(&format!("memories[{i}]."), i),
+                _ => error,
+            })
+        }
+        Err(e) => Err(e.into()),
     }
-    Ok(ids)
 }
 
-async fn recall(atlas: &Atlas, request: RecallArgs) -> OpResult {
+/// A recall's request within the caller's tenant, checked whole; and whether to explain.
+fn recall_request(caller: &Caller, request: RecallArgs) -> Result<(RecallRequest, bool), ApiError> {
+    not_blank("query", &request.query)?;
     at_most("k", request.k, MAX_K)?;
     let kinds = request
         .kind
         .iter()
-        .map(|k| k.parse::<MemoryKind>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|m| ApiError::invalid("kind", m))?;
-    let recall = atlas
-        .recall(RecallRequest {
-            query: request.query,
-            k: request.k,
-            scope: scope(request.scope),
-            kinds,
-            since: time("since", request.since)?,
-            until: time("until", request.until)?,
-            as_of: time("as_of", request.as_of)?,
-        })
-        .await?;
-    Ok(wire::recall_value(&recall, request.explain))
+        .enumerate()
+        .map(|(i, k)| k.parse::<MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let recall = RecallRequest {
+        query: request.query,
+        k: request.k,
+        scope: confined(caller, request.scope, "")?,
+        kinds,
+        since: time("since", request.since)?,
+        until: time("until", request.until)?,
+        as_of: time("as_of", request.as_of)?,
+    };
+    Ok((recall, request.explain))
 }
 
-async fn learn(atlas: &Atlas, request: TrajectoryArgs) -> OpResult {
+async fn recall(atlas: &Atlas, caller: &Caller, request: RecallArgs) -> OpResult {
+    let (request, explain) = recall_request(caller, request)?;
+    let recall = atlas.recall(request).await.map_err(|e| ApiError::from(e).or_field("query"))?;
+    Ok(tenant_view(caller, wire::recall_value(&recall, explain)))
+}
+
+/// An answer as a tenant may see it: without the space's backlog of vectors, which moves with
+/// every tenant's writes.
+fn tenant_view(caller: &Caller, mut value: Value) -> Value {
+    if *caller != Caller::All
+        && let Some(o) = value.as_object_mut()
+    {
+        o.remove("pending_vectors");
+    }
+    value
+}
+
+async fn learn(atlas: &Atlas, caller: &Caller, request: TrajectoryArgs) -> OpResult {
+    let scope = confined(caller, request.scope, "")?;
     let line = Value::Object(request.trajectory).to_string();
     let trajectory = atlas_domain::jsonl::parse_trajectory_line(&line, atlas_runtime::now()).map_err(|e| {
         let field = e.field.as_deref().map(|f| format!("trajectory.{f}")).unwrap_or_else(|| "trajectory".into());
         ApiError::invalid(&field, e.message.clone())
     })?;
-    let scope = scope(request.scope);
     let stored = atlas.store_experiences(vec![trajectory.clone()], scope.clone()).await?;
     let strategy = if request.learn {
         atlas

@@ -1,64 +1,14 @@
 //! The HTTP API in process (tower's `oneshot`) and over a real socket: every route, every bad
 //! input with its documented status and message, the token, the limits.
 
-use atlas_runtime::{Atlas, Config, Parts};
 use atlas_server::{ROUTES, ServerOptions, router};
-use atlas_store_sqlite::{SqliteOptions, SqliteStore};
-use atlas_testing::HashEmbedder;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
-use tower::ServiceExt;
 
-async fn atlas(dir: &std::path::Path) -> Arc<Atlas> {
-    let db = dir.join("server.db");
-    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
-    let embedder: Arc<dyn atlas_domain::ports::Embedder> = Arc::new(HashEmbedder::new(32));
-    let parts = Parts::from_store(Arc::clone(&store), Some(embedder)).with_consolidator(store);
-    Arc::new(Atlas::from_parts(parts, Config { db, ..Config::default() }).await.unwrap())
-}
+mod support;
 
-struct Api {
-    app: axum::Router,
-    token: Option<String>,
-}
-
-impl Api {
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value, axum::http::HeaderMap) {
-        self.raw(method, path, body.map(|b| b.to_string()), self.token.as_deref(), &[]).await
-    }
-
-    async fn raw(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<String>,
-        token: Option<&str>,
-        headers: &[(&str, &str)],
-    ) -> (StatusCode, Value, axum::http::HeaderMap) {
-        let mut request = Request::builder().method(method).uri(path);
-        if let Some(t) = token {
-            request = request.header("authorization", format!("Bearer {t}"));
-        }
-        for (k, v) in headers {
-            request = request.header(*k, *v);
-        }
-        let request = request.body(body.map_or_else(Body::empty, Body::from)).unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let (status, headers) = (response.status(), response.headers().clone());
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 24).await.unwrap();
-        let value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
-        (status, value, headers)
-    }
-}
-
-async fn start(dir: &std::path::Path, options: ServerOptions) -> Api {
-    let token = options.token.clone();
-    Api { app: router(atlas(dir).await, options), token }
-}
+use support::{atlas, start};
 
 #[tokio::test]
 async fn every_route_answers_in_the_clis_shapes() {
@@ -196,7 +146,7 @@ async fn bad_input_gets_the_documented_status_and_names_the_field() {
             "/v1/recall",
             Some(json!({"query": "x", "kind": ["gossip"]}).to_string()),
             StatusCode::BAD_REQUEST,
-            Some("kind"),
+            Some("kind[0]"),
         ),
         ("GET", "/v1/memories/abc", None, StatusCode::BAD_REQUEST, Some("id")),
         ("GET", "/v1/memories/99", None, StatusCode::NOT_FOUND, None),
@@ -241,7 +191,8 @@ async fn over_a_real_socket() {
     let app = router(atlas(dir.path()).await, ServerOptions::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let options = ServerOptions::default();
+    tokio::spawn(async move { atlas_server::serve(listener, app, &options, std::future::pending()).await.unwrap() });
     let send = |request: String| async move {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         stream.write_all(request.as_bytes()).await.unwrap();
@@ -251,12 +202,12 @@ async fn over_a_real_socket() {
     };
     let body = json!({"text": "over the wire"}).to_string();
     let answer = send(format!(
-        "POST /v1/remember HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /v1/remember HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     ))
     .await;
     assert!(answer.starts_with("HTTP/1.1 201") && answer.contains("\"id\":1"), "{answer}");
-    let answer = send("GET /v1/memories/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()).await;
+    let answer = send("GET /v1/memories/1 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".into()).await;
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("over the wire"), "{answer}");
 }
 
