@@ -310,3 +310,27 @@ proptest! {
         rt.block_on(run(steps))?;
     }
 }
+
+/// A key added while the server runs confines its very first request, and a revoked key is
+/// refused within a second.
+#[tokio::test]
+async fn keys_added_or_revoked_while_serving_take_effect_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = atlas(dir.path()).await;
+    let api = Api { app: atlas_server::router(std::sync::Arc::clone(&atlas), ServerOptions::default()), token: None };
+    // Open on loopback while there is no key.
+    assert_eq!(api.raw("GET", "/v1/stats", None, None, &[]).await.0, StatusCode::OK);
+    let made = atlas.add_key(Scope { user: Some("ann".into()), ..Scope::default() }, Role::Write).await.unwrap();
+    let (status, body, _) =
+        api.raw("POST", "/v1/remember", Some(json!({"text": "mine"}).to_string()), Some(&made.token), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    let stored = atlas.get(atlas_domain::MemoryId(id)).await.unwrap().unwrap().memory;
+    assert_eq!(stored.scope.user.as_deref(), Some("ann"), "the first request is already confined");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(api.raw("GET", "/v1/stats", None, None, &[]).await.0, StatusCode::UNAUTHORIZED, "no longer open");
+    atlas.revoke_key(&made.key.id).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (status, _, _) = api.raw("GET", &format!("/v1/memories/{id}"), None, Some(&made.token), &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "revoked within a second");
+}
