@@ -6,7 +6,7 @@
 use crate::recall::RecallRequest;
 use crate::{Atlas, now};
 use atlas_domain::policy::consolidation::word_overlap;
-use atlas_domain::policy::experience::{clusters, duplicate_key, informative, weight};
+use atlas_domain::policy::experience::{clusters, duplicate_key, informative, rank, weight};
 use atlas_domain::policy::fusion::Signal;
 use atlas_domain::policy::strategy::{rank_score, record, relevance, success_rate, upper_bound};
 use atlas_domain::ports::{LlmRequest, Update};
@@ -37,8 +37,11 @@ pub struct ExperienceHit {
     pub outcome: Outcome,
     pub feedback: Option<String>,
     pub steps: Vec<String>,
-    /// Relevance (its best share of the best raw full-text or vector score) times the outcome's
-    /// weight.
+    /// Its relevance to the task, by which experiences are ranked first: the cosine of the task
+    /// asked and the experience's task, else (no embedder) its best share of the best raw
+    /// full-text score.
+    /// The outcome reorders only experiences comparably relevant
+    /// ([`atlas_domain::policy::experience::rank`]).
     pub score: f64,
     /// The cosine of task and experience, where the vector search found it.
     pub similarity: Option<f64>,
@@ -297,20 +300,42 @@ impl Atlas {
     /// outcome ([`atlas_domain::policy::experience::weight`]): what worked first, failures that
     /// teach next, failures that say nothing last.
     pub async fn search_experiences(&self, task: &str, k: usize, scope: Scope) -> Result<Vec<ExperienceHit>> {
-        let mut hits: Vec<ExperienceHit> = self
+        let found: Vec<(ExperienceHit, f64)> = self
             .candidates(task, MemoryKind::Experience, k, scope)
             .await?
             .into_iter()
             .filter_map(|(m, relevance, similarity)| {
                 let hit = experience_hit(m, relevance)?;
-                Some(ExperienceHit {
-                    score: relevance * weight(hit.outcome, hit.feedback.as_deref()),
-                    similarity,
-                    ..hit
-                })
+                Some((ExperienceHit { similarity, ..hit }, relevance))
             })
             .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory_id.cmp(&b.memory_id)));
+        // Relevance must be absolute and about the task, to compare tasks: the cosine of the
+        // task asked and each experience's task (its memory's own vector also holds its steps
+        // and feedback, which may repeat the task's words); without an embedder, the relative
+        // relevance of the full-text search.
+        let absolute = match &self.parts.embedder {
+            Some(embedder) if !found.is_empty() => {
+                let query = embedder.embed_query(task.to_owned()).await?;
+                let tasks = embedder.embed(found.iter().map(|(h, _)| h.task.clone()).collect()).await?;
+                Some(tasks.iter().map(|t| atlas_domain::policy::embedding::cosine(&query, t)).collect::<Vec<f64>>())
+            }
+            _ => None,
+        };
+        let mut found: Vec<(ExperienceHit, f64)> = found
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut hit, relevance))| {
+                let relevance = absolute.as_ref().map_or(relevance, |a| a[i]);
+                hit.score = relevance;
+                (hit, relevance)
+            })
+            .collect();
+        found.sort_by_key(|(h, _)| h.memory_id);
+        let ranked: Vec<(f64, f64)> =
+            found.iter().map(|(h, relevance)| (*relevance, weight(h.outcome, h.feedback.as_deref()))).collect();
+        let order = rank(&ranked);
+        let mut slots: Vec<Option<ExperienceHit>> = found.into_iter().map(|(h, _)| Some(h)).collect();
+        let mut hits: Vec<ExperienceHit> = order.into_iter().filter_map(|i| slots[i].take()).collect();
         hits.truncate(k);
         Ok(hits)
     }

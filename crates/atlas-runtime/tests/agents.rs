@@ -281,3 +281,25 @@ async fn the_context_holds_every_section_in_order_within_its_budget() {
     let history = &tight.sections[4].items;
     assert_eq!(history.last().map(String::as_str), Some("Ann: First look at the grid."), "{history:?}");
 }
+
+/// Relevance ranks experiences first: the same task, failed without a lesson, comes before a
+/// different task that succeeded (issue 27: once the success on another task came first, its
+/// relevance normalised to the best and the failure's weight multiplying its own).
+#[tokio::test]
+async fn the_same_task_failed_comes_before_another_task_succeeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = space(dir.path(), None).await;
+    let lines = [
+        r#"{"id": "a", "task": "Count the blue cells in each row of the grid", "steps": ["count"], "success": true, "feedback": "correct"}"#,
+        r#"{"id": "b", "task": "Sort the rows of the grid by their sum", "steps": ["sorted(rows)"], "success": false, "feedback": "no"}"#,
+        r#"{"id": "c", "task": "Rotate the picture a quarter turn", "steps": ["rotate"], "success": true}"#,
+    ];
+    let trajectories =
+        atlas_runtime::parse_trajectories(lines.join("\n").as_bytes(), "test", atlas_runtime::now()).unwrap();
+    atlas.store_experiences(trajectories, Scope::default()).await.unwrap();
+    atlas.flush_vectors(None).await.unwrap();
+    let hits = atlas.search_experiences("Sort the rows of the grid by their sum", 3, Scope::default()).await.unwrap();
+    assert_eq!(hits[0].id.as_deref(), Some("b"), "the same task first, failed: {hits:?}");
+    assert!(!hits[0].success);
+    assert!(hits.windows(2).all(|w| w[0].score + 0.05 >= w[1].score), "relevance first: {hits:?}");
+}

@@ -435,7 +435,9 @@ pub fn decide(candidate: &Candidate, known: &[Memory]) -> Decision {
 
 /// [`decide`], where two objects are also the same fact when `similarity` (of the two object
 /// texts; `None` when unknown) reaches `same_from`: "New York City" and "NYC", which share no
-/// word. Objects that are not the same fact still conflict by rule (a functional predicate).
+/// word. Never when they differ in a value ([`crate::policy::values::difference`]): a
+/// changed number, code, name, state or negation is a new statement, which supersedes the old
+/// one for a functional predicate. Objects that are not the same fact still conflict by rule.
 pub fn decide_with(
     candidate: &Candidate,
     known: &[Memory],
@@ -453,8 +455,11 @@ pub fn decide_with(
     let mut conflict: Option<&Memory> = None;
     for (memory, object) in facts {
         let current = memory.validity.valid_until.is_none();
-        let same = word_overlap(object, &candidate.object) >= SAME_FACT_OVERLAP
+        // Alike in words or in meaning, and agreeing on every value: "version 1.2" and
+        // "version 1.3" are close in both, and still two facts.
+        let alike = word_overlap(object, &candidate.object) >= SAME_FACT_OVERLAP
             || similarity(object, &candidate.object).is_some_and(|s| s >= same_from);
+        let same = alike && crate::policy::values::difference(object, &candidate.object).is_none();
         if same {
             if current || memory.validity.holds_at(candidate.said_at) {
                 return Decision::Same(memory.id);

@@ -26,6 +26,36 @@ pub fn weight(outcome: Outcome, feedback: Option<&str>) -> f64 {
     }
 }
 
+/// Two experiences are comparably relevant to a task when their relevance differs by at most
+/// this (on the absolute 0..1 scale of cosine similarity): only then does the outcome reorder
+/// them. A different task that succeeded never passes the same task that failed.
+pub const COMPARABLE_RELEVANCE: f64 = 0.05;
+
+/// The order in which experiences are shown, as indices into `items` of (relevance, outcome
+/// weight): by relevance, in bands that each start at the most relevant experience not yet
+/// placed and hold those within [`COMPARABLE_RELEVANCE`] of it; inside a band, by weight
+/// ([`weight`]), then relevance, then position. Relevance must be absolute (the same task
+/// scores the same whatever else is found), not normalised to the best hit.
+pub fn rank(items: &[(f64, f64)]) -> Vec<usize> {
+    let mut by_relevance: Vec<usize> = (0..items.len()).collect();
+    by_relevance.sort_by(|&a, &b| items[b].0.total_cmp(&items[a].0).then(a.cmp(&b)));
+    let mut order = Vec::with_capacity(items.len());
+    let mut start = 0;
+    while start < by_relevance.len() {
+        let top = items[by_relevance[start]].0;
+        let end = (start..by_relevance.len())
+            .find(|&i| top - items[by_relevance[i]].0 > COMPARABLE_RELEVANCE)
+            .unwrap_or(by_relevance.len());
+        let mut band = by_relevance[start..end].to_vec();
+        band.sort_by(|&a, &b| {
+            items[b].1.total_cmp(&items[a].1).then(items[b].0.total_cmp(&items[a].0)).then(a.cmp(&b))
+        });
+        order.extend(band);
+        start = end;
+    }
+    order
+}
+
 /// Experiences with the same key are near-duplicates: the same task (its content words, in any
 /// order, case and punctuation aside) with the same outcome.
 pub fn duplicate_key(task: &str, outcome: Outcome) -> String {
@@ -73,6 +103,40 @@ pub fn clusters(vectors: &[Vec<f32>], threshold: f64) -> Vec<Vec<usize>> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_same_task_failed_comes_before_another_task_succeeded() {
+        // "Sort the rows of the grid by their sum" (failed, no lesson) against "Count the blue
+        // cells in each row" (succeeded), for "order each row of the grid by the total of its values".
+        let items = [(0.52, weight(Outcome::Success, None)), (0.81, weight(Outcome::Failure, None))];
+        assert_eq!(rank(&items), vec![1, 0]);
+        // Comparably relevant: what worked first.
+        let close = [(0.80, weight(Outcome::Failure, None)), (0.78, weight(Outcome::Success, None))];
+        assert_eq!(rank(&close), vec![1, 0]);
+    }
+
+    proptest! {
+        /// Every experience is placed once; one clearly more relevant than another always comes
+        /// first; and only comparably relevant ones are reordered by outcome.
+        #[test]
+        fn relevance_first_outcome_within_a_margin(
+            items in prop::collection::vec((0.0f64..1.0, prop::sample::select(vec![0.3, 0.7, 0.8, 1.0])), 0..24)
+        ) {
+            let order = rank(&items);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(sorted, (0..items.len()).collect::<Vec<_>>());
+            for (i, &a) in order.iter().enumerate() {
+                for &b in &order[i + 1..] {
+                    prop_assert!(items[b].0 <= items[a].0 + COMPARABLE_RELEVANCE,
+                        "{:?} placed before the clearly more relevant {:?}", items[a], items[b]);
+                    if items[b].0 > items[a].0 {
+                        prop_assert!(items[a].1 > items[b].1, "{:?} before {:?} only for its outcome", items[a], items[b]);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn failures_that_teach_outrank_failures_that_do_not() {

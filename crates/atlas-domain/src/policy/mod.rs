@@ -24,3 +24,4 @@ pub mod retain;
 pub mod strategy;
 pub mod summary;
 pub mod text_fields;
+pub mod values;
