@@ -232,9 +232,10 @@ fn measure(
     Ok(())
 }
 
-/// Recall throughput of `readers` clients for `secs` seconds, in four alternating phases: the
+/// Recall throughput of `readers` clients for `secs` seconds, in eight alternating phases: the
 /// server's token with the user named in the body, then each reader with its user's key (the
-/// server forces the same scope), twice each, so that drift over the run falls on both.
+/// server forces the same scope), four times each, so that drift over the run (the background
+/// embedder catching up, the caches) falls on both alike.
 fn tenant_cost(
     addr: SocketAddr,
     queries: &[String],
@@ -243,7 +244,7 @@ fn tenant_cost(
     readers: usize,
 ) -> Result<()> {
     println!();
-    println!("tenant keys against one token: {readers} readers, 4 phases of {} s…", (secs / 4).max(5));
+    println!("tenant keys against one token: {readers} readers, 8 phases of {} s…", (secs / 8).max(5));
     let queries: Arc<Vec<String>> = Arc::new(queries.to_vec());
     let phase = |with_keys: bool| -> (usize, usize, f64) {
         let stop = Arc::new(AtomicBool::new(false));
@@ -263,7 +264,7 @@ fn tenant_cost(
             })
             .collect();
         let started = Instant::now();
-        std::thread::sleep(Duration::from_secs((secs / 4).max(5)));
+        std::thread::sleep(Duration::from_secs((secs / 8).max(5)));
         stop.store(true, Ordering::Relaxed);
         let (mut done, mut errors) = (0, 0);
         for t in threads {
@@ -274,7 +275,7 @@ fn tenant_cost(
         (done, errors, started.elapsed().as_secs_f64())
     };
     let mut totals = [(0usize, 0usize, 0f64); 2];
-    for with_keys in [false, true, false, true] {
+    for with_keys in [false, true, true, false, false, true, true, false] {
         let (done, errors, took) = phase(with_keys);
         let total = &mut totals[usize::from(with_keys)];
         total.0 += done;
