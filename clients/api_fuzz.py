@@ -27,14 +27,16 @@ into a virtual environment and runs this with its Python.
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import schemathesis
+
+# The sibling module of the checks (this folder is on sys.path when a script runs from it).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving import check, free_port, wait_healthy  # noqa: E402
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
@@ -48,29 +50,6 @@ def ndjson(ctx, value):
         return value.encode("utf-8", "surrogatepass")
     # Negative mode may generate a non-string: send it as a JSON line.
     return json.dumps(value).encode()
-
-
-def check(condition, message):
-    if not condition:
-        raise AssertionError(message)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(server, port):
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
-            return
-        except OSError:
-            check(server.poll() is None, f"atlas serve exited with {server.returncode}")
-            check(time.monotonic() < deadline, "atlas serve did not answer /healthz within 60 s")
-            time.sleep(0.1)
 
 
 def config(work, examples):

@@ -17,23 +17,19 @@ hashes verified) into a virtual environment and runs this; `cargo xtask ci` runs
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import httpx2
+
+# The sibling module of the checks (this folder is on sys.path when a script runs from it).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving import check, free_port, wait_healthy  # noqa: E402
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 REQUIRED_TOOLS = {"remember", "recall", "get", "forget", "stats"}
-
-
-def check(condition, message):
-    if not condition:
-        raise AssertionError(message)
 
 
 def structured(result):
@@ -134,12 +130,6 @@ async def tenants(atlas, db, url):
     print("ok  tenants over /mcp: keys added while serving; each sees only its own; another's id not found")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def main(atlas, work):
     empty = work / "empty.jsonl"
     empty.write_text("")
@@ -152,15 +142,7 @@ async def main(atlas, work):
     port = free_port()
     server = subprocess.Popen([atlas, "--db", str(work / "http.db"), "serve", "--listen", f"127.0.0.1:{port}"])
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
-                break
-            except OSError:
-                check(server.poll() is None, f"atlas serve exited with {server.returncode}")
-                check(time.monotonic() < deadline, "atlas serve did not answer /healthz within 60 s")
-                time.sleep(0.1)
+        wait_healthy(server, port)
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             await exercise(client, "streamable HTTP (atlas serve, /mcp)")
         await tenants(atlas, work / "http.db", f"http://127.0.0.1:{port}/mcp")
