@@ -374,10 +374,10 @@ fn confined(caller: &Caller, s: Option<ScopeArgs>, prefix: &str) -> Result<Scope
 
 /// The memory `id` if the caller may see it; another tenant's is not found, so that ids do not
 /// tell what exists.
-async fn own_memory(atlas: &Atlas, caller: &Caller, id: i64) -> Result<atlas_domain::Memory, ApiError> {
+async fn own_memory(atlas: &Atlas, caller: &Caller, id: i64) -> Result<atlas_runtime::MemoryDetail, ApiError> {
     let id = memory_id(id)?;
     match atlas.get(id).await? {
-        Some(detail) if caller.sees(&detail.memory.scope) => Ok(detail.memory),
+        Some(detail) if caller.sees(&detail.memory.scope) => Ok(detail),
         _ => Err(AtlasError::NotFound(id).into()),
     }
 }
@@ -423,12 +423,12 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
             Ok(json!({"results": results}))
         }
         Op::Get => {
-            let memory = own_memory(atlas, caller, args::<IdArgs>(arguments)?.id).await?;
-            let mut detail = atlas.get(memory.id).await?.ok_or(AtlasError::NotFound(memory.id))?;
+            let mut detail = own_memory(atlas, caller, args::<IdArgs>(arguments)?.id).await?;
+            let own = detail.memory.id;
             if *caller != Caller::All {
                 // Only edges between the caller's own memories: another tenant's ids stay unseen.
                 let ends: Vec<MemoryId> =
-                    detail.edges.iter().map(|e| if e.src == memory.id { e.dst } else { e.src }).collect();
+                    detail.edges.iter().map(|e| if e.src == own { e.dst } else { e.src }).collect();
                 let seen: std::collections::HashSet<MemoryId> =
                     atlas.get_many(ends).await?.into_iter().filter(|m| caller.sees(&m.scope)).map(|m| m.id).collect();
                 detail.edges.retain(|e| seen.contains(&e.src) || seen.contains(&e.dst) || e.src == e.dst);
@@ -436,7 +436,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
             Ok(wire::detail_value(&detail))
         }
         Op::Explain => {
-            let memory = own_memory(atlas, caller, args::<IdArgs>(arguments)?.id).await?;
+            let memory = own_memory(atlas, caller, args::<IdArgs>(arguments)?.id).await?.memory;
             let mut e = atlas.explain(memory.id).await?.ok_or(AtlasError::NotFound(memory.id))?;
             for list in [&mut e.sources, &mut e.replaced, &mut e.replaced_by, &mut e.entities] {
                 list.retain(|m| caller.sees(&m.scope));
@@ -445,7 +445,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         }
         Op::Forget => {
             let ForgetArgs { id, hard } = args(arguments)?;
-            let id = own_memory(atlas, caller, id).await.map(|m| m.id).or_else(|e| {
+            let id = own_memory(atlas, caller, id).await.map(|d| d.memory.id).or_else(|e| {
                 // A hard forget also reaches what only the archive still holds (an admin's).
                 if hard && *caller == Caller::All && e.status == 404 { memory_id(id) } else { Err(e) }
             })?;
@@ -503,13 +503,13 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         }
         Op::StrategyOutcome => {
             let OutcomeArgs { id, success } = args(arguments)?;
-            let id = own_memory(atlas, caller, id).await?.id;
+            let id = own_memory(atlas, caller, id).await?.memory.id;
             let strategy = atlas.update_strategy(id, success).await.map_err(|e| ApiError::from(e).or_field("id"))?;
             Ok(wire::strategy_value(&strategy))
         }
         Op::ConceptOutcome => {
             let OutcomeArgs { id, success } = args(arguments)?;
-            let id = own_memory(atlas, caller, id).await?.id;
+            let id = own_memory(atlas, caller, id).await?.memory.id;
             let concept = atlas.record_concept_use(id, success).await.map_err(|e| ApiError::from(e).or_field("id"))?;
             Ok(serde_json::to_value(concept).expect("a concept serialises"))
         }
