@@ -40,7 +40,7 @@ pub const INDEXED_FIELDS: [(&str, FieldType); 13] = [
     (field::DELETED_AT, FieldType::Integer),
     (crate::queue::field::VECTOR_QUEUE, FieldType::Integer),
     (crate::ledger::field::PENDING, FieldType::Integer),
-    (crate::write::CONSOLIDATED_AT, FieldType::Integer),
+    (crate::decode::CONSOLIDATED_AT, FieldType::Integer),
     // Last: an existing collection without it gets it once its points carry `terms`
     // (QdrantStore::upgrade_text_index).
     (field::TERMS, FieldType::Integer),

@@ -12,9 +12,10 @@
 //! its point, and the re-run cycle converges on the same outcome.
 
 use crate::collection::dense_vector_name;
+use crate::decode::CONSOLIDATED_AT;
 use crate::payload::field;
 use crate::queue::Claims;
-use crate::write::{CONSOLIDATED_AT, Landed};
+use crate::write::Landed;
 use crate::{QdrantStore, filter, ledger, meta};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
@@ -42,7 +43,7 @@ impl QdrantStore {
             .scroll_matching(filter)
             .await?
             .into_iter()
-            .map(|p| crate::decode(p, None).map(|d| d.0))
+            .map(|p| crate::decode::decode(p, None).map(|d| d.0))
             .collect()
     }
 
@@ -86,7 +87,7 @@ impl QdrantStore {
             }
             let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
             let episodes: Vec<Memory> =
-                page.points.into_iter().map(|p| crate::decode(p, None).map(|d| d.0)).collect::<Result<_>>()?;
+                page.points.into_iter().map(|p| crate::decode::decode(p, None).map(|d| d.0)).collect::<Result<_>>()?;
             let ids: Vec<MemoryId> = episodes.iter().map(|m| m.id).collect();
             let attempts = meta::attempts_of(&self.meta, &ids).await?;
             for m in episodes {
@@ -242,7 +243,7 @@ impl Consolidator for QdrantStore {
             .filter(filter)
             .order_by(order)
             .limit(limit.min(u32::MAX as usize) as u32)
-            .with_payload(crate::include(&["effects.cycle.report"]))
+            .with_payload(crate::decode::include(&["effects.cycle.report"]))
             .with_vectors(false);
         let page = self.meta.call("scroll", self.meta.client().scroll(request.build())).await?;
         Ok(page

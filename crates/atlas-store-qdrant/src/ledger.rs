@@ -447,14 +447,14 @@ pub async fn foreign_among(collection: &Collection, ids: &[MemoryId], number: i6
         let point_ids =
             chunk.iter().map(|id| crate::payload::point_id(*id).map(PointId::from)).collect::<Result<Vec<_>>>()?;
         let request = GetPointsBuilder::new(collection.name(), point_ids)
-            .with_payload(crate::include(&[field::WRITE]))
+            .with_payload(crate::decode::include(&[field::WRITE]))
             .with_vectors(false);
         let found =
             collection.call("read back written points", collection.client().get_points(request.build())).await?;
         let mine: std::collections::HashSet<MemoryId> = found
             .iter()
             .filter(|p| p.payload.get(field::WRITE).and_then(|v| v.as_integer()) == Some(number))
-            .map(|p| crate::memory_id(p.id.as_ref()))
+            .map(|p| crate::decode::memory_id(p.id.as_ref()))
             .collect::<Result<_>>()?;
         foreign.extend(chunk.iter().filter(|id| !mine.contains(id)));
     }

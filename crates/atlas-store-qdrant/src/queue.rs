@@ -84,7 +84,7 @@ impl Claims {
             return Ok(Vec::new());
         }
         let held = self.claim_points(memories, point_ids(ids)?, must, owner, now, until).await?;
-        let mut held = held.iter().map(|id| crate::memory_id(Some(id))).collect::<Result<Vec<_>>>()?;
+        let mut held = held.iter().map(|id| crate::decode::memory_id(Some(id))).collect::<Result<Vec<_>>>()?;
         held.sort();
         Ok(held)
     }
@@ -112,7 +112,7 @@ impl Claims {
             .wait(true);
         points.call(self.what, points.client().set_payload(request.build())).await?;
         let request = GetPointsBuilder::new(points.name(), ids)
-            .with_payload(crate::include(&[self.until, self.owner]))
+            .with_payload(crate::decode::include(&[self.until, self.owner]))
             .with_vectors(false);
         let read = points.call("read the claims", points.client().get_points(request.build())).await?;
         Ok(read
@@ -171,7 +171,7 @@ pub async fn candidates(memories: &Collection, owner: &str, now: i64, limit: usi
         .with_payload(false)
         .with_vectors(false);
     let page = memories.call("scroll", memories.client().scroll(request.build())).await?;
-    page.points.into_iter().map(|p| crate::memory_id(p.id.as_ref())).collect()
+    page.points.into_iter().map(|p| crate::decode::memory_id(p.id.as_ref())).collect()
 }
 
 /// Claims queued `ids` for `owner` until `until`; returns those it holds.

@@ -3,22 +3,22 @@
 //! committed, rolled forward. Also what rolling forward applies, and the recovery any process
 //! runs at open and, while it lives, once per write lease.
 
+use crate::decode::{CONSOLIDATED_AT, Kept, include, memory_id};
 use crate::ledger::{self, Begun, Write};
 use crate::payload::field;
 use crate::{QdrantStore, meta};
-use atlas_domain::ports::Receipt;
+use atlas_domain::policy::embedding::line;
+use atlas_domain::ports::{MemoryStore, Receipt};
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, Result, encode_id_runs};
 use qdrant_client::qdrant::{Condition, Filter, PointStruct, SetPayloadPointsBuilder, UpdateMode, UpsertPointsBuilder};
 use serde_json::{Value, json};
+use std::collections::HashMap;
 
 /// How many times a batch takes new ids after a collision before the insert fails.
 const COLLISION_RETRIES: usize = 5;
 
 /// Key of a sleep cycle's effects: the owner whose claims its roll-forward releases.
 pub(crate) const CLAIMANT: &str = "claimant";
-
-/// Payload field of episodes the sleep cycle processed: when it did (indexed; kept by rewrites).
-pub const CONSOLIDATED_AT: &str = "consolidated_at";
 
 /// How a write's points land.
 pub(crate) enum Landing<'a> {
@@ -193,8 +193,8 @@ impl QdrantStore {
             let ids = self.clock.take(batch.len() as u64);
             let linked = self.predecessors(batch, &ids).await?;
             let memories = self.with_context(batch.to_vec(), &linked).await?;
-            let points = memories.iter().map(|m| self.point(m, None, crate::Kept::default())).collect::<Result<_>>()?;
-            let edges = crate::temporal_edges(&memories, &linked);
+            let points = memories.iter().map(|m| self.point(m, None, Kept::default())).collect::<Result<_>>()?;
+            let edges = temporal_edges(&memories, &linked);
             let foreign = self.land(write, &ids, points, &edges, Landing::New).await?;
             if foreign.is_empty() {
                 return Ok((ids, memories));
@@ -288,14 +288,14 @@ impl QdrantStore {
             .filter(Filter { must, must_not: vec![crate::filter::pending()], ..Filter::default() })
             .order_by(order)
             .limit(PREDECESSOR_PAGE as u32)
-            .with_payload(crate::include(&[field::EVENT_TIME]))
+            .with_payload(include(&[field::EVENT_TIME]))
             .with_vectors(false);
         let page = self.collection.call("scroll", self.collection.client().scroll(request.build())).await?;
         page.points
             .iter()
             .map(|p| {
                 let et = p.payload.get(field::EVENT_TIME).and_then(|v| v.as_integer()).unwrap_or(i64::MIN);
-                Ok((et, crate::memory_id(p.id.as_ref())?))
+                Ok((et, memory_id(p.id.as_ref())?))
             })
             .collect()
     }
@@ -401,4 +401,48 @@ pub(crate) fn cycle_effect(
 ) -> Value {
     let failed: Vec<Value> = failed.iter().map(|(id, e)| json!([id.0, e])).collect();
     json!({ "at": at, "processed": encode_id_runs(processed), "failed": failed, "report": report })
+}
+
+impl QdrantStore {
+    /// The batch as memories under their new ids, each episode carrying its predecessor's line
+    /// as context (the predecessor is in the batch or already stored).
+    async fn with_context(
+        &self,
+        batch: Vec<NewMemory>,
+        linked: &[(MemoryId, Option<MemoryId>)],
+    ) -> Result<Vec<Memory>> {
+        let mut memories: Vec<Memory> = batch.into_iter().zip(linked).map(|(m, (id, _))| m.with_id(*id)).collect();
+        let position: HashMap<MemoryId, usize> = memories.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        let outside: Vec<MemoryId> =
+            linked.iter().filter_map(|(_, prev)| *prev).filter(|p| !position.contains_key(p)).collect();
+        let stored: HashMap<MemoryId, String> = self.get_many(outside).await?.iter().map(|m| (m.id, line(m))).collect();
+        for (i, (_, prev)) in linked.iter().enumerate() {
+            memories[i].context = match prev {
+                Some(p) => match position.get(p) {
+                    Some(&j) => Some(line(&memories[j])),
+                    None => stored.get(p).cloned(),
+                },
+                None => None,
+            };
+        }
+        Ok(memories)
+    }
+}
+
+/// The temporal edge from each new episode's predecessor to it.
+fn temporal_edges(memories: &[Memory], linked: &[(MemoryId, Option<MemoryId>)]) -> Vec<Edge> {
+    memories
+        .iter()
+        .zip(linked)
+        .filter_map(|(m, (id, prev))| {
+            prev.map(|prev| Edge {
+                src: prev,
+                dst: *id,
+                kind: atlas_domain::EdgeKind::Temporal,
+                weight: 1.0,
+                validity: atlas_domain::Validity { valid_from: m.event_time, valid_until: None },
+                recorded_at: m.recorded_at,
+            })
+        })
+        .collect()
 }

@@ -2,9 +2,10 @@
 //! facts and entities a batch meets, and the batch applied in one transaction with its ledger
 //! row.
 
+use crate::SqliteStore;
 use crate::error::storage;
 use crate::sql::{MEMORY_COLUMNS, put_edge, query_memories};
-use crate::{SqliteStore, insert_all};
+use crate::writes::insert_all;
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator};

@@ -1,12 +1,15 @@
-//! SQL pieces shared by the queries: the filter clause, row ↔ record mapping, vector encoding.
+//! SQL pieces shared by the queries: the filter clause (and the ranked ids that pass it), row ↔
+//! record mapping, vector encoding.
 
+use crate::VECTOR_TABLE;
 use crate::error::storage;
+use atlas_domain::ports::ScoredId;
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Lifecycle, Memory, MemoryId, NewMemory, RecallFilter, Result, Scope, Timestamp,
     Validity,
 };
-use rusqlite::Row;
 use rusqlite::types::Value;
+use rusqlite::{Connection, Row};
 
 /// The columns [`memory_from_row`] reads, qualified by the alias `m`.
 pub const MEMORY_COLUMNS: &str = "m.id, m.text, m.scope_user, m.scope_agent, m.scope_session, m.event_time, \
@@ -157,4 +160,58 @@ pub fn put_edge(conn: &rusqlite::Connection, e: &atlas_domain::Edge) -> Result<(
     ])
     .map_err(storage)?;
     Ok(())
+}
+
+pub(crate) fn vector_table_exists(conn: &Connection) -> Result<bool> {
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?", [VECTOR_TABLE], |r| r.get::<_, i64>(0))
+        .map(|n| n > 0)
+        .map_err(storage)
+}
+/// The first `limit` of `ranked` that pass the filter, in order. Asks SQL about the head of the
+/// list first and about more only while the filter rejects too many, since most filters admit
+/// most memories and each id checked costs a lookup.
+pub(crate) fn first_admitted(
+    conn: &Connection,
+    ranked: &[ScoredId],
+    clause: &str,
+    filter_params: &[Value],
+    limit: usize,
+) -> Result<Vec<ScoredId>> {
+    let mut hits = Vec::with_capacity(limit.min(ranked.len()));
+    let (mut start, mut window) = (0, limit + limit / 4 + 16);
+    while hits.len() < limit && start < ranked.len() {
+        let end = (start + window).min(ranked.len());
+        let ids: Vec<i64> = ranked[start..end].iter().map(|h| h.id.0).collect();
+        let admitted = admitted_ids(conn, &ids, clause, filter_params)?;
+        hits.extend(ranked[start..end].iter().filter(|h| admitted.contains(&h.id.0)).take(limit - hits.len()));
+        start = end;
+        window *= 4;
+    }
+    Ok(hits)
+}
+
+/// Which of `ids` pass the filter `clause`; asked in chunks to stay under SQLite's limit on
+/// bound parameters.
+pub(crate) fn admitted_ids(
+    conn: &Connection,
+    ids: &[i64],
+    clause: &str,
+    filter_params: &[Value],
+) -> Result<std::collections::HashSet<i64>> {
+    let mut admitted = std::collections::HashSet::with_capacity(ids.len());
+    for chunk in ids.chunks(4096) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        // By rowid, always: with a kind in the filter the planner would rather walk the kind
+        // index over every memory of those kinds (measured: 15 ms instead of 2 for 1,024 ids
+        // among 100k memories).
+        let sql = format!("SELECT m.id FROM memories m NOT INDEXED WHERE m.id IN ({marks}) AND {clause}");
+        let mut params: Vec<Value> = chunk.iter().map(|id| Value::Integer(*id)).collect();
+        params.extend(filter_params.iter().cloned());
+        let mut stmt = conn.prepare_cached(&sql).map_err(storage)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(0)).map_err(storage)?;
+        for id in rows {
+            admitted.insert(id.map_err(storage)?);
+        }
+    }
+    Ok(admitted)
 }

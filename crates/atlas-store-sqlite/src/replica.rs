@@ -1,0 +1,231 @@
+//! The replica port on SQLite: batches exported with their vectors and edges, restores (plain
+//! and keyed) that upsert rows as they were, and reserved id ranges.
+
+use crate::error::storage;
+use crate::receipts::{read_receipt, record_receipt, wall_clock_ms};
+use crate::sql::{
+    EDGE_COLUMNS, MEMORY_COLUMNS, blob_vector, json_columns, lifecycle_columns, put_edge, query_edges, query_memories,
+    vector_blob, vector_table_exists,
+};
+use crate::text_cache::Fields;
+use crate::writes::stored_fields;
+use crate::{SqliteStore, VECTOR_TABLE};
+use async_trait::async_trait;
+use atlas_domain::ports::{Receipt, Replica, StoredMemory};
+use atlas_domain::{AtlasError, Edge, MemoryId, Result, Timestamp};
+use rusqlite::params;
+use rusqlite::types::Value;
+
+#[async_trait]
+impl Replica for SqliteStore {
+    async fn export_batch(&self, after: Option<MemoryId>, limit: usize) -> Result<Vec<StoredMemory>> {
+        self.readers
+            .read(move |conn| {
+                let after = after.map_or(0, |a| a.0);
+                let sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > ? ORDER BY m.id LIMIT ?");
+                let memories = query_memories(conn, &sql, &[Value::Integer(after), Value::Integer(limit as i64)])?;
+                let Some(last) = memories.last().map(|m| m.id.0) else {
+                    return Ok(Vec::new());
+                };
+                let range = [Value::Integer(after), Value::Integer(last)];
+                let mut vectors = std::collections::HashMap::new();
+                if vector_table_exists(conn)? {
+                    let mut stmt = conn
+                        .prepare_cached(&format!(
+                            "SELECT rowid, embedding FROM {VECTOR_TABLE} WHERE rowid > ? AND rowid <= ?"
+                        ))
+                        .map_err(storage)?;
+                    let rows = stmt
+                        .query_map(rusqlite::params_from_iter(range.iter()), |r| {
+                            Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                        })
+                        .map_err(storage)?;
+                    for row in rows {
+                        let (id, blob) = row.map_err(storage)?;
+                        vectors.insert(id, blob_vector(&blob));
+                    }
+                }
+                let mut edges: std::collections::HashMap<i64, Vec<Edge>> = std::collections::HashMap::new();
+                let sql = format!(
+                    "SELECT {EDGE_COLUMNS} FROM edges WHERE src > ?1 AND src <= ?2 AND src >= dst \
+                     UNION ALL SELECT {EDGE_COLUMNS} FROM edges WHERE dst > ?1 AND dst <= ?2 AND dst > src"
+                );
+                for edge in query_edges(conn, &sql, &range)? {
+                    edges.entry(edge.src.max(edge.dst).0).or_default().push(edge);
+                }
+                Ok(memories
+                    .into_iter()
+                    .map(|memory| StoredMemory {
+                        vector: vectors.remove(&memory.id.0),
+                        edges: edges.remove(&memory.id.0).unwrap_or_default(),
+                        memory,
+                    })
+                    .collect())
+            })
+            .await
+    }
+
+    async fn restore(&self, batch: Vec<StoredMemory>) -> Result<()> {
+        self.restore_keyed(None, batch).await.map(|_| ())
+    }
+
+    async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
+        self.restore_keyed(Some(key), batch).await
+    }
+
+    async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
+        self.writer
+            .write(move |conn| {
+                // AUTOINCREMENT never hands out an id at or below sqlite_sequence's: raising it
+                // reserves the range for good.
+                let top: i64 = conn
+                    .query_row(
+                        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0), \
+                         coalesce((SELECT max(id) FROM memories), 0))",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .map_err(storage)?;
+                let end = top + count as i64;
+                let updated = conn
+                    .execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'memories'", [end])
+                    .map_err(storage)?;
+                if updated == 0 {
+                    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('memories', ?)", [end])
+                        .map_err(storage)?;
+                }
+                Ok(MemoryId(top + 1))
+            })
+            .await
+    }
+}
+impl SqliteStore {
+    async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
+        let model = self.bound_model();
+        let fields: Vec<Fields> = batch
+            .iter()
+            .map(|s| Fields {
+                id: s.memory.id.0,
+                text: s.memory.text.clone(),
+                speaker: s.memory.body.speaker().map(str::to_owned),
+                context: s.memory.context.clone(),
+            })
+            .collect();
+        if let Some(item) = batch.iter().find(|m| m.vector.is_some()) {
+            let dim = item.vector.as_ref().map_or(0, Vec::len);
+            match &model {
+                None => {
+                    return Err(AtlasError::Storage(
+                        "no embedding model is bound to this store; bind one before restoring vectors".into(),
+                    ));
+                }
+                Some(m) if batch.iter().filter_map(|i| i.vector.as_ref()).any(|v| v.len() != m.dimension) => {
+                    return Err(AtlasError::Embedding(format!(
+                        "vector for memory {} has {dim} dimensions, the store's model {} has {}",
+                        item.memory.id, m.name, m.dimension
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let outcome = self
+            .writer
+            .write(move |conn| {
+                if let Some(key) = &key
+                    && let Some(receipt) = read_receipt(conn, key)?
+                {
+                    return Ok(Err(receipt));
+                }
+                let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();
+                let has_vectors = vector_table_exists(conn)?;
+                let mut replaced = Vec::new();
+                let mut upsert = conn
+                    .prepare_cached(
+                        "INSERT INTO memories (id, kind, text, speaker, scope_user, scope_agent, scope_session, \
+                         event_time, recorded_at, valid_from, valid_until, meta, body, context, deleted_at, \
+                         lifecycle) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
+                         kind = excluded.kind, text = excluded.text, speaker = excluded.speaker, \
+                         scope_user = excluded.scope_user, scope_agent = excluded.scope_agent, \
+                         scope_session = excluded.scope_session, event_time = excluded.event_time, \
+                         recorded_at = excluded.recorded_at, valid_from = excluded.valid_from, \
+                         valid_until = excluded.valid_until, meta = excluded.meta, body = excluded.body, \
+                         context = excluded.context, deleted_at = excluded.deleted_at, \
+                         lifecycle = excluded.lifecycle",
+                    )
+                    .map_err(storage)?;
+                let mut enqueue =
+                    conn.prepare_cached("INSERT OR IGNORE INTO vector_queue (id) VALUES (?)").map_err(storage)?;
+                let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
+                let mut written = Vec::new();
+                for item in batch {
+                    let m = &item.memory;
+                    replaced.extend(stored_fields(conn, m.id.0)?);
+                    let (meta, body) = json_columns(&m.to_new())?;
+                    let (deleted_at, lifecycle) = lifecycle_columns(&m.lifecycle);
+                    upsert
+                        .execute(params![
+                            m.id.0,
+                            m.kind().as_str(),
+                            m.text,
+                            m.body.speaker(),
+                            m.scope.user,
+                            m.scope.agent,
+                            m.scope.session,
+                            m.event_time.millis(),
+                            m.recorded_at.millis(),
+                            m.validity.valid_from.millis(),
+                            m.validity.valid_until.map(Timestamp::millis),
+                            meta,
+                            body,
+                            m.context,
+                            deleted_at,
+                            lifecycle,
+                        ])
+                        .map_err(storage)?;
+                    for e in &item.edges {
+                        put_edge(conn, e)?;
+                    }
+                    if has_vectors {
+                        conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [m.id.0])
+                            .map_err(storage)?;
+                    }
+                    match item.vector {
+                        Some(v) => {
+                            conn.execute(
+                                &format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"),
+                                params![m.id.0, vector_blob(&v)],
+                            )
+                            .map_err(storage)?;
+                            dequeue.execute([m.id.0]).map_err(storage)?;
+                            crate::cache_file::log_changed(conn, m.id.0)?;
+                            written.push((m.id, Some(v)));
+                        }
+                        None => {
+                            enqueue.execute([m.id.0]).map_err(storage)?;
+                            written.push((m.id, None));
+                        }
+                    }
+                }
+                let receipt = match &key {
+                    Some(key) => record_receipt(conn, key, ids)?,
+                    None => Receipt { ids, replayed: false, recorded_at: Timestamp(wall_clock_ms()) },
+                };
+                Ok(Ok((written, replaced, receipt)))
+            })
+            .await?;
+        let (written, replaced, receipt) = match outcome {
+            Ok(done) => done,
+            Err(replayed) => return Ok(replayed),
+        };
+        if let Some(index) = self.vector_cache.write().expect("vector cache lock").as_mut() {
+            for (id, v) in &written {
+                match v {
+                    Some(v) => index.upsert(id.0, v),
+                    None => index.remove(id.0),
+                }
+            }
+        }
+        self.update_text_cache(replaced, fields).await;
+        Ok(receipt)
+    }
+}
