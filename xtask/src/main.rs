@@ -9,6 +9,7 @@ mod bench_recall;
 mod bench_serve;
 mod clients;
 mod english;
+mod eval;
 mod fixtures;
 mod qdrant_migration;
 mod rng;
@@ -52,6 +53,9 @@ enum Task {
         #[command(subcommand)]
         which: bench::Which,
     },
+    /// Recall on LoCoMo dev and BEAM dev with their BM25 floors, as one table (the harnesses and
+    /// data sets live in ../shared/eval, outside the repository).
+    Eval(eval::Eval),
     /// Regenerates committed fixtures.
     Fixtures,
     /// Model files and the ONNX Runtime library (see models/manifest.toml).
@@ -92,6 +96,7 @@ fn main() -> Result<()> {
         Task::MigrateToQdrant(args) => qdrant_migration::to_qdrant(args),
         Task::MigrateFromQdrant(args) => qdrant_migration::from_qdrant(args),
         Task::Bench { which } => bench::run(which),
+        Task::Eval(args) => eval::run(args),
         Task::Fixtures => fixtures::generate(&root()),
         Task::Models { action: ModelsAction::Fetch } => fetch_models(),
     }

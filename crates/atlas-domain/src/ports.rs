@@ -179,7 +179,18 @@ pub trait VectorIndex: Send + Sync {
 
     /// Nearest memories to `query` by cosine similarity (score = similarity), best first.
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
+
+    /// The mean of the stored vectors, `None` while none is stored: exact, or estimated from a
+    /// uniform sample of at least [`MEAN_VECTOR_SAMPLE`] of them, and cheap enough to ask on every
+    /// recall (stores keep it or cache it). It is the direction every embedding of the space
+    /// shares, which recall takes out of the query
+    /// ([`crate::policy::embedding::away_from_mean`]).
+    async fn mean_vector(&self) -> Result<Option<Vec<f32>>>;
 }
+
+/// The fewest vectors a store estimates [`VectorIndex::mean_vector`] from when it does not keep
+/// it exactly: the standard error of each component is then under 2% of its spread.
+pub const MEAN_VECTOR_SAMPLE: usize = 4096;
 
 /// A memory with everything a store keeps about it, for copying it to another store.
 #[derive(Debug, Clone, PartialEq)]

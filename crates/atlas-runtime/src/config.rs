@@ -334,6 +334,11 @@ pub struct RecallConfig {
     /// Hits whose words overlap at least this much (Jaccard) with a better hit fold into it,
     /// listed as its duplicates; above 1 nothing folds.
     pub duplicate_threshold: f64,
+    /// Search vectors with the query's direction away from the space's mean vector
+    /// ([`atlas_domain::policy::embedding::away_from_mean`]): helps spaces of long messages
+    /// (BEAM dev R@10 0.560 → 0.603), costs short chat turns (LoCoMo dev 0.833 → 0.809;
+    /// docs/EVAL.md). Off by default.
+    pub centre_query: bool,
     /// At most this long (ms) a recall spends embedding memories still waiting for a vector
     /// before it answers (0: none); what is left waits for the background task or
     /// `atlas embed-pending`, and full text covers it meanwhile.
@@ -358,6 +363,7 @@ impl Default for RecallConfig {
             recency_weight: 0.1,
             recency_half_life_days: 30.0,
             duplicate_threshold: 0.8,
+            centre_query: false,
             embed_budget_ms: 250,
         }
     }

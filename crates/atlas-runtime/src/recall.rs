@@ -3,7 +3,7 @@
 use crate::Parts;
 use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
-use atlas_domain::policy::embedding::line;
+use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
@@ -241,7 +241,10 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
         };
         let t = Instant::now();
-        let query = embedder.embed_query(request.query.clone()).await?;
+        // The space's mean vector is kept or cached by the store; read it while the model runs.
+        let mean = async { if config.centre_query { parts.vectors.mean_vector().await } else { Ok(None) } };
+        let (query, mean) = tokio::join!(embedder.embed_query(request.query.clone()), mean);
+        let query = away_from_mean(&query?, mean?.as_deref());
         record(&embed_us, t);
         let t = Instant::now();
         let (hits, pending) = tokio::join!(

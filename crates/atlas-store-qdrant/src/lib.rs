@@ -137,6 +137,10 @@ pub struct QdrantStore {
     write_lease: Duration,
     /// When this instance last finished other processes' stalled writes.
     recovered: std::sync::Mutex<std::time::Instant>,
+    /// The space's mean vector as last estimated ([`vector_index`]).
+    mean: tokio::sync::Mutex<Option<vector_index::MeanEstimate>>,
+    /// Vectors this store wrote or deleted, to know when an exact mean is stale.
+    vector_writes: std::sync::atomic::AtomicU64,
 }
 impl QdrantStore {
     /// Opens the memory space `options.space` on the server in `options` (or, when no name is
@@ -193,6 +197,8 @@ impl QdrantStore {
             clock: ledger::IdClock::new(0),
             write_lease: options.write_lease.max(Duration::from_millis(100)),
             recovered: std::sync::Mutex::new(std::time::Instant::now()),
+            mean: tokio::sync::Mutex::new(None),
+            vector_writes: std::sync::atomic::AtomicU64::new(0),
         };
         store.index_new_fields().await?;
         store.move_legacy_state().await?;

@@ -80,6 +80,7 @@ impl MemoryStore for QdrantStore {
             self.collection.upsert(chunk.to_vec()).await?;
         }
         self.collection.delete_points(&[id]).await?;
+        self.vector_writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         meta::delete_edges_of(&self.meta, &[id]).await?;
         Ok(true)
     }

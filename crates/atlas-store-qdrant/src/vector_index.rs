@@ -7,10 +7,14 @@ use crate::decode::memory_id;
 use crate::payload::point_id;
 use crate::{QdrantStore, filter, meta, now_nanos, queue};
 use async_trait::async_trait;
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, ScoredId, VECTOR_CLAIM_MS, VectorIndex};
+use atlas_domain::ports::{EmbeddingModel, MEAN_VECTOR_SAMPLE, MemoryStore, ScoredId, VECTOR_CLAIM_MS, VectorIndex};
 use atlas_domain::{AtlasError, Memory, MemoryId, RecallFilter, Result};
-use qdrant_client::qdrant::{Filter, PointId, PointVectors, QueryPointsBuilder, UpdatePointVectorsBuilder, Vector};
+use qdrant_client::qdrant::{
+    Filter, PointId, PointVectors, Query, QueryPointsBuilder, Sample, UpdatePointVectorsBuilder, Vector,
+    VectorsSelector, vector_output,
+};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 impl QdrantStore {
     /// Runs a nearest-neighbour query under `filter`, pushed down to the server.
@@ -49,6 +53,7 @@ impl VectorIndex for QdrantStore {
         self.collection.ensure(Some(&model)).await?;
         queue::enqueue_matching(&self.collection, Filter::default()).await?;
         meta::rebind_model(&self.meta, &model).await?;
+        *self.mean.lock().await = None;
         *self.model.write().expect("model lock") = Some(model);
         self.queued_vectors().await
     }
@@ -121,6 +126,7 @@ impl VectorIndex for QdrantStore {
             let request = UpdatePointVectorsBuilder::new(self.collection.name(), chunk.to_vec()).wait(true);
             self.collection.call("update vectors", self.collection.client().update_vectors(request.build())).await?;
         }
+        self.vector_writes.fetch_add(done.len() as u64, Ordering::Relaxed);
         queue::done(&self.collection, &done).await
     }
 
@@ -145,5 +151,74 @@ impl VectorIndex for QdrantStore {
             .limit(limit as u64)
             .with_payload(false);
         self.search(request, &filter).await
+    }
+
+    async fn mean_vector(&self) -> Result<Option<Vec<f32>>> {
+        let Some(model) = self.bound_model() else {
+            return Ok(None);
+        };
+        // Memories and vectors this store wrote: restores and imports carry vectors too.
+        let writes = self.vector_writes.load(Ordering::Relaxed) + self.writes.load(Ordering::Relaxed);
+        // One estimate at a time; recalls meanwhile wait for it rather than each asking.
+        let mut cached = self.mean.lock().await;
+        if let Some(estimate) = cached.as_ref()
+            && estimate.model == model
+            && estimate.at.elapsed() < MEAN_VECTOR_MAX_AGE
+            && (estimate.sampled >= MEAN_VECTOR_SAMPLE || estimate.writes == writes)
+        {
+            return Ok(estimate.mean.clone());
+        }
+        let (mean, sampled) = self.sampled_mean(&model).await?;
+        *cached = Some(MeanEstimate { at: std::time::Instant::now(), writes, sampled, model, mean: mean.clone() });
+        Ok(mean)
+    }
+}
+
+/// The space's mean vector as estimated at `at`, from `sampled` vectors, when this store had
+/// written `writes` vectors.
+pub(crate) struct MeanEstimate {
+    at: std::time::Instant,
+    writes: u64,
+    sampled: usize,
+    model: EmbeddingModel,
+    mean: Option<Vec<f32>>,
+}
+
+/// How long an estimate of the mean vector serves before it is sampled again: a space's mean
+/// moves slowly (a new memory changes it by 1 / n of its difference), and sampling costs a
+/// round trip with thousands of vectors. An exact mean (a space smaller than the sample) is
+/// counted again after this store writes vectors, so that a small space's recall is the same on
+/// every store.
+const MEAN_VECTOR_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl QdrantStore {
+    /// The mean of a uniform random sample of [`MEAN_VECTOR_SAMPLE`] committed points' vectors,
+    /// drawn by the server (all of them in a smaller space: then exact).
+    async fn sampled_mean(&self, model: &EmbeddingModel) -> Result<(Option<Vec<f32>>, usize)> {
+        if !self.collection.exists().await? {
+            return Ok((None, 0));
+        }
+        let name = dense_vector_name(model);
+        let committed = Filter { must_not: vec![filter::pending()], ..Default::default() };
+        let request = QueryPointsBuilder::new(self.collection.name())
+            .query(Query::new_sample(Sample::Random))
+            .filter(committed)
+            .limit(MEAN_VECTOR_SAMPLE as u64)
+            .with_payload(false)
+            .with_vectors(VectorsSelector::from(vec![name.clone()]));
+        let points = self.collection.call("sample vectors", self.collection.client().query(request.build())).await?;
+        let mut sum = vec![0.0f64; model.dimension];
+        let mut n = 0usize;
+        for p in points {
+            if let Some(vector_output::Vector::Dense(d)) = p.vectors.as_ref().and_then(|v| v.get_vector_by_name(&name))
+                && d.data.len() == sum.len()
+            {
+                for (acc, x) in sum.iter_mut().zip(&d.data) {
+                    *acc += f64::from(*x);
+                }
+                n += 1;
+            }
+        }
+        Ok(((n > 0).then(|| sum.into_iter().map(|x| (x / n as f64) as f32).collect()), n))
     }
 }

@@ -7,7 +7,7 @@ use crate::decode::{CONSOLIDATED_AT, Kept, include, memory_id};
 use crate::ledger::{self, Begun, Write};
 use crate::payload::field;
 use crate::{QdrantStore, meta};
-use atlas_domain::policy::embedding::line;
+use atlas_domain::policy::embedding::{context_from, line};
 use atlas_domain::ports::{MemoryStore, Receipt};
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, Result, encode_id_runs};
 use qdrant_client::qdrant::{Condition, Filter, PointStruct, SetPayloadPointsBuilder, UpdateMode, UpsertPointsBuilder};
@@ -405,7 +405,8 @@ pub(crate) fn cycle_effect(
 
 impl QdrantStore {
     /// The batch as memories under their new ids, each episode carrying its predecessor's line
-    /// as context (the predecessor is in the batch or already stored).
+    /// as context when it is short ([`context_from`]; the predecessor is in the batch or already
+    /// stored).
     async fn with_context(
         &self,
         batch: Vec<NewMemory>,
@@ -417,13 +418,14 @@ impl QdrantStore {
             linked.iter().filter_map(|(_, prev)| *prev).filter(|p| !position.contains_key(p)).collect();
         let stored: HashMap<MemoryId, String> = self.get_many(outside).await?.iter().map(|m| (m.id, line(m))).collect();
         for (i, (_, prev)) in linked.iter().enumerate() {
-            memories[i].context = match prev {
+            let predecessor = match prev {
                 Some(p) => match position.get(p) {
                     Some(&j) => Some(line(&memories[j])),
                     None => stored.get(p).cloned(),
                 },
                 None => None,
             };
+            memories[i].context = predecessor.as_deref().and_then(context_from);
         }
         Ok(memories)
     }

@@ -52,6 +52,9 @@ pub struct Index {
     /// Buffers of past sign-bit scans (the nearest pairs of distance and position), kept for
     /// reuse ([`crate::SEARCH_BUFFERS_KEPT`]).
     scan_buffers: std::sync::Mutex<Vec<Vec<(u32, u32)>>>,
+    /// The sum of the kept vectors (as kept: int8 codes times their scale), counted on the first
+    /// [`Index::mean`] and kept in step by every change after it.
+    sum: std::sync::Mutex<Option<Vec<f64>>>,
 }
 
 /// Where each memory's vector sits. Memory ids are mostly dense from 1, so a plain array
@@ -151,6 +154,7 @@ impl Index {
             scales: Vec::with_capacity(if codes > 0 { n } else { 0 }),
             position: Positions::with_capacity(n),
             scan_buffers: std::sync::Mutex::default(),
+            sum: std::sync::Mutex::default(),
             version: next_version(),
             written: std::sync::Mutex::default(),
             broken: None,
@@ -339,6 +343,7 @@ impl Index {
         let bits = self.sign_bits(v);
         let i = match self.position.get(id) {
             Some(i) => {
+                self.count_in_sum(i, -1.0);
                 self.bits[i * self.words..(i + 1) * self.words].copy_from_slice(&bits);
                 i
             }
@@ -370,10 +375,61 @@ impl Index {
                 self.scales[i] = scale;
             }
         }
+        self.count_in_sum(i, 1.0);
+    }
+
+    /// The vector kept at position `i` (int8 codes times their scale).
+    fn kept(&self, i: usize) -> std::io::Result<Vec<f32>> {
+        match self.precision {
+            Precision::F32 => Ok(self.vectors[i * self.dim..(i + 1) * self.dim].to_vec()),
+            Precision::Int8 => {
+                let mut codes = vec![0i8; self.dim];
+                self.read_codes(i, &mut codes)?;
+                Ok(codes.iter().map(|c| f32::from(*c) * self.scales[i]).collect())
+            }
+        }
+    }
+
+    /// Adds (`sign` 1) or takes out (−1) the vector at `i` from the sum, once it is kept.
+    fn count_in_sum(&mut self, i: usize, sign: f64) {
+        if self.sum.get_mut().expect("sum lock").is_none() {
+            return;
+        }
+        match self.kept(i) {
+            Ok(v) => {
+                let sum = self.sum.get_mut().expect("sum lock").as_mut().expect("kept sum");
+                for (acc, x) in sum.iter_mut().zip(v) {
+                    *acc += sign * f64::from(x);
+                }
+            }
+            // Counted again from the kept vectors on the next mean.
+            Err(_) => *self.sum.get_mut().expect("sum lock") = None,
+        }
+    }
+
+    /// The mean of the kept vectors (`None` when there are none): counted once, in one pass,
+    /// then kept in step by [`Index::upsert`] and [`Index::remove`].
+    pub fn mean(&self) -> std::io::Result<Option<Vec<f32>>> {
+        if self.ids.is_empty() {
+            return Ok(None);
+        }
+        let mut sum = self.sum.lock().expect("sum lock");
+        if sum.is_none() {
+            let mut counted = vec![0.0f64; self.dim];
+            for i in 0..self.ids.len() {
+                for (acc, x) in counted.iter_mut().zip(self.kept(i)?) {
+                    *acc += f64::from(x);
+                }
+            }
+            *sum = Some(counted);
+        }
+        let n = self.ids.len() as f64;
+        Ok(sum.as_ref().map(|s| s.iter().map(|x| (x / n) as f32).collect()))
     }
 
     pub fn remove(&mut self, id: i64) {
         let Some(i) = self.position.remove(id) else { return };
+        self.count_in_sum(i, -1.0);
         self.version = next_version();
         let last = self.ids.len() - 1;
         if i != last {
@@ -836,6 +892,31 @@ mod tests {
         assert_eq!((p.get(1 << 20), p.get(-5), p.get(1 << 40), p.get(2)), (Some(6), Some(4), Some(3), Some(1)));
         assert_eq!(p.remove(1 << 20), Some(6));
         assert_eq!((p.get(1 << 20), p.remove(1 << 20), p.get(4)), (None, None, None));
+    }
+
+    #[test]
+    fn the_mean_is_kept_in_step_with_every_change() {
+        for precision in [Precision::F32, Precision::Int8] {
+            let mut index = Index::with_capacity(16, precision, 0);
+            assert_eq!(index.mean().unwrap(), None);
+            let vectors: Vec<Vec<f32>> = (0..20).map(|i| unit(i, 16)).collect();
+            for (i, v) in vectors.iter().enumerate() {
+                index.upsert(i as i64 + 1, v);
+            }
+            let exact = |kept: &[&Vec<f32>]| -> Vec<f32> {
+                (0..16).map(|d| kept.iter().map(|v| v[d]).sum::<f32>() / kept.len() as f32).collect()
+            };
+            let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.01);
+            assert!(close(&index.mean().unwrap().unwrap(), &exact(&vectors.iter().collect::<Vec<_>>())));
+            // Replaced and removed after the first mean: kept in step, not counted again.
+            index.upsert(1, &vectors[5]);
+            index.remove(20);
+            index.remove(3);
+            let mut kept: Vec<&Vec<f32>> = vectors[1..19].iter().collect();
+            kept.remove(1);
+            kept.push(&vectors[5]);
+            assert!(close(&index.mean().unwrap().unwrap(), &exact(&kept)), "{precision:?}");
+        }
     }
 
     #[test]

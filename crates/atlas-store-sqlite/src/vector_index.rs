@@ -221,7 +221,43 @@ impl VectorIndex for SqliteStore {
             })
             .await
     }
+
+    async fn mean_vector(&self) -> Result<Option<Vec<f32>>> {
+        let Some(model) = self.bound_model() else {
+            return Ok(None);
+        };
+        let (cache, files) = (Arc::clone(&self.vector_cache), self.cache_files.clone());
+        let settings = (model.dimension, self.vector_precision, self.codes_in_file_from);
+        self.readers
+            .read(move |conn| {
+                on_index(conn, &cache, &files, settings, vector_cache::Index::mean)?
+                    .map_err(|e| AtlasError::Storage(format!("vector cache: {e}")))
+            })
+            .await
+    }
 }
+/// Runs `f` on the vector cache, loading it first when it is not (under the write guard, so
+/// that nothing clears it in between).
+fn on_index<T>(
+    conn: &Connection,
+    cache: &SharedCache,
+    files: &CacheFiles,
+    (dim, precision, in_file_from): (usize, Option<Precision>, usize),
+    f: impl Fn(&vector_cache::Index) -> T,
+) -> Result<T> {
+    let ready = |slot: &Option<vector_cache::Index>| slot.as_ref().is_some_and(|index| index.dim() == dim);
+    let shared = cache.read().expect("vector cache lock");
+    if ready(&shared) {
+        return Ok(f(shared.as_ref().expect("checked")));
+    }
+    drop(shared);
+    let mut slot = cache.write().expect("vector cache lock");
+    if !ready(&slot) {
+        *slot = Some(files.load_vectors(conn, cache, (dim, precision, in_file_from))?);
+    }
+    Ok(f(slot.as_ref().expect("loaded")))
+}
+
 /// Nearest memories under `filter`, by exact cosine. Candidates come from the in-memory index
 /// (loaded here on first use) and SQL keeps those that pass the filter. When the filter leaves
 /// too few of them, an exact scan over the filtered memories answers instead.
@@ -234,23 +270,12 @@ fn search_vector_sync(
     filter: &RecallFilter,
     limit: usize,
 ) -> Result<Vec<ScoredId>> {
-    let ready = |slot: &Option<vector_cache::Index>| slot.as_ref().is_some_and(|index| index.dim() == dim);
     // Outer error: loading failed; inner: the codes' file could not be read.
     type Shortlist = std::io::Result<(Vec<(i64, f32)>, usize)>;
     let shortlisted = || -> Result<Shortlist> {
-        let shared = cache.read().expect("vector cache lock");
-        if ready(&shared) {
-            let index = shared.as_ref().expect("checked");
-            return Ok(index.candidates(query, limit, shortlist).map(|found| (found, index.len())));
-        }
-        drop(shared);
-        // Load and search under the same write guard: nothing can clear it in between.
-        let mut slot = cache.write().expect("vector cache lock");
-        if !ready(&slot) {
-            *slot = Some(files.load_vectors(conn, cache, (dim, precision, in_file_from))?);
-        }
-        let index = slot.as_ref().expect("loaded");
-        Ok(index.candidates(query, limit, shortlist).map(|found| (found, index.len())))
+        on_index(conn, cache, files, (dim, precision, in_file_from), |index| {
+            index.candidates(query, limit, shortlist).map(|found| (found, index.len()))
+        })
     };
     let (candidates, total) = match shortlisted()? {
         Ok(found) => found,

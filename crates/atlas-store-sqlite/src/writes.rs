@@ -5,7 +5,7 @@ use crate::SqliteStore;
 use crate::error::storage;
 use crate::sql::json_columns;
 use crate::text_cache::Fields;
-use atlas_domain::policy::embedding::speaker_line;
+use atlas_domain::policy::embedding::{context_from, speaker_line};
 use atlas_domain::ports::ProgressFn;
 use atlas_domain::{MemoryKind, NewMemory, Result, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -94,10 +94,12 @@ pub(crate) fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Optio
     let mut ids = Vec::with_capacity(batch.len());
     for (i, m) in batch.iter().enumerate() {
         let (meta, body) = json_columns(m)?;
-        let prev: Option<(i64, String)> = match (m.kind(), &m.scope.session) {
+        // The predecessor is always linked; its line is carried as context only when short.
+        let prev: Option<(i64, Option<String>)> = match (m.kind(), &m.scope.session) {
             (MemoryKind::Episode, Some(session)) => previous
                 .query_row(params![session, m.event_time.millis(), m.scope.user, m.scope.agent], |r| {
-                    Ok((r.get(0)?, speaker_line(r.get::<_, Option<String>>(1)?.as_deref(), &r.get::<_, String>(2)?)))
+                    let line = speaker_line(r.get::<_, Option<String>>(1)?.as_deref(), &r.get::<_, String>(2)?);
+                    Ok((r.get(0)?, context_from(&line)))
                 })
                 .optional()
                 .map_err(storage)?,
@@ -117,14 +119,14 @@ pub(crate) fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Optio
                 m.validity.valid_until.map(Timestamp::millis),
                 meta,
                 body,
-                prev.as_ref().map(|(_, line)| line),
+                prev.as_ref().and_then(|(_, line)| line.as_ref()),
             ])
             .map_err(storage)?;
         let id = conn.last_insert_rowid();
         let context = prev.map(|(prev, line)| {
             link.execute(params![prev, id, m.event_time.millis(), m.recorded_at.millis()]).map(|_| line)
         });
-        let context = context.transpose().map_err(storage)?;
+        let context = context.transpose().map_err(storage)?.flatten();
         ids.push(Fields { id, text: m.text.clone(), speaker: m.body.speaker().map(str::to_owned), context });
         if let Some(p) = progress
             && (i + 1) % 1000 == 0

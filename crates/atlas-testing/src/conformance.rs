@@ -46,7 +46,8 @@ macro_rules! store_conformance {
                 restore_refuses_vectors_of_another_dimension, keyed_writes_happen_once, reserved_ids_are_never_taken,
                 own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
                 updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes,
-                access_keys_are_kept_and_revoked);
+                access_keys_are_kept_and_revoked, the_mean_vector_follows_what_is_stored,
+                a_long_turn_is_linked_but_not_carried_as_context);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -391,6 +392,66 @@ pub fn vector_queue_and_nearest_first<S: Store>(make: Make<S>) {
         store.put_vectors(vec![(MemoryId(9_999), e.embed_one("ghost"))]).await.unwrap();
         assert_eq!(store.stats().await.unwrap().vectors, 2, "vectors of unknown memories are dropped");
         assert!(store.search_vector(vec![1.0; DIM - 1], RecallFilter::default(), 10).await.is_err());
+    });
+}
+
+pub fn the_mean_vector_follows_what_is_stored<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = &subject.store;
+    runtime().block_on(async {
+        assert_eq!(store.mean_vector().await.unwrap(), None, "no model bound");
+        let ids = store
+            .insert(
+                vec![episode("red apples", None, 1), episode("green pears", None, 2), episode("blue whales", None, 3)],
+                None,
+            )
+            .await
+            .unwrap();
+        bind_test_model(store.as_ref()).await;
+        assert_eq!(store.mean_vector().await.unwrap(), None, "no vector stored yet");
+        let e = HashEmbedder::new(DIM);
+        let texts = ["red apples", "green pears", "blue whales"];
+        store.put_vectors(ids.iter().zip(texts).map(|(id, t)| (*id, e.embed_one(t))).collect()).await.unwrap();
+        let mean_of = |texts: &[&str]| -> Vec<f32> {
+            let vectors: Vec<Vec<f32>> = texts.iter().map(|t| e.embed_one(t)).collect();
+            (0..DIM).map(|d| vectors.iter().map(|v| v[d]).sum::<f32>() / vectors.len() as f32).collect()
+        };
+        // Within int8 codes' error, for stores that keep vectors as codes.
+        let close = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.02);
+        let mean = store.mean_vector().await.unwrap().expect("vectors are stored");
+        assert!(close(&mean, &mean_of(&texts)), "{mean:?}");
+        // A replaced vector and a forgotten memory move it.
+        store.put_vectors(vec![(ids[0], e.embed_one("yellow bananas"))]).await.unwrap();
+        let mean = store.mean_vector().await.unwrap().unwrap();
+        assert!(close(&mean, &mean_of(&["yellow bananas", "green pears", "blue whales"])), "{mean:?}");
+        assert!(store.forget(ids[2]).await.unwrap());
+        let mean = store.mean_vector().await.unwrap().unwrap();
+        assert!(close(&mean, &mean_of(&["yellow bananas", "green pears"])), "{mean:?}");
+    });
+}
+
+pub fn a_long_turn_is_linked_but_not_carried_as_context<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = &subject.store;
+    runtime().block_on(async {
+        let long = vec!["word"; atlas_domain::policy::embedding::CONTEXT_MAX_WORDS + 1].join(" ");
+        let ids = store
+            .insert(vec![episode(&long, Some("s"), 1), episode("Always answer in French.", Some("s"), 2)], None)
+            .await
+            .unwrap();
+        let later = store.insert(vec![episode("Merci!", Some("s"), 3)], None).await.unwrap();
+        let reply = store.get(ids[1]).await.unwrap().unwrap();
+        assert_eq!(reply.context, None, "a long turn is a memory of its own, not context");
+        let linked = store.edges_of(ids[1]).await.unwrap();
+        assert!(
+            linked.iter().any(|e| e.kind == EdgeKind::Temporal && e.src == ids[0] && e.dst == ids[1]),
+            "the turns stay linked in time: {linked:?}"
+        );
+        let thanks = store.get(later[0]).await.unwrap().unwrap();
+        assert_eq!(thanks.context.as_deref(), Some("Tester: Always answer in French."));
+        // Full text finds the reply by its own words only.
+        let hits = store.search_text(vec!["word".into()], RecallFilter::default(), 10).await.unwrap();
+        assert_eq!(ids_of(&hits), vec![ids[0]]);
     });
 }
 

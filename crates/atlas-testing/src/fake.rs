@@ -4,7 +4,7 @@ use crate::embedder::cosine;
 use async_trait::async_trait;
 use atlas_domain::access::AccessKey;
 use atlas_domain::policy::consolidation::normalize;
-use atlas_domain::policy::embedding::line;
+use atlas_domain::policy::embedding::{context_from, line};
 use atlas_domain::policy::query::words;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
@@ -74,7 +74,7 @@ fn insert_locked(s: &mut State, batch: Vec<NewMemory>) -> Vec<MemoryId> {
                 .filter(|o| o.event_time <= m.event_time)
                 .max_by_key(|o| (o.event_time, o.id));
             if let Some(prev) = prev {
-                context = Some(line(prev));
+                context = context_from(&line(prev));
                 let prev = prev.id;
                 s.edges.push(Edge {
                     src: prev,
@@ -317,6 +317,19 @@ impl VectorIndex for FakeStore {
             }
         }
         Ok(())
+    }
+
+    async fn mean_vector(&self) -> Result<Option<Vec<f32>>> {
+        let s = self.state.lock().unwrap();
+        let Some(dim) = s.vectors.values().next().map(Vec::len) else { return Ok(None) };
+        let mut sum = vec![0.0f64; dim];
+        for v in s.vectors.values() {
+            for (acc, x) in sum.iter_mut().zip(v) {
+                *acc += f64::from(*x);
+            }
+        }
+        let n = s.vectors.len() as f64;
+        Ok(Some(sum.into_iter().map(|x| (x / n) as f32).collect()))
     }
 
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {

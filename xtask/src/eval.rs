@@ -1,0 +1,256 @@
+//! `cargo xtask eval`: recall on both benchmarks in one command (LoCoMo dev and BEAM dev, through
+//! their harnesses in `../shared/eval/`), with a BM25 floor for each computed in the same run,
+//! printed as one table, so every recall change is judged on both.
+
+use anyhow::{Context, Result, bail};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(clap::Args)]
+pub struct Eval {
+    /// The folder holding the harnesses (locomo_recall.py, beam_recall.py) and their data sets
+    /// (locomo-dev/, beam-dev/).
+    #[arg(long, default_value = "../shared/eval")]
+    pub data: PathBuf,
+    /// Run only one benchmark: locomo or beam.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Extra arguments for the atlas command, e.g. "--config recall.toml" to try settings.
+    #[arg(long, default_value = "")]
+    pub atlas_args: String,
+    /// Write both harnesses' full results here (one JSON object keyed by benchmark).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+struct Row {
+    name: &'static str,
+    atlas: [f64; 3],
+    p50_ms: f64,
+    /// Each floor's name and its R@5, R@10, R@20.
+    floors: Vec<(String, [f64; 3])>,
+}
+
+pub fn run(args: Eval) -> Result<()> {
+    let root = crate::root();
+    let data = if args.data.is_absolute() { args.data.clone() } else { root.join(&args.data) };
+    if !data.join("locomo_recall.py").is_file() || !data.join("beam_recall.py").is_file() {
+        bail!(
+            "{} does not hold locomo_recall.py and beam_recall.py; pass --data with the folder of the evaluation \
+             harnesses and their data sets",
+            data.display()
+        );
+    }
+    let atlas = crate::atlas_binary()?;
+    let command = format!("{} {}", atlas.display(), args.atlas_args).trim().to_owned();
+    let dir = tempfile::tempdir()?;
+    let mut rows = Vec::new();
+    let mut full = serde_json::Map::new();
+    let wants = |name: &str| args.only.as_deref().is_none_or(|o| o.eq_ignore_ascii_case(name));
+    if wants("locomo") {
+        let set = data.join("locomo-dev");
+        let result = harness(&data.join("locomo_recall.py"), &set, &command, &dir.path().join("locomo.json"))?;
+        let floor = locomo_bm25_floor(&set)?;
+        rows.push(Row {
+            name: "LoCoMo dev",
+            atlas: triple(&result, "R@5", "R@10", "R@20"),
+            p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
+            floors: vec![("bm25".into(), floor)],
+        });
+        full.insert("locomo".into(), result);
+    }
+    if wants("beam") {
+        let result =
+            harness(&data.join("beam_recall.py"), &data.join("beam-dev"), &command, &dir.path().join("beam.json"))?;
+        let floors = result["baselines"]
+            .as_object()
+            .map(|b| b.iter().map(|(name, r)| (name.clone(), triple(r, "R@5", "R@10", "R@20"))).collect())
+            .unwrap_or_default();
+        rows.push(Row {
+            name: "BEAM dev",
+            atlas: triple(&result, "R@5", "R@10", "R@20"),
+            p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
+            floors,
+        });
+        full.insert("beam".into(), result);
+    }
+    if rows.is_empty() {
+        bail!("--only takes locomo or beam, not {:?}", args.only.unwrap_or_default());
+    }
+    println!();
+    println!("{:<12} {:<16} {:>6} {:>6} {:>6} {:>8}", "benchmark", "method", "R@5", "R@10", "R@20", "p50 ms");
+    for row in &rows {
+        let [r5, r10, r20] = row.atlas;
+        println!("{:<12} {:<16} {r5:>6.3} {r10:>6.3} {r20:>6.3} {:>8.2}", row.name, "atlas", row.p50_ms);
+        for (name, [f5, f10, f20]) in &row.floors {
+            println!("{:<12} {:<16} {f5:>6.3} {f10:>6.3} {f20:>6.3}", "", format!("floor: {name}"));
+        }
+        let best = row.floors.iter().map(|(_, f)| f[1]).fold(f64::NAN, f64::max);
+        println!("{:<12} {:<16} R@10 {:+.3} against the better floor", "", "", row.atlas[1] - best);
+    }
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&serde_json::Value::Object(full))?)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn triple(v: &serde_json::Value, a: &str, b: &str, c: &str) -> [f64; 3] {
+    [a, b, c].map(|k| v[k].as_f64().unwrap_or(f64::NAN))
+}
+
+/// Runs one harness (its CLI contract is its header) and reads its `--json` result.
+fn harness(script: &Path, set: &Path, atlas: &str, out: &Path) -> Result<serde_json::Value> {
+    println!("$ python3 {} --data {} --atlas '{atlas}'", script.display(), set.display());
+    let status = Command::new("python3")
+        .arg(script)
+        .arg("--data")
+        .arg(set)
+        .arg("--atlas")
+        .arg(atlas)
+        .arg("--k")
+        .arg("5,10,20")
+        .arg("--json")
+        .arg(out)
+        .status()
+        .with_context(|| format!("run {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", script.display());
+    }
+    let text = std::fs::read_to_string(out).with_context(|| format!("read {}", out.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} wrote no JSON result", script.display()))
+}
+
+/// BM25 with each LoCoMo turn as a document (its text and image caption, as the harness imports
+/// it; lowercased `\w+` words; k1 = 1.2, b = 0.75; idf = ln(1 + (N − df + 0.5) / (df + 0.5))), the
+/// same floor the BEAM harness computes, scored as that harness scores: the share of a
+/// question's evidence turns among the first k.
+fn locomo_bm25_floor(set: &Path) -> Result<[f64; 3]> {
+    let mut files: Vec<_> = std::fs::read_dir(set)
+        .with_context(|| format!("read {}", set.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut sums = [0.0; 3];
+    let mut questions = 0usize;
+    for file in files {
+        let conv: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file)?)
+            .with_context(|| format!("{} is not JSON", file.display()))?;
+        let mut ids = Vec::new();
+        let mut docs = Vec::new();
+        if let Some(sessions) = conv.as_object() {
+            let mut numbered: Vec<(u32, &serde_json::Value)> = sessions
+                .iter()
+                .filter_map(|(k, v)| k.strip_prefix("session_")?.parse().ok().map(|n| (n, v)))
+                .filter(|(_, v)| v.is_array())
+                .collect();
+            numbered.sort_by_key(|(n, _)| *n);
+            for (_, turns) in numbered {
+                for turn in turns.as_array().into_iter().flatten() {
+                    let mut text = turn["text"].as_str().unwrap_or_default().to_owned();
+                    if let Some(caption) = turn["blip_caption"].as_str() {
+                        text.push_str(&format!(" [shares {caption}]"));
+                    }
+                    ids.push(turn["dia_id"].as_str().unwrap_or_default().trim().to_owned());
+                    docs.push(words(&text));
+                }
+            }
+        }
+        let index = Bm25::new(&docs);
+        for qa in conv["qa"].as_array().into_iter().flatten() {
+            let evidence: HashSet<String> = qa["evidence"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.as_str())
+                .map(|e| e.trim().to_owned())
+                .collect();
+            if evidence.is_empty() {
+                continue;
+            }
+            let question = qa["question"].as_str().unwrap_or_default();
+            let ranked = index.rank(&words(question));
+            for (slot, k) in [5, 10, 20].into_iter().enumerate() {
+                let found = ranked.iter().take(k).filter(|&&i| evidence.contains(&ids[i])).count();
+                sums[slot] += found as f64 / evidence.len() as f64;
+            }
+            questions += 1;
+        }
+    }
+    if questions == 0 {
+        bail!("no LoCoMo questions with evidence in {}", set.display());
+    }
+    Ok(sums.map(|s| s / questions as f64))
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+struct Bm25 {
+    docs: Vec<HashMap<String, u32>>,
+    lengths: Vec<f64>,
+    average: f64,
+    df: HashMap<String, u32>,
+}
+
+impl Bm25 {
+    fn new(docs: &[Vec<String>]) -> Self {
+        let mut df: HashMap<String, u32> = HashMap::new();
+        let counted: Vec<HashMap<String, u32>> = docs
+            .iter()
+            .map(|d| {
+                let mut tf = HashMap::new();
+                for w in d {
+                    *tf.entry(w.clone()).or_insert(0) += 1;
+                }
+                for w in tf.keys() {
+                    *df.entry(w.clone()).or_insert(0) += 1;
+                }
+                tf
+            })
+            .collect();
+        let lengths: Vec<f64> = docs.iter().map(|d| d.len() as f64).collect();
+        let average = lengths.iter().sum::<f64>() / lengths.len().max(1) as f64;
+        Bm25 { docs: counted, lengths, average, df }
+    }
+
+    /// Document indices, best first (ties in document order).
+    fn rank(&self, query: &[String]) -> Vec<usize> {
+        let (k1, b, n) = (1.2, 0.75, self.docs.len() as f64);
+        let terms: HashSet<&String> = query.iter().collect();
+        let mut scores = vec![0.0f64; self.docs.len()];
+        for term in terms {
+            let Some(&df) = self.df.get(term) else { continue };
+            let idf = (1.0 + (n - f64::from(df) + 0.5) / (f64::from(df) + 0.5)).ln();
+            for (i, doc) in self.docs.iter().enumerate() {
+                if let Some(&tf) = doc.get(term) {
+                    let tf = f64::from(tf);
+                    scores[i] += idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self.lengths[i] / self.average));
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        order
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bm25_ranks_the_rare_word_first_and_penalises_length() {
+        let docs = [
+            words("the cat sat on the mat"),
+            words("a zebra"),
+            words("the dog and the cat and the bird and the zebra"),
+        ];
+        let index = Bm25::new(&docs);
+        assert_eq!(index.rank(&words("zebra"))[..2], [1, 2]);
+        assert_eq!(index.rank(&words("cat"))[0], 0);
+    }
+}
