@@ -100,7 +100,12 @@ enum Command {
         batch: PathBuf,
     },
     /// Re-embed every memory with the configured model (after a model change); resumable.
-    Reembed,
+    Reembed {
+        /// Also with the same model: queue every memory again (after an upgrade changes what a
+        /// memory is embedded as; docs/EVAL.md). Interrupted, a plain `reembed` finishes it.
+        #[arg(long)]
+        all: bool,
+    },
     /// Write a full export (ids, edges, context) that `import` restores exactly.
     Export {
         /// Write here instead of standard output.
@@ -486,7 +491,7 @@ async fn run(cli: Cli) -> Result<()> {
     );
     match &cli.command {
         Command::Embed { batch } => return embed(&config, batch, json).await,
-        Command::Reembed => return reembed(config, json).await,
+        Command::Reembed { all } => return reembed(config, *all, json).await,
         _ => {}
     }
     if matches!(
@@ -509,7 +514,7 @@ async fn run(cli: Cli) -> Result<()> {
     }
     let atlas = Atlas::open(config).await?;
     match cli.command {
-        Command::Embed { .. } | Command::Reembed => unreachable!("handled before opening the store"),
+        Command::Embed { .. } | Command::Reembed { .. } => unreachable!("handled before opening the store"),
         Command::Import { file, again } => import(&atlas, &file, again, json).await,
         Command::Explain { id } => {
             let explanation = atlas.explain(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?;
@@ -811,13 +816,14 @@ async fn embed(config: &Config, batch: &std::path::Path, json: bool) -> Result<(
     Ok(())
 }
 
-async fn reembed(config: Config, json: bool) -> Result<()> {
+async fn reembed(config: Config, all: bool, json: bool) -> Result<()> {
     let started = Instant::now();
     let bar = progress_bar(0);
     bar.set_message("re-embedding");
     let progress_bar = bar.clone();
-    let done = Atlas::reembed(
+    let done = Atlas::reembed_all_or_pending(
         config,
+        all,
         Some(Arc::new(move |done, total| {
             progress_bar.set_length(total as u64);
             progress_bar.set_position(done as u64);

@@ -342,6 +342,21 @@ fn a_wrong_onnx_runtime_library_is_a_clear_error_not_a_crash() {
 }
 
 #[test]
+fn reembed_all_embeds_every_memory_again_with_the_same_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("r.db");
+    let turns = write(dir.path(), "episodes.jsonl", TURNS);
+    ok(atlas(&db, &["import", turns.to_str().unwrap()]));
+    let out: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["reembed", "--all", "--json"]))).unwrap();
+    assert_eq!(out["reembedded"], 3);
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["stats", "--json"]))).unwrap();
+    assert_eq!((stats["vectors"].as_u64(), stats["pending_vectors"].as_u64()), (Some(3), Some(0)));
+    let found: serde_json::Value =
+        serde_json::from_str(&ok(atlas(&db, &["recall", "adoption agencies", "--json"]))).unwrap();
+    assert!(found["hits"].as_array().is_some_and(|h| !h.is_empty()), "{found}");
+}
+
+#[test]
 fn reembed_after_import_is_a_no_op_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("r.db");

@@ -196,11 +196,27 @@ impl Atlas {
     /// first, so an interrupted run continues where it stopped (here or in any later open).
     /// `progress` receives (done, total).
     pub async fn reembed(config: Config, progress: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>) -> Result<usize> {
+        Self::reembed_all_or_pending(config, false, progress).await
+    }
+
+    /// [`Atlas::reembed`], and with `all` every memory queued again even when the model is the
+    /// same: what a memory is embedded as ([`atlas_domain::policy::embedding::embedding_text`])
+    /// may have changed since its vector was made. Its vectors are dropped in the same
+    /// transaction (recall answers from full text until they are back); interrupted, a later
+    /// `reembed` without `all` finishes the queue.
+    pub async fn reembed_all_or_pending(
+        config: Config,
+        all: bool,
+        progress: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>,
+    ) -> Result<usize> {
         let parts = open_parts(&config).await?;
         let embedder = parts.embedder.clone().ok_or_else(|| {
             AtlasError::Config("reembed needs an embedder; this configuration has embedder = \"none\"".into())
         })?;
         match parts.vectors.bind_model(embedder.model()).await {
+            Ok(()) if all => {
+                parts.vectors.rebind_model(embedder.model()).await?;
+            }
             Ok(()) => {}
             Err(AtlasError::ModelMismatch { stored_model, .. }) => {
                 tracing::info!(from = %stored_model, to = %embedder.model().name, "switching the store to a new embedding model");
