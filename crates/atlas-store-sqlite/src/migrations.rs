@@ -26,6 +26,11 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 7, name: "0007_cache_epoch", sql: include_str!("../../../migrations/0007_cache_epoch.sql") },
     Migration { version: 8, name: "0008_cache_log", sql: include_str!("../../../migrations/0008_cache_log.sql") },
     Migration { version: 9, name: "0009_access_keys", sql: include_str!("../../../migrations/0009_access_keys.sql") },
+    Migration {
+        version: 10,
+        name: "0010_short_context",
+        sql: include_str!("../../../migrations/0010_short_context.sql"),
+    },
 ];
 
 /// The newest schema this build understands.

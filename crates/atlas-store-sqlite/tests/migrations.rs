@@ -52,6 +52,37 @@ async fn a_schema_1_database_migrates_with_its_data() {
     assert!(store.pending_vectors(10).await.unwrap().len() == 4);
 }
 
+/// Schema 10 clears contexts longer than a turn of conversation (stored by earlier builds) and
+/// queues their memories to be embedded again; short contexts stay.
+#[tokio::test]
+async fn a_schema_9_database_drops_long_contexts_and_embeds_those_memories_again() {
+    use atlas_domain::{NewMemory, Scope, Timestamp};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v9.db");
+    let in_s = Scope { session: Some("s".into()), ..Scope::default() };
+    let turn =
+        |text: &str, t: i64| NewMemory::episode(text, in_s.clone(), Some("a".into()), Timestamp(t), Timestamp(t));
+    {
+        let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
+        store.insert(vec![turn("hello", 1), turn("reply", 2), turn("short follow-up", 3)], None).await.unwrap();
+    }
+    // As an earlier build stored it: the whole long predecessor as context, vectors done.
+    let long = format!("a: {}", "zebrafish\n ".repeat(120));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE memories SET context = ?1 WHERE id = 2", [&long]).unwrap();
+    conn.execute_batch("DELETE FROM vector_queue; PRAGMA user_version = 9;").unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
+    assert_eq!(store.stats().await.unwrap().schema_version, Some(latest_version()));
+    assert_eq!(store.get(MemoryId(2)).await.unwrap().unwrap().context, None, "the long context is gone");
+    assert_eq!(store.get(MemoryId(3)).await.unwrap().unwrap().context.as_deref(), Some("a: reply"), "short stays");
+    let queued: Vec<MemoryId> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(queued, vec![MemoryId(2)], "only the memory whose context changed is embedded again");
+    let found = store.search_text(vec!["zebrafish".into()], RecallFilter::default(), 10).await.unwrap();
+    assert!(found.is_empty(), "the full-text index forgot the long context: {found:?}");
+}
+
 /// The sleep cycle's state survives the upgrade: what was processed stays processed, what failed
 /// keeps its attempts, the ledger keeps its cycles, and the new lifecycle starts empty.
 #[tokio::test]
