@@ -150,6 +150,17 @@ pub fn print_explanation(e: &atlas_runtime::Explanation, json: bool) {
     if e.sources.len() > 1 {
         println!("  merged:       stated {} times", e.sources.len());
     }
+    for j in &e.judgments {
+        let objects =
+            j["objects"].as_array().map(|o| o.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join("\" | \""));
+        let why = j["why"].as_str().map(|w| format!(" ({w})")).unwrap_or_default();
+        println!(
+            "  judged:       \"{}\": {} by {}{why}",
+            objects.unwrap_or_default(),
+            j["verdict"].as_str().unwrap_or("?"),
+            j["by"].as_str().unwrap_or("?")
+        );
+    }
     for r in &e.replaced_by {
         println!("  replaced by:  memory {} (from {}) {}", r.id, r.validity.valid_from, r.text);
     }

@@ -11,11 +11,13 @@
 //! a trailer line, `{"atlas_export_end": {"memories": N}}`, so that a file cut short is
 //! refused rather than half restored. Every line between is a stored memory: the fields above
 //! with `id` required, plus
-//! `"context"?` (the turn it answers), `"edges"?` (the typed edges it carries: those whose
+//! `"context"?` (the turn it answers), `"consolidated_at"?` (an episode a sleep cycle consumed),
+//! `"edges"?` (the typed edges it carries: those whose
 //! other end has a smaller id, `{"src", "dst", "kind", "weight", "valid_from", "valid_until"?,
 //! "recorded_at"}`), `"lifecycle"?` (`{"deleted_at"?, "last_used"?, "uses"?, "review"?}`, what
 //! happened to it since: soft deletion, use) and `"vector"?` (with `export --vectors`). Importing it restores the space
-//! exactly, renumbering every reference when the space already holds memories.
+//! exactly, renumbering every reference when the space already holds memories. After the
+//! memories come the ledger of sleep cycles, one `{"atlas_cycle": {"at", "report"}}` line each.
 //!
 //! Trajectories (what the agent memories learn from) are lines of their own shape:
 //! [`parse_trajectory_line`].
@@ -63,7 +65,7 @@ impl fmt::Display for LineError {
 }
 
 /// The fields only a full export's lines carry.
-const STORED_FIELDS: [&str; 4] = ["context", "edges", "lifecycle", "vector"];
+const STORED_FIELDS: [&str; 5] = ["context", "edges", "lifecycle", "vector", "consolidated_at"];
 
 /// The key of a full export's header line.
 pub const HEADER_KEY: &str = "atlas_export";
@@ -79,6 +81,29 @@ pub const TRAILER_KEY: &str = "atlas_export_end";
 pub struct ExportHeader {
     /// The model that made the vectors, when the export carries them.
     pub embedding_model: Option<EmbeddingModel>,
+}
+
+/// The key of a line of a full export that holds one row of the ledger of sleep cycles:
+/// `{"atlas_cycle": {"at", "report"}}`, between the memories and the trailer.
+pub const CYCLE_KEY: &str = "atlas_cycle";
+
+/// A cycle's line.
+pub fn cycle_line(cycle: &crate::ports::CycleRecord) -> Value {
+    serde_json::json!({ CYCLE_KEY: { "at": cycle.at.to_rfc3339(), "report": cycle.report } })
+}
+
+/// Reads a cycle's line; `None` when the line is not one.
+pub fn parse_cycle(line: &str) -> Result<Option<crate::ports::CycleRecord>, LineError> {
+    let Ok(obj) = object(line) else { return Ok(None) };
+    let Some(cycle) = obj.get(CYCLE_KEY) else { return Ok(None) };
+    let Value::Object(cycle) = cycle else {
+        return Err(LineError::at(CYCLE_KEY, format!("expected an object, got {}", type_name(cycle))));
+    };
+    let at = opt_time(cycle, "at")
+        .map_err(|e| LineError::at(&format!("{CYCLE_KEY}.at"), e.message))?
+        .ok_or_else(|| LineError::at(&format!("{CYCLE_KEY}.at"), "missing"))?;
+    let report = cycle.get("report").cloned().unwrap_or(Value::Null);
+    Ok(Some(crate::ports::CycleRecord { at, report }))
 }
 
 /// The last line of a full export: how many memories it holds.
@@ -209,7 +234,8 @@ pub fn parse_stored_line(line: &str, now: Timestamp) -> Result<StoredMemory, Lin
         ),
         Some(other) => return Err(LineError::at("vector", format!("expected an array, got {}", type_name(other)))),
     };
-    Ok(StoredMemory { memory, vector, edges })
+    let consolidated_at = opt_time(&obj, "consolidated_at")?;
+    Ok(StoredMemory { memory, vector, edges, consolidated_at })
 }
 
 fn parse_edge(value: &Value, at: &str) -> Result<Edge, LineError> {
@@ -280,6 +306,9 @@ pub fn stored_to_line(item: &StoredMemory, with_vector: bool) -> Value {
     }
     if !item.edges.is_empty() {
         obj.insert("edges".into(), Value::Array(item.edges.iter().map(edge_value).collect()));
+    }
+    if let Some(at) = item.consolidated_at {
+        obj.insert("consolidated_at".into(), Value::from(at.to_rfc3339()));
     }
     if with_vector && let Some(v) = &item.vector {
         obj.insert("vector".into(), Value::Array(v.iter().map(|x| Value::from(f64::from(*x))).collect()));
@@ -520,6 +549,16 @@ mod tests {
         assert_eq!(parse_header(r#"{"text": "hello"}"#).unwrap(), None);
         assert_eq!(parse_trailer(&trailer_line(3).to_string()).unwrap(), Some(3));
         assert_eq!(parse_trailer(r#"{"text": "hello"}"#).unwrap(), None);
+        let cycle = crate::ports::CycleRecord {
+            at: Timestamp(1_700_000_000_123),
+            report: serde_json::json!({"facts_added": 2}),
+        };
+        assert_eq!(parse_cycle(&cycle_line(&cycle).to_string()).unwrap(), Some(cycle));
+        assert_eq!(parse_cycle(r#"{"text": "hello"}"#).unwrap(), None);
+        assert_eq!(
+            parse_cycle(r#"{"atlas_cycle": {"report": {}}}"#).unwrap_err().field.as_deref(),
+            Some("atlas_cycle.at")
+        );
         let newer = parse_header(r#"{"atlas_export": {"format": 2}}"#).unwrap_err();
         assert_eq!(newer.field.as_deref(), Some("atlas_export.format"));
     }
@@ -660,6 +699,7 @@ mod tests {
             context in proptest::option::of(arb_text()),
             vector in proptest::option::of(proptest::collection::vec(-1.0f32..1.0, 1..8)),
             others in proptest::collection::vec((1i64..1_000_000, 0usize..5, 0i64..1_000_000, proptest::option::of(1i64..9_999), 0u8..=100), 0..4),
+            consolidated_at in proptest::option::of(0i64..4_000_000_000_000),
         ) {
             let edges = others.into_iter().map(|(other, kind, t, span, w)| Edge {
                 src: m.id,
@@ -669,7 +709,8 @@ mod tests {
                 validity: Validity { valid_from: Timestamp(t), valid_until: span.map(|s| Timestamp(t + s)) },
                 recorded_at: Timestamp(t + 1),
             }).collect();
-            let item = StoredMemory { memory: Memory { context, ..m }, vector, edges };
+            let consolidated_at = consolidated_at.map(Timestamp);
+            let item = StoredMemory { memory: Memory { context, ..m }, vector, edges, consolidated_at };
             let line = stored_to_line(&item, true).to_string();
             prop_assert_eq!(parse_stored_line(&line, NOW).unwrap(), item.clone());
             let without = StoredMemory { vector: None, ..item.clone() };

@@ -201,6 +201,16 @@ pub struct StoredMemory {
     /// The memory's edges whose other end has a smaller id (or is itself), so that restoring in
     /// id order always finds both ends already present.
     pub edges: Vec<Edge>,
+    /// For an episode, when a sleep cycle consumed it: a restored space does not consolidate
+    /// it again (nor revive a fact forgotten since).
+    pub consolidated_at: Option<Timestamp>,
+}
+
+/// One row of the ledger of sleep cycles: when it ran, and its report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CycleRecord {
+    pub at: Timestamp,
+    pub report: serde_json::Value,
 }
 
 impl StoredMemory {
@@ -231,6 +241,13 @@ pub trait Replica: Send + Sync {
     /// a restore under them cannot collide with a concurrent writer. Reserved ids that stay
     /// unused are a gap, never reused.
     async fn reserve_ids(&self, count: u64) -> Result<MemoryId>;
+
+    /// The whole ledger of sleep cycles, oldest first (a store without one has none).
+    async fn export_cycles(&self) -> Result<Vec<CycleRecord>>;
+
+    /// Adds `cycles` to the ledger, leaving out any it already holds (the same time and
+    /// report), so that restoring the same backup twice keeps one of each.
+    async fn restore_cycles(&self, cycles: Vec<CycleRecord>) -> Result<()>;
 }
 
 /// The access keys of a served space ([`crate::access`]): only their hashes are kept. A
@@ -342,6 +359,9 @@ impl NewEdge {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Revision {
     pub id: MemoryId,
+    /// A new start of its validity, and of its event time (an earlier statement of the same
+    /// fact was consolidated late); `None` leaves both as they are.
+    pub valid_from: Option<Timestamp>,
     pub valid_until: Option<Timestamp>,
     /// The fact's new confidence, if it changes.
     pub confidence: Option<f32>,
@@ -355,6 +375,10 @@ pub struct Consolidation {
     pub memories: Vec<NewMemory>,
     pub edges: Vec<NewEdge>,
     pub revisions: Vec<Revision>,
+    /// Stored edges `(src, dst, kind)` the batch removes: a statement consolidated late moved
+    /// to another fact, two facts that no longer follow each other. Removed before `edges` are
+    /// added; one that does not exist is no error.
+    pub unlinked: Vec<(MemoryId, MemoryId, crate::EdgeKind)>,
     /// Episodes whose outcome this batch is.
     pub processed: Vec<MemoryId>,
     /// Episodes that failed (their attempt count grows; retried after `retry_after`).

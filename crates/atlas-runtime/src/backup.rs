@@ -10,7 +10,7 @@ use atlas_domain::access::Caller;
 use atlas_domain::jsonl::{self, ExportHeader};
 use atlas_domain::policy::limits::validate;
 use atlas_domain::policy::references::{ids_needed, outside_references, plan, renumber};
-use atlas_domain::ports::{ProgressFn, StoredMemory};
+use atlas_domain::ports::{CycleRecord, ProgressFn, StoredMemory};
 use atlas_domain::{AtlasError, MemoryId, NewMemory, Result, Scope, Timestamp};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -90,10 +90,12 @@ pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(St
         .collect()
 }
 
-/// A parsed full export: its header and every memory with where it stands in the file.
+/// A parsed full export: its header, every memory with where it stands in the file, and the
+/// ledger of sleep cycles.
 struct FullExport {
     header: ExportHeader,
     items: Vec<(String, StoredMemory)>,
+    cycles: Vec<CycleRecord>,
 }
 
 fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Option<FullExport>> {
@@ -106,12 +108,21 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
         Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
     };
     let mut items = Vec::new();
+    let mut cycles = Vec::new();
     let mut trailer = None;
     let mut seen = HashSet::new();
     for line in all {
         let (location, line) = line?;
         if trailer.is_some() {
             return Err(AtlasError::invalid(&location, "a line after the export's last line (atlas_export_end)"));
+        }
+        match jsonl::parse_cycle(line) {
+            Ok(Some(cycle)) => {
+                cycles.push(cycle);
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
         }
         match jsonl::parse_trailer(line) {
             Ok(Some(count)) => {
@@ -152,7 +163,7 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
             &location,
             format!("the export says it holds {count} memories, the file has {}; nothing was imported", items.len()),
         )),
-        Some(_) => Ok(Some(FullExport { header, items })),
+        Some(_) => Ok(Some(FullExport { header, items, cycles })),
     }
 }
 
@@ -281,6 +292,11 @@ impl Atlas {
                 atlas_domain::ports::Receipt { ids, replayed: false, recorded_at: now() }
             }
         };
+        // After the memories, and again on a replay: a crash in between leaves no row out,
+        // and a row already held is not added twice. The ledger is the space's, not a tenant's.
+        if *caller == Caller::All && !export.cycles.is_empty() {
+            self.parts.replica.restore_cycles(export.cycles).await?;
+        }
         self.background.wake();
         Ok(Imported {
             ids: receipt.ids,
@@ -293,8 +309,9 @@ impl Atlas {
     }
 
     /// Writes a full export that [`Atlas::import_file`] restores exactly: a header, every
-    /// memory with its id, context and the edges it carries (and its vector with
-    /// `with_vectors`), and a trailer with the count. Returns how many memories.
+    /// memory with its id, context, the edges it carries and, for an episode, when a sleep
+    /// cycle consumed it (and its vector with `with_vectors`), the ledger of cycles, and a
+    /// trailer with the count. Returns how many memories.
     pub async fn export(&self, out: &mut dyn Write, with_vectors: bool) -> Result<u64> {
         self.export_to(&mut BlockingWriter(out), with_vectors).await
     }
@@ -343,6 +360,15 @@ impl Atlas {
                 chunk.push_str(&jsonl::stored_to_line(&item, with_vectors).to_string());
                 chunk.push('\n');
                 count += 1;
+            }
+            out.write_all(chunk.as_bytes()).await.map_err(io)?;
+        }
+        // The ledger of cycles holds every tenant's judgments: only a whole space's export has it.
+        if *caller == Caller::All {
+            let mut chunk = String::new();
+            for cycle in self.parts.replica.export_cycles().await? {
+                chunk.push_str(&jsonl::cycle_line(&cycle).to_string());
+                chunk.push('\n');
             }
             out.write_all(chunk.as_bytes()).await.map_err(io)?;
         }

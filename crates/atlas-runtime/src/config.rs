@@ -246,6 +246,13 @@ pub struct ConsolidationConfig {
     /// Two facts of the same subject and predicate are one when their objects' embeddings are
     /// at least this similar (cosine), besides sharing most words (above 1: words only).
     pub merge_similarity: f64,
+    /// Two objects that are not the same by rule, agree on every value and are at least this
+    /// similar (or share a quarter of their words) are ambiguous: the model judges them (same,
+    /// replaces, both hold); without one, or once `judge_calls` are spent, they are different.
+    pub judge_similarity: f64,
+    /// Most model calls per cycle that judge ambiguous pairs (each reads up to 32), besides
+    /// `llm_calls`.
+    pub judge_calls: usize,
     /// In a long-lived process: a cycle after this many new episodes (0: never by count)...
     pub every: usize,
     /// ... or after this many seconds without a new one, when some wait.
@@ -268,6 +275,8 @@ impl Default for ConsolidationConfig {
             llm_calls: 1,
             entities: true,
             merge_similarity: atlas_domain::policy::consolidation::SAME_FACT_SIMILARITY,
+            judge_similarity: atlas_domain::policy::timeline::JUDGE_SIMILARITY,
+            judge_calls: 1,
             every: 20,
             idle_secs: 300,
             summaries: true,

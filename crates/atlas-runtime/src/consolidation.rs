@@ -7,10 +7,12 @@
 use crate::Parts;
 use crate::config::ConsolidationConfig;
 use atlas_domain::policy::consolidation::{
-    Candidate, Decision, NameMention, canonical_predicate, decide_with, fact_text, is_phatic, name_mentions, normalize,
+    Candidate, NameMention, canonical_predicate, fact_text, is_functional, is_phatic, name_mentions, normalize,
+    tag_fact,
 };
 use atlas_domain::policy::embedding::cosine;
 use atlas_domain::policy::retain::{RetainTag, harvest};
+use atlas_domain::policy::timeline::{Relation, Statement, StoredFact, Verdict, by_rule, reconcile};
 use atlas_domain::ports::{Consolidation, LlmRequest, MemoryRef, NewEdge, Revision};
 use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
 use serde::Serialize;
@@ -54,7 +56,25 @@ pub struct CycleReport {
     pub summaries_added: usize,
     /// Closed sessions left for a later cycle (the model's call budget was spent).
     pub summaries_deferred: usize,
+    /// Pairs of objects the rules could not tell apart (alike, agreeing on every value, not
+    /// close enough to be the same): each with its verdict and who gave it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub judgments: Vec<Judgment>,
     pub took_ms: f64,
+}
+
+/// How the cycle decided one ambiguous pair of objects of a subject and predicate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judgment {
+    pub subject: String,
+    pub predicate: String,
+    /// The two objects, in text order (whichever was said later is the one that may replace).
+    pub objects: [String; 2],
+    pub verdict: Verdict,
+    /// `model`, or `rule` (then `why` says why the model did not decide).
+    pub by: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 const SYSTEM: &str = "You extract durable facts from conversation turns for an agent's long-term memory. \
@@ -142,10 +162,22 @@ struct Plan {
     batch: Consolidation,
     known: Vec<Memory>,
     now: Timestamp,
-    /// Embeddings of the objects of the facts this group meets, where an embedder is
-    /// configured: near-duplicates that share no word ("NYC", "New York City") merge.
+}
+
+/// What the rules know of a group's objects: their embeddings, where an embedder is configured
+/// (near-duplicates that share no word, "NYC" and "New York City", are the same fact), and the
+/// similarities from which two are the same, or ambiguous.
+struct Rules {
     objects: std::collections::HashMap<String, Vec<f32>>,
     same_from: f64,
+    judge_from: f64,
+}
+
+impl Rules {
+    fn relation(&self, a: &str, b: &str) -> Relation {
+        let similarity = self.objects.get(a).zip(self.objects.get(b)).map(|(x, y)| cosine(x, y));
+        by_rule(a, b, similarity, self.same_from, self.judge_from)
+    }
 }
 
 fn reference(id: MemoryId) -> MemoryRef {
@@ -190,105 +222,157 @@ impl Plan {
         })
     }
 
-    /// Files one candidate fact: a new fact, one more source of the same fact, or a change that
-    /// supersedes the current one (kept as history).
-    fn fact(&mut self, c: Candidate, scope: &Scope, origin: &str, report: &mut CycleReport) {
-        let objects = &self.objects;
-        let similarity = |a: &str, b: &str| Some(cosine(objects.get(a)?, objects.get(b)?));
-        let decision = decide_with(&c, &self.known, &similarity, self.same_from);
-        if let Decision::Same(id) = decision {
-            report.facts_merged += 1;
-            self.link(id, c.source, EdgeKind::DerivedFrom, c.said_at);
-            return;
-        }
-        let until = match decision {
-            Decision::Before { until } => {
-                report.facts_historical += 1;
-                Some(until)
-            }
-            _ => None,
-        };
-        let mut meta = serde_json::Map::new();
-        meta.insert("origin".into(), Value::from(origin));
-        let id = self.add(NewMemory {
-            scope: scope.clone(),
-            text: fact_text(&c.subject_shown, &c.predicate, &c.object),
-            event_time: c.said_at,
-            recorded_at: self.now,
-            validity: Validity { valid_from: c.said_at, valid_until: until },
-            meta,
-            body: Body::Fact {
-                subject: c.subject.clone(),
-                predicate: c.predicate.clone(),
-                object: c.object,
+    /// Files the statements a cycle read about one subject and predicate into the timeline of
+    /// that key's stored facts ([`reconcile`]): new facts, stored ones revised (validity,
+    /// confidence), sources added or moved, `supersedes` edges between the facts that follow
+    /// each other.
+    fn file(
+        &mut self,
+        stored: &[StoredFact],
+        statements: Vec<(Candidate, &'static str)>,
+        relate: &dyn Fn(&str, &str) -> Verdict,
+        scope: &Scope,
+        report: &mut CycleReport,
+    ) {
+        let Some((first, _)) = statements.first() else { return };
+        let (subject, shown, predicate) = (first.subject.clone(), first.subject_shown.clone(), first.predicate.clone());
+        let new: Vec<Statement> = statements
+            .iter()
+            .map(|(c, origin)| Statement {
+                source: c.source,
+                said_at: c.said_at,
+                object: c.object.clone(),
                 confidence: c.confidence,
-            },
-        });
-        report.facts_added += 1;
-        self.link(id, c.source, EdgeKind::DerivedFrom, c.said_at);
-        if let Decision::Supersedes(old) = decision {
-            report.facts_superseded += 1;
-            self.supersede(old, c.said_at);
-            self.link(id, old, EdgeKind::Supersedes, c.said_at);
-        }
-        // A fact about a named thing joins that thing's node.
-        let subject_is_entity =
-            self.known.iter().any(|m| matches!(&m.body, Body::Entity { name, .. } if normalize(name) == c.subject));
-        if subject_is_entity {
-            let entity = self.entity(&c.subject_shown, scope, c.said_at, report);
-            self.link(id, entity, EdgeKind::Entity, c.said_at);
-        }
-    }
-
-    /// Ends `old`'s validity at `at` and halves its confidence: history, not deletion.
-    fn supersede(&mut self, old: MemoryId, at: Timestamp) {
-        let Some(known) = self.known.iter_mut().find(|m| m.id == old) else { return };
-        known.validity.valid_until = Some(at);
-        let confidence = match &mut known.body {
-            Body::Fact { confidence, .. } => {
-                *confidence *= 0.5;
-                Some(*confidence)
-            }
-            _ => None,
-        };
-        match reference(old) {
-            MemoryRef::New(i) => {
-                let pending = &mut self.batch.memories[i];
-                pending.validity.valid_until = Some(at);
-                if let (Body::Fact { confidence: c, .. }, Some(v)) = (&mut pending.body, confidence) {
-                    *c = v;
+                origin: (*origin).to_owned(),
+            })
+            .collect();
+        let timeline = reconcile(is_functional(&predicate), stored, &new, relate);
+        let mut ids = Vec::with_capacity(timeline.segments.len());
+        for segment in &timeline.segments {
+            report.facts_merged += segment.joined;
+            let id = match segment.fact.and_then(|id| stored.iter().find(|f| f.id == id)) {
+                Some(before) => {
+                    let from = (segment.validity.valid_from != before.validity.valid_from)
+                        .then_some(segment.validity.valid_from);
+                    let confidence =
+                        ((segment.confidence - before.confidence).abs() > 1e-6).then_some(segment.confidence);
+                    if from.is_some()
+                        || confidence.is_some()
+                        || segment.validity.valid_until != before.validity.valid_until
+                    {
+                        self.batch.revisions.push(Revision {
+                            id: before.id,
+                            valid_from: from,
+                            valid_until: segment.validity.valid_until,
+                            confidence,
+                        });
+                    }
+                    before.id
+                }
+                None => {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert("origin".into(), Value::from(segment.origin.clone()));
+                    report.facts_added += 1;
+                    if segment.validity.valid_until.is_some() {
+                        report.facts_historical += 1;
+                    }
+                    let id = self.add(NewMemory {
+                        scope: scope.clone(),
+                        text: fact_text(&shown, &predicate, &segment.object),
+                        event_time: segment.validity.valid_from,
+                        recorded_at: self.now,
+                        validity: segment.validity,
+                        meta,
+                        body: Body::Fact {
+                            subject: subject.clone(),
+                            predicate: predicate.clone(),
+                            object: segment.object.clone(),
+                            confidence: segment.confidence,
+                        },
+                    });
+                    // A fact about a named thing joins that thing's node.
+                    let subject_is_entity = self
+                        .known
+                        .iter()
+                        .any(|m| matches!(&m.body, Body::Entity { name, .. } if normalize(name) == subject));
+                    if subject_is_entity {
+                        let entity = self.entity(&shown, scope, segment.validity.valid_from, report);
+                        self.link(id, entity, EdgeKind::Entity, segment.validity.valid_from);
+                    }
+                    id
+                }
+            };
+            let had: Vec<MemoryId> =
+                stored.iter().filter(|f| f.id == id).flat_map(|f| f.sources.iter().map(|s| s.0)).collect();
+            for (source, said_at) in &segment.sources {
+                if !had.contains(source) {
+                    self.link(id, *source, EdgeKind::DerivedFrom, *said_at);
                 }
             }
-            MemoryRef::Stored(id) => self.batch.revisions.push(Revision { id, valid_until: Some(at), confidence }),
+            ids.push(id);
         }
+        for (i, segment) in timeline.segments.iter().enumerate() {
+            let Some(j) = segment.replaces else { continue };
+            let (newer, older) = (ids[i], ids[j]);
+            let linked = stored.iter().any(|f| f.id == newer && f.supersedes.contains(&older));
+            if !linked {
+                report.facts_superseded += 1;
+                self.link(newer, older, EdgeKind::Supersedes, segment.validity.valid_from);
+            }
+        }
+        self.batch
+            .unlinked
+            .extend(timeline.moved.iter().map(|(fact, episode)| (*fact, *episode, EdgeKind::DerivedFrom)));
+        self.batch
+            .unlinked
+            .extend(timeline.unlinked.iter().map(|(newer, older)| (*newer, *older, EdgeKind::Supersedes)));
     }
+}
+
+/// The stored facts of one subject and predicate among `known`, each with its statements and
+/// the facts it supersedes (read from its edges).
+async fn stored_timeline(parts: &Parts, known: &[Memory], subject: &str, predicate: &str) -> Result<Vec<StoredFact>> {
+    let mut facts = Vec::new();
+    for m in known {
+        let Body::Fact { subject: s, predicate: p, object, confidence } = &m.body else { continue };
+        if s != subject || p != predicate || m.id.0 < 0 {
+            continue;
+        }
+        facts.push((m.id, object.clone(), m.validity, *confidence));
+    }
+    let ids: std::collections::BTreeSet<MemoryId> = facts.iter().map(|f| f.0).collect();
+    let mut out = Vec::with_capacity(facts.len());
+    for (id, object, validity, confidence) in facts {
+        let edges = parts.store.edges_of(id).await?;
+        let from_it = edges.iter().filter(|e| e.src == id);
+        let sources = from_it
+            .clone()
+            .filter(|e| e.kind == EdgeKind::DerivedFrom)
+            .map(|e| (e.dst, e.validity.valid_from))
+            .collect();
+        let supersedes =
+            from_it.filter(|e| e.kind == EdgeKind::Supersedes && ids.contains(&e.dst)).map(|e| e.dst).collect();
+        out.push(StoredFact { id, object, validity, confidence, sources, supersedes });
+    }
+    Ok(out)
 }
 
 /// The facts a turn's retain tags state, about whom.
 fn tag_candidates(episode: &Memory, tags: Vec<RetainTag>) -> Vec<(Candidate, &'static str)> {
-    let speaker = episode.body.speaker().unwrap_or("agent").to_owned();
+    let speaker = episode.body.speaker().unwrap_or("agent");
     tags.into_iter()
         .map(|tag| {
-            let (subject, predicate, object, confidence, origin) = match tag {
-                RetainTag::World(text) => ("world".to_owned(), "fact", text, 1.0, "tag:W"),
-                RetainTag::Behavior(text) => (speaker.clone(), "did", text, 1.0, "tag:B"),
-                RetainTag::Opinion { confidence, text } => (speaker.clone(), "believes", text, confidence, "tag:O"),
-                RetainTag::State { entity, state } => (entity, "state", state, 1.0, "tag:S"),
-                RetainTag::User { aspect, text } => {
-                    let predicate = canonical_predicate(&aspect).unwrap_or("pattern");
-                    ("user".to_owned(), predicate, text, 0.6, "tag:U")
-                }
-            };
+            let fact = tag_fact(tag, speaker);
             let candidate = Candidate {
-                subject: normalize(&subject),
-                subject_shown: subject,
-                predicate: predicate.to_owned(),
-                object,
-                confidence,
+                subject: normalize(&fact.subject),
+                subject_shown: fact.subject,
+                predicate: fact.predicate.to_owned(),
+                object: fact.object,
+                confidence: fact.confidence,
                 source: episode.id,
                 said_at: episode.event_time,
             };
-            (candidate, origin)
+            (candidate, fact.origin)
         })
         .collect()
 }
@@ -308,6 +392,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
             memories: Vec::new(),
             edges: Vec::new(),
             revisions: Vec::new(),
+            unlinked: Vec::new(),
             processed: Vec::new(),
             failed: Vec::new(),
             report: Value::Null,
@@ -315,8 +400,6 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         },
         known: Vec::new(),
         now,
-        objects: std::collections::HashMap::new(),
-        same_from: config.merge_similarity,
     };
     // Each user and agent has its own facts and entities.
     let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Memory>> = BTreeMap::new();
@@ -324,6 +407,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         groups.entry((e.scope.user.clone(), e.scope.agent.clone())).or_default().push(e);
     }
     let mut calls_left = if parts.llm.is_some() { config.llm_calls } else { 0 };
+    let mut judgments_left = if parts.llm.is_some() { config.judge_calls } else { 0 };
     for ((user, agent), episodes) in groups {
         let scope = Scope { user, agent, session: None };
         let mut candidates: Vec<(Candidate, &'static str)> = Vec::new();
@@ -395,10 +479,47 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
                 report.entity_links += 1;
             }
         }
-        plan.objects = embed_objects(parts, &candidates, &plan.known).await;
-        candidates.sort_by_key(|(c, _)| (c.said_at, c.source));
+        let rules = Rules {
+            objects: embed_objects(parts, &candidates, &plan.known).await,
+            same_from: config.merge_similarity,
+            judge_from: config.judge_similarity,
+        };
+        let mut keys: BTreeMap<(String, String), Vec<(Candidate, &'static str)>> = BTreeMap::new();
         for (candidate, origin) in candidates {
-            plan.fact(candidate, &scope, origin, &mut report);
+            keys.entry((candidate.subject.clone(), candidate.predicate.clone())).or_default().push((candidate, origin));
+        }
+        let mut timelines = Vec::with_capacity(keys.len());
+        let mut unclear = std::collections::BTreeSet::new();
+        for ((subject, predicate), statements) in keys {
+            let stored = stored_timeline(parts, &plan.known, &subject, &predicate).await?;
+            // Pairs with a new object only: two stored facts were decided when they were filed,
+            // and asking again could undo a judgment.
+            let old: std::collections::BTreeSet<&str> = stored.iter().map(|f| f.object.as_str()).collect();
+            let mut fresh: Vec<&str> =
+                statements.iter().map(|(c, _)| c.object.as_str()).filter(|o| !old.contains(o)).collect();
+            fresh.sort_unstable();
+            fresh.dedup();
+            for (i, a) in fresh.iter().enumerate() {
+                for b in fresh[i + 1..].iter().chain(&old) {
+                    if rules.relation(a, b) == Relation::Ambiguous {
+                        unclear.insert(Pair::of(&subject, &predicate, a, b));
+                    }
+                }
+            }
+            timelines.push((stored, statements));
+        }
+        // What the rules cannot tell, the model judges, within the cycle's judgment budget.
+        let judged = judge(parts, unclear, &mut judgments_left, &mut report).await;
+        for (stored, statements) in timelines {
+            let Some((first, _)) = statements.first() else { continue };
+            let (subject, predicate) = (first.subject.clone(), first.predicate.clone());
+            let relate = |a: &str, b: &str| match rules.relation(a, b) {
+                Relation::Decided(verdict) => verdict,
+                Relation::Ambiguous => {
+                    judged.get(&Pair::of(&subject, &predicate, a, b)).copied().unwrap_or(Verdict::Both)
+                }
+            };
+            plan.file(&stored, statements, &relate, &scope, &mut report);
         }
     }
     dialectic(parts, &mut plan, &mut report).await?;
@@ -445,6 +566,143 @@ async fn embed_objects(
             std::collections::HashMap::new()
         }
     }
+}
+
+/// Two objects of one subject and predicate, `a` before `b` in text order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Pair {
+    subject: String,
+    predicate: String,
+    a: String,
+    b: String,
+}
+
+impl Pair {
+    fn of(subject: &str, predicate: &str, x: &str, y: &str) -> Pair {
+        let (a, b) = if x <= y { (x, y) } else { (y, x) };
+        Pair { subject: subject.to_owned(), predicate: predicate.to_owned(), a: a.to_owned(), b: b.to_owned() }
+    }
+}
+
+const JUDGE_SYSTEM: &str = "You keep an agent's long-term memory consistent. Each numbered line holds two \
+statements about the same subject and relation, made at different times. Say for each how they relate: \
+\"same\" (the same fact in other words), \"replaces\" (they cannot both be true: the later one makes the earlier \
+one no longer true), or \"both\" (both can be true at once). Answer with JSON only, of the form \
+{\"judgments\": [{\"pair\": 1, \"verdict\": \"same\"}]}.";
+
+/// Most pairs one judgment call reads.
+const PAIRS_PER_CALL: usize = 32;
+
+fn judge_schema(pairs: usize) -> Value {
+    json!({
+        "type": "object",
+        "required": ["judgments"],
+        "properties": {"judgments": {"type": "array", "maxItems": pairs, "items": {
+            "type": "object",
+            "required": ["pair", "verdict"],
+            "properties": {
+                "pair": {"type": "integer", "minimum": 1, "maximum": pairs},
+                "verdict": {"type": "string", "enum": ["same", "replaces", "both"]}
+            }
+        }}}
+    })
+}
+
+/// Reads a judgment answer; any departure from the schema fails it whole.
+fn parse_judgments(text: &str, pairs: usize) -> std::result::Result<BTreeMap<usize, Verdict>, String> {
+    let trimmed = text.trim().trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```");
+    let value: Value =
+        serde_json::from_str(trimmed.trim()).map_err(|e| format!("the model's answer is not JSON ({e})"))?;
+    let items = value.get("judgments").and_then(Value::as_array).ok_or("the answer has no \"judgments\" array")?;
+    let mut out = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let pair = item
+            .get("pair")
+            .and_then(Value::as_u64)
+            .filter(|p| (1..=pairs as u64).contains(p))
+            .ok_or_else(|| format!("judgments[{i}].pair: not a pair number from 1 to {pairs}"))?;
+        let verdict: Verdict = item
+            .get("verdict")
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| format!("judgments[{i}].verdict: not one of same, replaces, both"))?;
+        out.insert(pair as usize, verdict);
+    }
+    Ok(out)
+}
+
+/// The model's verdicts on `unclear` pairs, at most [`PAIRS_PER_CALL`] a call and `calls_left`
+/// calls; every pair, judged or left to the rule (different: both hold), goes into the report.
+async fn judge(
+    parts: &Parts,
+    unclear: std::collections::BTreeSet<Pair>,
+    calls_left: &mut usize,
+    report: &mut CycleReport,
+) -> BTreeMap<Pair, Verdict> {
+    let mut verdicts = BTreeMap::new();
+    let pairs: Vec<Pair> = unclear.into_iter().collect();
+    for chunk in pairs.chunks(PAIRS_PER_CALL) {
+        let answer: std::result::Result<BTreeMap<usize, Verdict>, String> = match &parts.llm {
+            None => Err("no model is configured".into()),
+            Some(_) if *calls_left == 0 => {
+                Err("the cycle's judgment calls are spent (consolidation.judge_calls)".into())
+            }
+            Some(llm) => {
+                *calls_left -= 1;
+                report.llm_calls += 1;
+                let prompt = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        format!(
+                            "{}. {} / {}: \"{}\" | \"{}\"",
+                            i + 1,
+                            p.subject,
+                            p.predicate.replace('_', " "),
+                            p.a,
+                            p.b
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let request =
+                    LlmRequest { system: JUDGE_SYSTEM.into(), prompt, json_schema: Some(judge_schema(chunk.len())) };
+                match llm.complete(request).await {
+                    Ok(answer) => {
+                        report.input_tokens += answer.input_tokens;
+                        report.output_tokens += answer.output_tokens;
+                        report.cost_usd += answer.cost;
+                        parse_judgments(&answer.text, chunk.len())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        };
+        if let Err(why) = &answer {
+            tracing::debug!(%why, pairs = chunk.len(), "ambiguous pairs left to the rule");
+        }
+        for (i, pair) in chunk.iter().enumerate() {
+            let by_model = answer.as_ref().ok().and_then(|a| a.get(&(i + 1)).copied());
+            let why = match &answer {
+                Ok(_) if by_model.is_none() => Some("the model's answer left this pair out".to_owned()),
+                Ok(_) => None,
+                Err(why) => Some(why.clone()),
+            };
+            let verdict = by_model.unwrap_or(Verdict::Both);
+            report.judgments.push(Judgment {
+                subject: pair.subject.clone(),
+                predicate: pair.predicate.clone(),
+                objects: [pair.a.clone(), pair.b.clone()],
+                verdict,
+                by: if by_model.is_some() { "model" } else { "rule" },
+                why,
+            });
+            if by_model.is_some() {
+                verdicts.insert(pair.clone(), verdict);
+            }
+        }
+    }
+    verdicts
 }
 
 /// A batch reference as the plan's id: stored ids as they are, new memories negative.
@@ -507,7 +765,12 @@ async fn dialectic(parts: &Parts, plan: &mut Plan, report: &mut CycleReport) -> 
                 let revised = plan.batch.revisions.iter().any(|r| r.id == id);
                 let below = matches!(memory.body, Body::Fact { confidence, .. } if confidence < belief);
                 if current && below && !revised {
-                    plan.batch.revisions.push(Revision { id, valid_until: None, confidence: Some(belief) });
+                    plan.batch.revisions.push(Revision {
+                        id,
+                        valid_from: None,
+                        valid_until: None,
+                        confidence: Some(belief),
+                    });
                 }
             }
         }
@@ -631,7 +894,12 @@ async fn summarise(
         plan.batch.edges.last_mut().expect("just linked").weight = 0.0;
     }
     if let Some(previous) = session.previous {
-        plan.batch.revisions.push(Revision { id: previous, valid_until: Some(said_at), confidence: None });
+        plan.batch.revisions.push(Revision {
+            id: previous,
+            valid_from: None,
+            valid_until: Some(said_at),
+            confidence: None,
+        });
         plan.link(summary, previous, EdgeKind::Supersedes, said_at);
     }
 }

@@ -180,7 +180,7 @@ impl Atlas {
                     report.episodes += 1;
                 }
                 let edges = self.parts.store.edges_of(m.id).await?;
-                chosen.push(StoredMemory { memory: m, vector: None, edges });
+                chosen.push(StoredMemory { memory: m, vector: None, edges, consolidated_at: None });
             }
         }
         if chosen.is_empty() {

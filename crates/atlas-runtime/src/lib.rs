@@ -123,7 +123,14 @@ pub struct Explanation {
     pub strength: f64,
     /// Whether it decays at all.
     pub decays: bool,
+    /// For a fact: how the sleep cycle judged pairs of its object with another of the same
+    /// subject and predicate that the rules could not tell apart (the cycles' `judgments`,
+    /// newest first, from the last [`EXPLAINED_CYCLES`] cycles).
+    pub judgments: Vec<serde_json::Value>,
 }
+
+/// How many of the latest cycles `explain` searches for a fact's judgments.
+pub const EXPLAINED_CYCLES: usize = 1_000;
 
 /// What `stats` reports.
 #[derive(Debug, Clone)]
@@ -440,7 +447,19 @@ impl Atlas {
             at = older.dst;
             replaced.extend(self.parts.store.get(at).await?);
         }
+        let mut judgments = Vec::new();
+        if let (Body::Fact { subject, predicate, object, .. }, Some(store)) = (&memory.body, &self.parts.consolidator) {
+            for report in store.cycles(EXPLAINED_CYCLES).await? {
+                let found = report["judgments"].as_array().into_iter().flatten().filter(|j| {
+                    j["subject"] == subject.as_str()
+                        && j["predicate"] == predicate.as_str()
+                        && j["objects"].as_array().is_some_and(|o| o.iter().any(|x| x == object.as_str()))
+                });
+                judgments.extend(found.cloned());
+            }
+        }
         Ok(Some(Explanation {
+            judgments,
             sources: self.parts.store.get_many(sources).await?,
             replaced,
             replaced_by: self.parts.store.get_many(replaced_by).await?,

@@ -116,6 +116,8 @@ pub async fn copy(
         }
         progress(copied);
     }
+    // The ledger of cycles goes with the memories (rows the target holds are not added twice).
+    target.replica.restore_cycles(source.replica.export_cycles().await?).await?;
     drop(checkpoint);
     Ok(CopyOutcome { copied, resumed_after, batches })
 }

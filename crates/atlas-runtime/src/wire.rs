@@ -130,5 +130,6 @@ pub fn explanation_value(e: &crate::Explanation) -> Value {
     memory["valid_until"] = e.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
     json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
            "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities),
-           "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle}})
+           "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle},
+           "judgments": e.judgments})
 }

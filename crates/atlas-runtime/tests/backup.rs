@@ -3,7 +3,7 @@
 //! already holds memories under new ids with every reference mapped; a re-run is a no-op.
 
 use atlas_domain::jsonl;
-use atlas_domain::ports::{EmbeddingModel, MemoryStore, Replica, StoredMemory, VectorIndex};
+use atlas_domain::ports::{CycleRecord, EmbeddingModel, MemoryStore, Replica, StoredMemory, VectorIndex};
 use atlas_domain::{Body, Edge, EdgeKind, MemoryId, NewMemory, Outcome, Scope, Timestamp, Validity};
 use atlas_runtime::{Atlas, Config, ImportOptions, Parts};
 use atlas_store_sqlite::{SqliteOptions, SqliteStore};
@@ -66,13 +66,14 @@ fn body(kind: u8, id: i64, earlier: &[i64]) -> Body {
 
 prop_compose! {
     /// A space with gaps in its ids (forgotten memories), every kind, concepts that refer to
-    /// earlier memories, typed edges of every kind in both directions, some vectors, some context.
+    /// earlier memories, typed edges of every kind in both directions, some vectors, some
+    /// context, some episodes a sleep cycle consumed.
     fn arb_space()(
-        slots in proptest::collection::vec((any::<bool>(), 0u8..7, any::<bool>(), any::<bool>()), 1..24),
+        slots in proptest::collection::vec((any::<bool>(), 0u8..7, any::<bool>(), any::<bool>(), any::<bool>()), 1..24),
         links in proptest::collection::vec((0usize..24, 0usize..24, 0usize..5, any::<bool>()), 0..30),
     ) -> Vec<StoredMemory> {
         let mut items: Vec<StoredMemory> = Vec::new();
-        for (i, (gap, kind, vector, context)) in slots.iter().enumerate() {
+        for (i, (gap, kind, vector, context, consumed)) in slots.iter().enumerate() {
             let id = i as i64 + 1;
             if *gap && i > 0 {
                 continue;
@@ -90,7 +91,10 @@ prop_compose! {
             let mut memory = new.with_id(MemoryId(id));
             memory.context = context.then(|| format!("Someone: the turn before {id}"));
             let vector = vector.then(|| (0..DIM).map(|d| ((id as usize * 31 + d * 7) % 17) as f32 / 17.0 - 0.5).collect());
-            items.push(StoredMemory { memory, vector, edges: Vec::new() });
+            // Consolidated spaces too: what a sleep cycle consumed travels with the episode.
+            let consolidated_at = (*consumed && memory.kind() == atlas_domain::MemoryKind::Episode)
+                .then_some(Timestamp(1_000 * id + 50));
+            items.push(StoredMemory { memory, vector, edges: Vec::new(), consolidated_at });
         }
         let ids: Vec<i64> = items.iter().map(|s| s.memory.id.0).collect();
         let mut seen = std::collections::HashSet::new();
@@ -124,7 +128,11 @@ async fn export(atlas: &Atlas) -> Vec<u8> {
 fn stored(bytes: &[u8]) -> Vec<StoredMemory> {
     let text = String::from_utf8(bytes.to_vec()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    lines[1..lines.len() - 1].iter().map(|l| jsonl::parse_stored_line(l, Timestamp(0)).unwrap()).collect()
+    lines[1..lines.len() - 1]
+        .iter()
+        .filter(|l| jsonl::parse_cycle(l).unwrap().is_none())
+        .map(|l| jsonl::parse_stored_line(l, Timestamp(0)).unwrap())
+        .collect()
 }
 
 fn sorted(mut items: Vec<StoredMemory>) -> Vec<StoredMemory> {
@@ -152,12 +160,21 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn an_export_restores_any_space_exactly_and_once(space_items in arb_space(), existing in 1usize..4) {
+    fn an_export_restores_any_space_exactly_and_once(
+        space_items in arb_space(),
+        existing in 1usize..4,
+        ledger in proptest::collection::btree_set((0i64..2_000_000_000_000, 0u8..5), 0..4),
+    ) {
         let rt = atlas_testing::runtime();
         rt.block_on(async {
             let dir = tempfile::tempdir().unwrap();
             let (source, store) = space(&dir.path().join("source.db")).await;
             store.restore(space_items.clone()).await.unwrap();
+            let cycles: Vec<CycleRecord> = ledger
+                .iter()
+                .map(|(at, n)| CycleRecord { at: Timestamp(*at), report: serde_json::json!({"facts_added": n}) })
+                .collect();
+            store.restore_cycles(cycles.clone()).await.unwrap();
             let backup = export(&source).await;
             let expected = sorted(space_items.clone());
             assert_eq!(sorted(stored(&backup)), expected, "the export holds the space as it is");
@@ -171,6 +188,11 @@ proptest! {
             let again = fresh.import_bytes(&backup, "backup.jsonl", ImportOptions::default(), None).await.unwrap();
             assert!(again.replayed, "a re-run stores nothing");
             assert_eq!(export(&fresh).await, backup);
+            let forced = ImportOptions { again: true, ..ImportOptions::default() };
+            let twice = space(&dir.path().join("twice.db")).await;
+            twice.0.import_bytes(&backup, "backup.jsonl", ImportOptions::default(), None).await.unwrap();
+            twice.0.import_bytes(&backup, "backup.jsonl", forced, None).await.unwrap();
+            assert_eq!(twice.1.export_cycles().await.unwrap(), cycles, "the ledger once, however often restored");
 
             // Into a space that already holds memories: new ids, every reference mapped.
             let (busy, busy_store) = space(&dir.path().join("busy.db")).await;
@@ -213,8 +235,8 @@ async fn a_reference_to_a_memory_neither_in_the_file_nor_in_the_space_is_refused
     .with_id(MemoryId(5));
     store
         .restore(vec![
-            StoredMemory { memory: part, vector: None, edges: Vec::new() },
-            StoredMemory { memory: concept, vector: None, edges: Vec::new() },
+            StoredMemory { memory: part, vector: None, edges: Vec::new(), consolidated_at: None },
+            StoredMemory { memory: concept, vector: None, edges: Vec::new(), consolidated_at: None },
         ])
         .await
         .unwrap();

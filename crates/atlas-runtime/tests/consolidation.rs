@@ -356,6 +356,8 @@ async fn closed_sessions_are_summarised_and_resummarised_when_they_go_on() {
 async fn the_model_writes_summaries_within_the_cycles_budget() {
     let dir = tempfile::tempdir().unwrap();
     let llm = Arc::new(ScriptedLlm::new(vec![
+        // Two things Ann did, alike in words: the model judges them once (its own budget).
+        Ok(r#"{"judgments": [{"pair": 1, "verdict": "both"}]}"#.into()),
         Ok(r#"{"summary": "Ann planned the garden shed."}"#.into()),
         Ok("no JSON here".into()),
     ]));
@@ -363,7 +365,8 @@ async fn the_model_writes_summaries_within_the_cycles_budget() {
     atlas.remember(said("- B: built the garden shed frame", "Ann", 1)).await.unwrap();
     atlas.remember(said("- B: painted the garden shed", "Ann", 2)).await.unwrap();
     let first = atlas.consolidate().await.unwrap();
-    assert_eq!((first.summaries_added, first.summaries_deferred, first.llm_calls), (1, 1, 1), "{first:?}");
+    assert_eq!((first.summaries_added, first.summaries_deferred, first.llm_calls), (1, 1, 2), "{first:?}");
+    assert_eq!((first.judgments.len(), first.judgments[0].by, first.facts_added), (1, "model", 2));
     let second = atlas.consolidate().await.unwrap();
     assert_eq!((second.summaries_added, second.llm_calls), (1, 1), "a bad answer falls back to extractive");
     let all = atlas
@@ -497,4 +500,158 @@ async fn the_fixture_consolidates_with_the_fake_model_too() {
     );
     assert!(!texts.iter().any(|t| t.contains("migrated to Rust") || t.contains("running on Python 3.11")), "{texts:?}");
     assert_eq!(atlas.cycles(1).await.unwrap()[0]["llm_calls"], 1, "the ledger counts the call");
+}
+
+/// What consolidation believes, independent of ids and of when it was learned: each fact with
+/// its validity and the turns it was said in, and which fact supersedes which.
+type Belief = (Vec<(String, String, String, i64, Option<i64>, Vec<String>)>, Vec<(String, String)>);
+
+async fn belief(store: &SqliteStore) -> Belief {
+    let subjects = vec!["ann".to_owned(), "bo".to_owned(), "world".to_owned()];
+    let scope = Scope { user: Some("ann".into()), agent: None, session: None };
+    let facts = store.known(subjects, Vec::new(), scope).await.unwrap();
+    let name = |m: &atlas_domain::Memory| match &m.body {
+        Body::Fact { subject, predicate, object, .. } => {
+            format!("{subject}|{predicate}|{object}@{}", m.validity.valid_from.millis() / DAY)
+        }
+        _ => unreachable!("known facts only"),
+    };
+    let mut rows = Vec::new();
+    let mut supersedes = Vec::new();
+    for m in &facts {
+        let Body::Fact { subject, predicate, object, .. } = &m.body else { continue };
+        let edges = store.edges_of(m.id).await.unwrap();
+        let mut sources = Vec::new();
+        for e in edges.iter().filter(|e| e.src == m.id) {
+            let other = store.get(e.dst).await.unwrap().unwrap();
+            match e.kind {
+                EdgeKind::DerivedFrom => sources.push(other.text.lines().next().unwrap_or_default().to_owned()),
+                EdgeKind::Supersedes => supersedes.push((name(m), name(&other))),
+                _ => {}
+            }
+        }
+        sources.sort();
+        let until = m.validity.valid_until.map(|t| t.millis() / DAY);
+        rows.push((
+            subject.clone(),
+            predicate.clone(),
+            object.clone(),
+            m.validity.valid_from.millis() / DAY,
+            until,
+            sources,
+        ));
+    }
+    rows.sort();
+    supersedes.sort();
+    (rows, supersedes)
+}
+
+async fn consolidating_space(dir: &Path, batch: usize) -> (Atlas, Arc<SqliteStore>) {
+    let db = dir.join("atlas.db");
+    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+    let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store.clone());
+    let consolidation = ConsolidationConfig { batch, summaries: false, ..ConsolidationConfig::default() };
+    (Atlas::from_parts(parts, Config { db, consolidation, ..Config::default() }).await.unwrap(), store)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Issue 27: the same turns consolidated in one cycle, and imported in random chunks with
+    /// cycles of random sizes in between, give the same facts, validity, sources and supersessions.
+    #[test]
+    fn batching_never_changes_what_consolidation_believes(
+        turns in proptest::collection::vec((0usize..5, 1i64..12), 2..14),
+        chunks in proptest::collection::vec(1usize..5, 14),
+        batch in 1usize..4,
+    ) {
+        const SAID: [&str; 5] = [
+            "- S:Ann: lives in Berlin",
+            "- S:Ann: lives in Vienna",
+            "- S:Ann: no longer lives in Berlin",
+            "- W: the cafe sells sushi",
+            "- W: the cafe no longer sells sushi",
+        ];
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (whole, split) = runtime.block_on(async {
+            let remember = |i: usize, (what, day): (usize, i64)| Remember {
+                text: format!("turn {i}\n{}", SAID[what]),
+                speaker: Some("Ann".into()),
+                scope: Scope { user: Some("ann".into()), agent: None, session: Some("s".into()) },
+                time: Some(Timestamp(day * DAY)),
+                ..Remember::default()
+            };
+            let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (atlas, store) = consolidating_space(one.path(), 1_000).await;
+            for (i, t) in turns.iter().enumerate() {
+                atlas.remember(remember(i, *t)).await.unwrap();
+            }
+            atlas.consolidate().await.unwrap();
+            let whole = belief(&store).await;
+
+            let (atlas, store) = consolidating_space(two.path(), batch).await;
+            let mut i = 0;
+            for size in &chunks {
+                for t in turns.iter().skip(i).take(*size) {
+                    atlas.remember(remember(i, *t)).await.unwrap();
+                    i += 1;
+                }
+                atlas.consolidate().await.unwrap();
+            }
+            while atlas.consolidate().await.unwrap().episodes_seen > 0 {}
+            (whole, belief(&store).await)
+        });
+        proptest::prop_assert_eq!(whole, split);
+    }
+}
+
+/// Issue 27: a restored backup knows what the sleep cycle consumed, so consolidating it adds
+/// nothing and never brings back a fact forgotten on purpose; into a busy space as well.
+#[tokio::test]
+async fn a_restored_backup_consolidates_nothing_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    let (atlas, store) = space(source.path(), None).await;
+    atlas.remember(said("- S:Frank: lives in Berlin", "Ann", 1)).await.unwrap();
+    atlas.remember(said("- S:Frank: lives in Vienna", "Ann", 5)).await.unwrap();
+    atlas.remember(said("- W: the cafe sells sushi", "Ann", 6)).await.unwrap();
+    atlas.consolidate().await.unwrap();
+    let facts = |store: Arc<SqliteStore>| async move {
+        let scope = Scope { user: Some("ann".into()), agent: None, session: None };
+        store.known(vec!["frank".into(), "world".into()], Vec::new(), scope).await.unwrap()
+    };
+    let sushi = facts(store.clone()).await.into_iter().find(|m| m.text.contains("sushi")).unwrap();
+    assert!(atlas.forget(sushi.id).await.unwrap(), "forgotten on purpose");
+    let mut backup = Vec::new();
+    atlas.export(&mut backup, false).await.unwrap();
+    let file = dir.path().join("backup.jsonl");
+    std::fs::write(&file, &backup).unwrap();
+
+    for busy in [false, true] {
+        let sub = tempfile::tempdir().unwrap();
+        let (restored, restored_store) = space(sub.path(), None).await;
+        if busy {
+            restored.remember(said("something else entirely", "Bo", 2)).await.unwrap();
+            restored.consolidate().await.unwrap();
+        }
+        let before = restored_store.stats().await.unwrap();
+        restored.import_file(&file, ImportOptions::default(), None).await.unwrap();
+        let imported = restored_store.stats().await.unwrap();
+        let report = restored.consolidate().await.unwrap();
+        assert_eq!((report.episodes_seen, report.facts_added), (0, 0), "busy {busy}: {report:?}");
+        let after = restored_store.stats().await.unwrap();
+        assert_eq!((after.memories_by_kind, after.edges), (imported.memories_by_kind.clone(), imported.edges));
+        let live: Vec<String> = facts(restored_store.clone())
+            .await
+            .into_iter()
+            .filter(|m| !m.lifecycle.is_deleted())
+            .map(|m| m.text)
+            .collect();
+        assert!(!live.iter().any(|t| t.contains("sushi")), "busy {busy}: the forgotten fact stays forgotten: {live:?}");
+        assert!(
+            restored.cycles(100).await.unwrap().len() >= atlas.cycles(100).await.unwrap().len(),
+            "the ledger of cycles came along"
+        );
+        let _ = before;
+    }
 }

@@ -35,6 +35,12 @@ impl Replica for Flaky {
     async fn reserve_ids(&self, count: u64) -> atlas_domain::Result<MemoryId> {
         self.inner.reserve_ids(count).await
     }
+    async fn export_cycles(&self) -> atlas_domain::Result<Vec<atlas_domain::ports::CycleRecord>> {
+        self.inner.export_cycles().await
+    }
+    async fn restore_cycles(&self, cycles: Vec<atlas_domain::ports::CycleRecord>) -> atlas_domain::Result<()> {
+        self.inner.restore_cycles(cycles).await
+    }
 }
 
 async fn filled_sqlite(dir: &std::path::Path, embedder: Arc<dyn Embedder>) -> Parts {

@@ -614,8 +614,10 @@ async fn graph_expansion_follows_valid_typed_edges_to_its_depth() {
         (memory(4, "her teacher retired"), vec![link(4, 3, None)]),
         (memory(5, "an old partner"), vec![link(5, 1, Some(500))]),
     ];
-    let stored: Vec<StoredMemory> =
-        batch.into_iter().map(|(memory, edges)| StoredMemory { memory, vector: None, edges }).collect();
+    let stored: Vec<StoredMemory> = batch
+        .into_iter()
+        .map(|(memory, edges)| StoredMemory { memory, vector: None, edges, consolidated_at: None })
+        .collect();
     store.restore(stored).await.unwrap();
     let atlas = Atlas::from_parts(Parts::from_store(store.clone(), None), Config::default()).await.unwrap();
     let recall = atlas.recall(query("pottery studio", 10)).await.unwrap();

@@ -19,10 +19,10 @@ use crate::write::Landed;
 use crate::{QdrantStore, filter, ledger, meta};
 use async_trait::async_trait;
 use atlas_domain::policy::consolidation::normalize;
-use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator};
+use atlas_domain::ports::{ClosedSession, Consolidation, Consolidator, CycleRecord};
 use atlas_domain::{AtlasError, Body, Memory, MemoryId, MemoryKind, Result, Scope, Timestamp};
 use qdrant_client::qdrant::r#match::MatchValue;
-use qdrant_client::qdrant::{Condition, Filter, PointId, Range, RepeatedStrings, ScrollPointsBuilder};
+use qdrant_client::qdrant::{Condition, Direction, Filter, PointId, Range, RepeatedStrings, ScrollPointsBuilder};
 
 /// Points read per scroll request.
 const PAGE: u32 = 256;
@@ -204,6 +204,10 @@ impl Consolidator for QdrantStore {
             for (m, vector, kept) in &mut revised {
                 let r = batch.revisions.iter().rev().find(|r| r.id == m.id).expect("checked above");
                 m.validity.valid_until = r.valid_until;
+                if let Some(from) = r.valid_from {
+                    m.validity.valid_from = from;
+                    m.event_time = from;
+                }
                 if let (Body::Fact { confidence, .. }, Some(c)) = (&mut m.body, r.confidence) {
                     *confidence = c;
                 }
@@ -218,7 +222,13 @@ impl Consolidator for QdrantStore {
             let mut effects = crate::write::effects_of(&memories);
             effects.insert(
                 "cycle".into(),
-                crate::write::cycle_effect(batch.at.millis(), &batch.processed, &batch.failed, &batch.report),
+                crate::write::cycle_effect(
+                    batch.at.millis(),
+                    &batch.processed,
+                    &batch.failed,
+                    &batch.unlinked,
+                    &batch.report,
+                ),
             );
             effects.insert(crate::write::CLAIMANT.into(), serde_json::Value::from(self.owner.clone()));
             Ok(Landed { ids, effects: Some(serde_json::Value::Object(effects)) })
@@ -228,32 +238,7 @@ impl Consolidator for QdrantStore {
     }
 
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
-        if limit == 0 || !self.meta.exists().await? {
-            return Ok(Vec::new());
-        }
-        let filter = Filter::must([
-            Condition::matches(meta::field::TYPE, ledger::WRITE.to_owned()),
-            Condition::matches(ledger::field::STATE, vec!["committed".to_owned(), "done".to_owned()]),
-            Condition::range("effects.cycle.at", Range { gte: Some(i64::MIN as f64), ..Range::default() }),
-        ]);
-        let order = qdrant_client::qdrant::OrderByBuilder::new(ledger::field::AT)
-            .direction(qdrant_client::qdrant::Direction::Desc as i32)
-            .build();
-        let request = ScrollPointsBuilder::new(self.meta.name())
-            .filter(filter)
-            .order_by(order)
-            .limit(limit.min(u32::MAX as usize) as u32)
-            .with_payload(crate::decode::include(&["effects.cycle.report"]))
-            .with_vectors(false);
-        let page = self.meta.call("scroll", self.meta.client().scroll(request.build())).await?;
-        Ok(page
-            .points
-            .into_iter()
-            .map(|p| {
-                let effects = p.payload.get(ledger::field::EFFECTS).cloned().map(serde_json::Value::from);
-                effects.and_then(|e| e.get("cycle")?.get("report").cloned()).unwrap_or_default()
-            })
-            .collect())
+        Ok(self.ledger_of_cycles(limit, Direction::Desc).await?.into_iter().map(|c| c.report).collect())
     }
 
     async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>> {
@@ -291,6 +276,72 @@ impl Consolidator for QdrantStore {
             }
         }
         Ok(closed)
+    }
+}
+
+impl QdrantStore {
+    /// Up to `limit` rows of the ledger of cycles in `direction` of their time: the records of
+    /// the cycles' writes, and the rows a restore brought ([`meta::CYCLE`] points).
+    pub(crate) async fn ledger_of_cycles(&self, limit: usize, direction: Direction) -> Result<Vec<CycleRecord>> {
+        if limit == 0 || !self.meta.exists().await? {
+            return Ok(Vec::new());
+        }
+        let written = Filter::must([
+            Condition::matches(meta::field::TYPE, ledger::WRITE.to_owned()),
+            Condition::matches(ledger::field::STATE, vec!["committed".to_owned(), "done".to_owned()]),
+            Condition::range("effects.cycle.at", Range { gte: Some(i64::MIN as f64), ..Range::default() }),
+        ]);
+        let restored = Filter::must([Condition::matches(meta::field::TYPE, meta::CYCLE.to_owned())]);
+        let filter = Filter::should([Condition::from(written), Condition::from(restored)]);
+        let mut out = Vec::new();
+        let mut after: Option<i64> = None;
+        // Pages of the ledger in time order; a page ends where the next starts.
+        while out.len() < limit {
+            let mut order = qdrant_client::qdrant::OrderByBuilder::new(ledger::field::AT).direction(direction as i32);
+            if let Some(at) = after {
+                order = order.start_from(qdrant_client::qdrant::start_from::Value::Integer(at));
+            }
+            let page = (limit - out.len()).min(1_000);
+            let request = ScrollPointsBuilder::new(self.meta.name())
+                .filter(filter.clone())
+                .order_by(order.build())
+                .limit(page as u32)
+                .with_payload(crate::decode::include(&[
+                    "effects.cycle",
+                    ledger::field::AT,
+                    "report",
+                    meta::field::TYPE,
+                ]))
+                .with_vectors(false);
+            let points = self.meta.call("scroll", self.meta.client().scroll(request.build())).await?.points;
+            let got = points.len();
+            for p in points {
+                let payload: serde_json::Map<String, serde_json::Value> =
+                    p.payload.into_iter().map(|(k, v)| (k, serde_json::Value::from(v))).collect();
+                let record_at = payload.get(ledger::field::AT).and_then(serde_json::Value::as_i64).unwrap_or_default();
+                if after == Some(record_at) && out.iter().any(|c: &(i64, CycleRecord)| c.0 == record_at) {
+                    // `start_from` includes its bound: a row already read.
+                    continue;
+                }
+                let record = match payload.get("effects").and_then(|e| e.get("cycle")) {
+                    Some(cycle) => CycleRecord {
+                        at: Timestamp(cycle.get("at").and_then(serde_json::Value::as_i64).unwrap_or(record_at)),
+                        report: cycle.get("report").cloned().unwrap_or_default(),
+                    },
+                    None => CycleRecord {
+                        at: Timestamp(record_at),
+                        report: payload.get("report").cloned().unwrap_or_default(),
+                    },
+                };
+                out.push((record_at, record));
+            }
+            if got < page {
+                break;
+            }
+            after = out.last().map(|c| c.0);
+        }
+        out.truncate(limit);
+        Ok(out.into_iter().map(|(_, c)| c).collect())
     }
 }
 
@@ -343,7 +394,13 @@ mod tests {
         let batch = Consolidation {
             memories: Vec::new(),
             edges: Vec::new(),
-            revisions: vec![atlas_domain::ports::Revision { id: MemoryId(9), valid_until: None, confidence: None }],
+            revisions: vec![atlas_domain::ports::Revision {
+                id: MemoryId(9),
+                valid_from: None,
+                valid_until: None,
+                confidence: None,
+            }],
+            unlinked: Vec::new(),
             processed: vec![MemoryId(9)],
             failed: Vec::new(),
             report: serde_json::json!({}),

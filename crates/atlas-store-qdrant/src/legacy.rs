@@ -138,7 +138,7 @@ impl QdrantStore {
             processed.entry(*at).or_default().push(*id);
         }
         for (at, ids) in processed {
-            let cycle = write::cycle_effect(at, &ids, &[], &Value::Null);
+            let cycle = write::cycle_effect(at, &ids, &[], &[], &Value::Null);
             self.apply_effects(&json!({ "cycle": cycle })).await?;
         }
         meta::put_failures(&self.meta, &legacy.failures).await?;

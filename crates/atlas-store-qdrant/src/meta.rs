@@ -51,6 +51,25 @@ pub const EDGE: &str = "edge";
 pub const SESSION: &str = "session";
 /// The `type` of a failed episode's bookkeeping.
 pub const ATTEMPT: &str = "attempt";
+/// The `type` of a row of the ledger of cycles a restore brought (the space's own cycles are
+/// the records of their writes): `at`, `report`.
+pub const CYCLE: &str = "cycle";
+
+/// Adds restored rows of the ledger of cycles, each once (its point id is made of its content).
+pub async fn put_cycles(meta: &Collection, cycles: &[atlas_domain::ports::CycleRecord]) -> Result<()> {
+    let points: Vec<PointStruct> = cycles
+        .iter()
+        .map(|c| {
+            let payload = json!({ field::TYPE: CYCLE, crate::ledger::field::AT: c.at.millis(), "report": c.report });
+            let id = point_id_of(&format!("cycle\0{}\0{}", c.at.millis(), c.report));
+            PointStruct::new(id, HashMap::<String, qdrant_client::qdrant::Vector>::new(), object(payload))
+        })
+        .collect();
+    for chunk in points.chunks(256) {
+        meta.upsert(chunk.to_vec()).await?;
+    }
+    Ok(())
+}
 
 /// Payload indexes of the meta collection.
 pub const INDEXED_FIELDS: [(&str, FieldType); 9] = [
@@ -78,7 +97,20 @@ pub fn point_id_of(key: &str) -> PointId {
 
 /// `(src, dst, kind)` as a point id.
 fn edge_point_id(e: &Edge) -> PointId {
-    point_id_of(&format!("edge\0{}\0{}\0{}", e.src.0, e.dst.0, e.kind.as_str()))
+    edge_key_point_id(e.src, e.dst, e.kind)
+}
+
+fn edge_key_point_id(src: MemoryId, dst: MemoryId, kind: EdgeKind) -> PointId {
+    point_id_of(&format!("edge\0{}\0{}\0{}", src.0, dst.0, kind.as_str()))
+}
+
+/// Deletes the edges `(src, dst, kind)`; one that does not exist is no error.
+pub async fn delete_edges(meta: &Collection, edges: &[(MemoryId, MemoryId, EdgeKind)]) -> Result<()> {
+    for chunk in edges.chunks(256) {
+        let ids: Vec<PointId> = chunk.iter().map(|(src, dst, kind)| edge_key_point_id(*src, *dst, *kind)).collect();
+        meta.delete_matching(Filter::must([Condition::has_id(ids)])).await?;
+    }
+    Ok(())
 }
 
 pub(crate) fn edge_point(e: &Edge) -> PointStruct {

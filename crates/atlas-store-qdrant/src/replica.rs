@@ -6,7 +6,7 @@ use crate::decode::{Kept, decode};
 use crate::payload::point_id;
 use crate::{QdrantStore, filter, ledger, meta, write};
 use async_trait::async_trait;
-use atlas_domain::ports::{Receipt, Replica, StoredMemory};
+use atlas_domain::ports::{CycleRecord, Receipt, Replica, StoredMemory};
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, Result, Timestamp};
 use qdrant_client::qdrant::{Filter, PointId, ScrollPointsBuilder, VectorsSelector};
 
@@ -36,9 +36,10 @@ impl Replica for QdrantStore {
         let mut edges = meta::carried_edges(&self.meta, start, last.0).await?;
         Ok(decoded
             .into_iter()
-            .map(|(memory, vector, _)| StoredMemory {
+            .map(|(memory, vector, kept)| StoredMemory {
                 edges: edges.remove(&memory.id).unwrap_or_default(),
                 vector,
+                consolidated_at: kept.consolidated_at.map(Timestamp),
                 memory,
             })
             .collect())
@@ -54,6 +55,21 @@ impl Replica for QdrantStore {
 
     async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
         Ok(self.clock.reserve(count))
+    }
+
+    async fn export_cycles(&self) -> Result<Vec<CycleRecord>> {
+        self.ledger_of_cycles(usize::MAX, qdrant_client::qdrant::Direction::Asc).await
+    }
+
+    async fn restore_cycles(&self, cycles: Vec<CycleRecord>) -> Result<()> {
+        // The space's own rows are write records: a restore into the space it came from adds none.
+        let held = self.export_cycles().await?;
+        let new: Vec<CycleRecord> = cycles.into_iter().filter(|c| !held.contains(c)).collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.collection.ensure(self.bound_model().as_ref()).await?;
+        meta::put_cycles(&self.meta, &new).await
     }
 }
 
@@ -91,7 +107,7 @@ impl QdrantStore {
             .iter()
             .map(|s| {
                 let vector = s.vector.clone().and_then(|v| name.as_deref().map(|n| (n, v)));
-                self.point(&s.memory, vector, Kept::default())
+                self.point(&s.memory, vector, Kept { consolidated_at: s.consolidated_at.map(Timestamp::millis) })
             })
             .collect::<Result<Vec<_>>>()?;
         let ids: Vec<MemoryId> = batch.iter().map(|s| s.memory.id).collect();

@@ -351,6 +351,25 @@ impl QdrantStore {
                 .filter_map(|f| Some((MemoryId(f.get(0)?.as_i64()?), f.get(1)?.as_str()?.to_owned())))
                 .collect();
             meta::record_failures(&self.meta, &failed, at).await?;
+            // Edges the cycle removed go once it committed: before, a crash would leave a moved
+            // statement on neither fact.
+            let unlinked: Vec<(MemoryId, MemoryId, atlas_domain::EdgeKind)> = cycle
+                .get("unlinked")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|u| {
+                    let id = |i: usize| u.get(i).and_then(Value::as_i64).map(MemoryId);
+                    let kind = u.get(2).and_then(Value::as_str).and_then(|k| k.parse::<atlas_domain::EdgeKind>().ok());
+                    match (id(0), id(1), kind) {
+                        (Some(src), Some(dst), Some(kind)) => Ok((src, dst, kind)),
+                        _ => Err(AtlasError::Storage(format!(
+                            "a cycle's record: an edge to remove is not [src, dst, kind]: {u}"
+                        ))),
+                    }
+                })
+                .collect::<Result<_>>()?;
+            meta::delete_edges(&self.meta, &unlinked).await?;
             // Their cycle is over: a failed episode waits only for its backoff.
             let done: Vec<MemoryId> = processed.iter().copied().chain(failed.iter().map(|(id, _)| *id)).collect();
             crate::queue::Claims::SLEEP.release(&self.collection, &done, claimant).await?;
@@ -397,10 +416,12 @@ pub(crate) fn cycle_effect(
     at: i64,
     processed: &[MemoryId],
     failed: &[(MemoryId, String)],
+    unlinked: &[(MemoryId, MemoryId, atlas_domain::EdgeKind)],
     report: &serde_json::Value,
 ) -> Value {
     let failed: Vec<Value> = failed.iter().map(|(id, e)| json!([id.0, e])).collect();
-    json!({ "at": at, "processed": encode_id_runs(processed), "failed": failed, "report": report })
+    let unlinked: Vec<Value> = unlinked.iter().map(|(src, dst, kind)| json!([src.0, dst.0, kind.as_str()])).collect();
+    json!({ "at": at, "processed": encode_id_runs(processed), "failed": failed, "unlinked": unlinked, "report": report })
 }
 
 impl QdrantStore {

@@ -34,6 +34,7 @@ fn cycle_batch(memories: Vec<NewMemory>, processed: Vec<MemoryId>) -> atlas_doma
         memories,
         edges: Vec::new(),
         revisions: Vec::new(),
+        unlinked: Vec::new(),
         report: serde_json::json!({ "episodes": processed.len() }),
         processed,
         failed: Vec::new(),

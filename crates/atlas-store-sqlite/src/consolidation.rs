@@ -88,6 +88,13 @@ impl Consolidator for SqliteStore {
             .write(move |conn| {
                 let written = insert_all(conn, &batch.memories, None)?;
                 let ids: Vec<MemoryId> = written.iter().map(|f| MemoryId(f.id)).collect();
+                for (src, dst, kind) in &batch.unlinked {
+                    conn.execute(
+                        "DELETE FROM edges WHERE src = ?1 AND dst = ?2 AND kind = ?3",
+                        params![src.0, dst.0, kind.as_str()],
+                    )
+                    .map_err(storage)?;
+                }
                 for e in &batch.edges {
                     put_edge(conn, &e.resolve(&ids)?)?;
                 }
@@ -95,8 +102,14 @@ impl Consolidator for SqliteStore {
                     let changed = conn
                         .execute(
                             "UPDATE memories SET valid_until = ?2, body = CASE WHEN ?3 IS NULL THEN body \
-                             ELSE json_set(body, '$.confidence', ?3) END WHERE id = ?1",
-                            params![r.id.0, r.valid_until.map(Timestamp::millis), r.confidence.map(f64::from)],
+                             ELSE json_set(body, '$.confidence', ?3) END, valid_from = coalesce(?4, valid_from), \
+                             event_time = coalesce(?4, event_time) WHERE id = ?1",
+                            params![
+                                r.id.0,
+                                r.valid_until.map(Timestamp::millis),
+                                r.confidence.map(f64::from),
+                                r.valid_from.map(Timestamp::millis)
+                            ],
                         )
                         .map_err(storage)?;
                     if changed == 0 {
@@ -192,8 +205,9 @@ impl Consolidator for SqliteStore {
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
         self.readers
             .read(move |conn| {
-                let mut stmt =
-                    conn.prepare_cached("SELECT report FROM cycles ORDER BY id DESC LIMIT ?").map_err(storage)?;
+                let mut stmt = conn
+                    .prepare_cached("SELECT report FROM cycles ORDER BY at DESC, id DESC LIMIT ?")
+                    .map_err(storage)?;
                 let rows = stmt.query_map([limit as i64], |r| r.get::<_, String>(0)).map_err(storage)?;
                 rows.map(|row| {
                     let text = row.map_err(storage)?;

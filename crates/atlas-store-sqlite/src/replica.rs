@@ -11,7 +11,7 @@ use crate::text_cache::Fields;
 use crate::writes::stored_fields;
 use crate::{SqliteStore, VECTOR_TABLE};
 use async_trait::async_trait;
-use atlas_domain::ports::{Receipt, Replica, StoredMemory};
+use atlas_domain::ports::{CycleRecord, Receipt, Replica, StoredMemory};
 use atlas_domain::{AtlasError, Edge, MemoryId, Result, Timestamp};
 use rusqlite::params;
 use rusqlite::types::Value;
@@ -53,11 +53,25 @@ impl Replica for SqliteStore {
                 for edge in query_edges(conn, &sql, &range)? {
                     edges.entry(edge.src.max(edge.dst).0).or_default().push(edge);
                 }
+                let mut consumed = std::collections::HashMap::new();
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT id, processed_at FROM consolidation WHERE id > ? AND id <= ? AND processed_at IS NOT NULL",
+                    )
+                    .map_err(storage)?;
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(range.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+                    .map_err(storage)?;
+                for row in rows {
+                    let (id, at) = row.map_err(storage)?;
+                    consumed.insert(id, Timestamp(at));
+                }
                 Ok(memories
                     .into_iter()
                     .map(|memory| StoredMemory {
                         vector: vectors.remove(&memory.id.0),
                         edges: edges.remove(&memory.id.0).unwrap_or_default(),
+                        consolidated_at: consumed.remove(&memory.id.0),
                         memory,
                     })
                     .collect())
@@ -98,7 +112,40 @@ impl Replica for SqliteStore {
             })
             .await
     }
+    async fn export_cycles(&self) -> Result<Vec<CycleRecord>> {
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached("SELECT at, report FROM cycles ORDER BY at, id").map_err(storage)?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))).map_err(storage)?;
+                rows.map(|row| {
+                    let (at, text) = row.map_err(storage)?;
+                    let report =
+                        serde_json::from_str(&text).map_err(|e| AtlasError::Storage(format!("cycles: {e}")))?;
+                    Ok(CycleRecord { at: Timestamp(at), report })
+                })
+                .collect()
+            })
+            .await
+    }
+
+    async fn restore_cycles(&self, cycles: Vec<CycleRecord>) -> Result<()> {
+        self.writer
+            .write(move |conn| {
+                for c in &cycles {
+                    conn.execute(
+                        "INSERT INTO cycles (at, report) SELECT ?1, ?2 \
+                         WHERE NOT EXISTS (SELECT 1 FROM cycles WHERE at = ?1 AND report = ?2)",
+                        params![c.at.millis(), c.report.to_string()],
+                    )
+                    .map_err(storage)?;
+                }
+                Ok(())
+            })
+            .await
+    }
 }
+
 impl SqliteStore {
     async fn restore_keyed(&self, key: Option<String>, batch: Vec<StoredMemory>) -> Result<Receipt> {
         let model = self.bound_model();
@@ -184,6 +231,14 @@ impl SqliteStore {
                         .map_err(storage)?;
                     for e in &item.edges {
                         put_edge(conn, e)?;
+                    }
+                    if let Some(at) = item.consolidated_at {
+                        conn.execute(
+                            "INSERT INTO consolidation (id, processed_at, attempts, last_attempt) VALUES (?1, ?2, 1, ?2) \
+                             ON CONFLICT (id) DO UPDATE SET processed_at = ?2, last_error = NULL",
+                            params![m.id.0, at.millis()],
+                        )
+                        .map_err(storage)?;
                     }
                     if has_vectors {
                         conn.execute(&format!("DELETE FROM {VECTOR_TABLE} WHERE rowid = ?"), [m.id.0])

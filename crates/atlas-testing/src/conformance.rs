@@ -701,7 +701,7 @@ pub fn keyed_writes_happen_once<S: Store>(make: Make<S>) {
         let mut copy = store.get(first.ids[0]).await.unwrap().unwrap();
         let start = store.reserve_ids(1).await.unwrap();
         copy.id = start;
-        let item = StoredMemory { memory: copy, vector: None, edges: Vec::new() };
+        let item = StoredMemory { memory: copy, vector: None, edges: Vec::new(), consolidated_at: None };
         let restored = store.restore_once("restore:1".into(), vec![item.clone()]).await.unwrap();
         assert_eq!((restored.ids.clone(), restored.replayed), (vec![start], false));
         let replay = store.restore_once("restore:1".into(), vec![item]).await.unwrap();
@@ -723,7 +723,10 @@ pub fn reserved_ids_are_never_taken<S: Store>(make: Make<S>) {
         // The reserved ids are the caller's to restore under.
         let mut memory = store.get(before).await.unwrap().unwrap();
         memory.id = MemoryId(first.0 + 3);
-        store.restore(vec![StoredMemory { memory, vector: None, edges: Vec::new() }]).await.unwrap();
+        store
+            .restore(vec![StoredMemory { memory, vector: None, edges: Vec::new(), consolidated_at: None }])
+            .await
+            .unwrap();
         assert_eq!(store.get(MemoryId(first.0 + 3)).await.unwrap().unwrap().text, "before");
         assert_eq!(store.get(after).await.unwrap().unwrap().text, "after");
         let next = store.reserve_ids(1).await.unwrap();

@@ -25,6 +25,8 @@ macro_rules! consolidator_conformance {
             $crate::consolidator_conformance!(@cases $make; [$(#[$attr])+];
                 a_batch_applies_all_or_nothing, failed_episodes_back_off_then_give_up,
                 a_revision_ends_validity_and_keeps_the_memory, known_finds_facts_and_entities_within_scope,
+                a_late_statement_moves_a_fact_back_and_its_source_away,
+                a_restore_carries_what_the_cycle_consumed_and_its_ledger,
                 closed_sessions_are_those_quiet_and_not_yet_summarised);
         }
     };
@@ -73,6 +75,7 @@ fn batch(at: i64) -> Consolidation {
         memories: Vec::new(),
         edges: Vec::new(),
         revisions: Vec::new(),
+        unlinked: Vec::new(),
         processed: Vec::new(),
         failed: Vec::new(),
         report: serde_json::json!({"at": at}),
@@ -108,7 +111,12 @@ pub fn a_batch_applies_all_or_nothing<S: ConsolidatingStore>(make: Make<S>) {
         let before = store.stats().await.unwrap();
         let mut bad = batch(50);
         bad.memories.push(fact("ann", "prefers", "Rust", "ann", 40));
-        bad.revisions.push(Revision { id: MemoryId(999_999), valid_until: Some(Timestamp(40)), confidence: None });
+        bad.revisions.push(Revision {
+            id: MemoryId(999_999),
+            valid_from: None,
+            valid_until: Some(Timestamp(40)),
+            confidence: None,
+        });
         bad.processed = later.clone();
         assert!(store.apply(bad).await.is_err());
         let after = store.stats().await.unwrap();
@@ -147,7 +155,7 @@ pub fn a_revision_ends_validity_and_keeps_the_memory<S: ConsolidatingStore>(make
         let mut change = batch(40);
         change.memories.push(fact("ann", "prefers", "rust", "ann", 40));
         change.edges.push(edge(MemoryRef::New(0), MemoryRef::Stored(old), EdgeKind::Supersedes, 40));
-        change.revisions.push(Revision { id: old, valid_until: Some(Timestamp(40)), confidence: Some(0.45) });
+        change.revisions.push(Revision { id: old, valid_from: None, valid_until: Some(Timestamp(40)), confidence: Some(0.45) });
         let new = store.apply(change).await.unwrap()[0];
         let memory = store.get(old).await.unwrap().unwrap();
         assert_eq!(memory.validity.valid_until, Some(Timestamp(40)));
@@ -158,6 +166,104 @@ pub fn a_revision_ends_validity_and_keeps_the_memory<S: ConsolidatingStore>(make
         let ids = |hits: Vec<atlas_domain::ports::ScoredId>| hits.into_iter().map(|h| h.id).collect::<Vec<_>>();
         assert_eq!(ids(store.search_text(words.clone(), now, 10).await.unwrap()), vec![new]);
         assert_eq!(ids(store.search_text(words, then, 10).await.unwrap()), vec![old]);
+    });
+}
+
+/// What a statement consolidated late does to the stored timeline (policy/timeline.rs): a fact
+/// starts earlier, and a source moves from one fact to another, in the batch's transaction.
+pub fn a_late_statement_moves_a_fact_back_and_its_source_away<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let turns = store
+            .insert(vec![turn("Berlin", "ann", 20), turn("Berlin again", "ann", 30), turn("Vienna", "ann", 25)], None)
+            .await
+            .unwrap();
+        let old = store.insert(vec![fact("ann", "lives_in", "Berlin", "ann", 20)], None).await.unwrap()[0];
+        let mut first = batch(40);
+        for t in &turns[..2] {
+            first.edges.push(edge(MemoryRef::Stored(old), MemoryRef::Stored(*t), EdgeKind::DerivedFrom, 20));
+        }
+        store.apply(first).await.unwrap();
+
+        // Vienna, said at 25, splits Berlin: Berlin until 25, Vienna 25-30, Berlin again from 30,
+        // which takes the turn said at 30 from the first fact. And Berlin was said at 15 too.
+        let mut late = batch(50);
+        late.memories.push(fact("ann", "lives_in", "Vienna", "ann", 25));
+        late.memories.push(fact("ann", "lives_in", "Berlin", "ann", 30));
+        late.revisions.push(Revision {
+            id: old,
+            valid_from: Some(Timestamp(15)),
+            valid_until: Some(Timestamp(25)),
+            confidence: Some(0.5),
+        });
+        late.unlinked.push((old, turns[1], EdgeKind::DerivedFrom));
+        late.unlinked.push((old, MemoryId(999_999), EdgeKind::Supersedes));
+        late.edges.push(edge(MemoryRef::New(1), MemoryRef::Stored(turns[1]), EdgeKind::DerivedFrom, 30));
+        late.edges.push(edge(MemoryRef::New(0), MemoryRef::Stored(old), EdgeKind::Supersedes, 25));
+        let new = store.apply(late).await.unwrap();
+        let berlin = store.get(old).await.unwrap().unwrap();
+        assert_eq!(
+            (berlin.validity.valid_from, berlin.validity.valid_until, berlin.event_time),
+            (Timestamp(15), Some(Timestamp(25)), Timestamp(15))
+        );
+        let sources = |edges: Vec<atlas_domain::Edge>, of: MemoryId| {
+            let mut s: Vec<MemoryId> =
+                edges.into_iter().filter(|e| e.kind == EdgeKind::DerivedFrom && e.src == of).map(|e| e.dst).collect();
+            s.sort();
+            s
+        };
+        assert_eq!(sources(store.edges_of(old).await.unwrap(), old), vec![turns[0]], "the late turn moved away");
+        assert_eq!(sources(store.edges_of(new[1]).await.unwrap(), new[1]), vec![turns[1]]);
+        assert!(
+            store.edges_of(new[0]).await.unwrap().iter().any(|e| e.kind == EdgeKind::Supersedes && e.dst == old),
+            "the edges a batch adds are kept"
+        );
+        let filter = RecallFilter { valid_at: Some(Timestamp(16)), ..RecallFilter::default() };
+        let found = store.search_text(vec!["berlin".to_string()], filter, 10).await.unwrap();
+        assert_eq!(found.iter().map(|h| h.id).collect::<Vec<_>>(), vec![old], "valid from its new start");
+    });
+}
+
+/// Backups and migrations carry the sleep cycle's state: which episodes it consumed (and when)
+/// and its ledger, so that a restored space does not consolidate them again.
+pub fn a_restore_carries_what_the_cycle_consumed_and_its_ledger<S: ConsolidatingStore>(make: Make<S>) {
+    let (source, target) = (make(), make());
+    runtime().block_on(async {
+        let store = source.store.as_ref();
+        let turns = store.insert(vec![turn("done", "ann", 10), turn("still to do", "ann", 20)], None).await.unwrap();
+        let mut cycle = batch(30);
+        cycle.processed = vec![turns[0]];
+        store.apply(cycle).await.unwrap();
+        let exported = store.export_batch(None, 10).await.unwrap();
+        let consumed: Vec<_> = exported.iter().map(|s| (s.memory.id, s.consolidated_at)).collect();
+        assert_eq!(consumed, vec![(turns[0], Some(Timestamp(30))), (turns[1], None)]);
+        let ledger = store.export_cycles().await.unwrap();
+        assert_eq!(
+            ledger,
+            vec![atlas_domain::ports::CycleRecord { at: Timestamp(30), report: serde_json::json!({"at": 30}) }]
+        );
+
+        let copy = target.store.as_ref();
+        copy.restore(exported).await.unwrap();
+        copy.restore_cycles(ledger.clone()).await.unwrap();
+        copy.restore_cycles(ledger.clone()).await.unwrap();
+        let pending = copy.unprocessed(10, 5, 0, Timestamp(100)).await.unwrap();
+        assert_eq!(pending.iter().map(|m| m.id).collect::<Vec<_>>(), vec![turns[1]], "only what no cycle consumed");
+        assert_eq!(copy.export_cycles().await.unwrap(), ledger, "each row once");
+        assert_eq!(copy.cycles(5).await.unwrap(), vec![serde_json::json!({"at": 30})]);
+        // A store's own rows and restored ones make one ledger, in time order.
+        let mut later = batch(40);
+        later.processed = vec![turns[1]];
+        copy.apply(later).await.unwrap();
+        copy.restore_cycles(vec![atlas_domain::ports::CycleRecord {
+            at: Timestamp(35),
+            report: serde_json::json!({"n": 1}),
+        }])
+        .await
+        .unwrap();
+        let at: Vec<i64> = copy.export_cycles().await.unwrap().iter().map(|c| c.at.millis()).collect();
+        assert_eq!(at, vec![30, 35, 40]);
     });
 }
 
@@ -255,6 +361,7 @@ pub fn closed_sessions_are_those_quiet_and_not_yet_summarised<S: ConsolidatingSt
             memories: vec![summary(1)],
             edges: Vec::new(),
             revisions: Vec::new(),
+            unlinked: Vec::new(),
             processed: Vec::new(),
             failed: Vec::new(),
             report: serde_json::json!({}),

@@ -8,8 +8,8 @@ use atlas_domain::policy::embedding::{context_from, line};
 use atlas_domain::policy::query::words;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
-    ClosedSession, Consolidation, Consolidator, EmbeddingModel, KeyStore, MemoryRef, MemoryStore, ProgressFn, Receipt,
-    Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
+    ClosedSession, Consolidation, Consolidator, CycleRecord, EmbeddingModel, KeyStore, MemoryRef, MemoryStore,
+    ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Scope, Timestamp,
@@ -29,7 +29,7 @@ struct State {
     receipts: HashMap<String, Receipt>,
     /// Per episode: (processed, attempts, last attempt).
     consolidation: HashMap<MemoryId, (bool, u32, i64)>,
-    cycles: Vec<serde_json::Value>,
+    cycles: Vec<CycleRecord>,
     keys: Vec<AccessKey>,
 }
 
@@ -368,6 +368,10 @@ impl Replica for FakeStore {
                 memory: m.clone(),
                 vector: s.vectors.get(id).cloned(),
                 edges: s.edges.iter().filter(|e| StoredMemory::carries(*id, e)).cloned().collect(),
+                consolidated_at: match s.consolidation.get(id) {
+                    Some((true, _, at)) => Some(Timestamp(*at)),
+                    _ => None,
+                },
             })
             .collect())
     }
@@ -385,6 +389,22 @@ impl Replica for FakeStore {
         let first = s.last_id + 1;
         s.last_id += count as i64;
         Ok(MemoryId(first))
+    }
+
+    async fn export_cycles(&self) -> Result<Vec<CycleRecord>> {
+        let mut cycles = self.state.lock().unwrap().cycles.clone();
+        cycles.sort_by_key(|c| c.at);
+        Ok(cycles)
+    }
+
+    async fn restore_cycles(&self, cycles: Vec<CycleRecord>) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        for c in cycles {
+            if !s.cycles.contains(&c) {
+                s.cycles.push(c);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -424,6 +444,10 @@ fn restore_locked(s: &mut State, batch: Vec<StoredMemory>) -> Result<Vec<MemoryI
             for edge in item.edges {
                 s.edges.retain(|e| (e.src, e.dst, e.kind) != (edge.src, edge.dst, edge.kind));
                 s.edges.push(edge);
+            }
+            if let Some(at) = item.consolidated_at {
+                let attempts = s.consolidation.get(&id).map_or(1, |c| c.1);
+                s.consolidation.insert(id, (true, attempts, at.millis()));
             }
         }
         Ok(ids)
@@ -485,6 +509,9 @@ impl Consolidator for FakeStore {
             return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
         }
         let ids = insert_locked(&mut s, batch.memories);
+        for (src, dst, kind) in batch.unlinked {
+            s.edges.retain(|e| (e.src, e.dst, e.kind) != (src, dst, kind));
+        }
         for e in batch.edges {
             let edge = e.resolve(&ids)?;
             s.edges.retain(|o| (o.src, o.dst, o.kind) != (edge.src, edge.dst, edge.kind));
@@ -493,6 +520,10 @@ impl Consolidator for FakeStore {
         for r in batch.revisions {
             let m = s.memories.get_mut(&r.id).expect("checked");
             m.validity.valid_until = r.valid_until;
+            if let Some(from) = r.valid_from {
+                m.validity.valid_from = from;
+                m.event_time = from;
+            }
             if let (Some(c), Body::Fact { confidence, .. }) = (r.confidence, &mut m.body) {
                 *confidence = c;
             }
@@ -506,12 +537,14 @@ impl Consolidator for FakeStore {
             let entry = s.consolidation.entry(id).or_insert((false, 0, at));
             *entry = (false, entry.1 + 1, at);
         }
-        s.cycles.push(batch.report);
+        s.cycles.push(CycleRecord { at: batch.at, report: batch.report });
         Ok(ids)
     }
 
     async fn cycles(&self, limit: usize) -> Result<Vec<serde_json::Value>> {
-        Ok(self.state.lock().unwrap().cycles.iter().rev().take(limit).cloned().collect())
+        let mut cycles = self.state.lock().unwrap().cycles.clone();
+        cycles.sort_by_key(|c| c.at);
+        Ok(cycles.into_iter().rev().take(limit).map(|c| c.report).collect())
     }
 
     async fn closed_sessions(&self, said_before: Timestamp, limit: usize) -> Result<Vec<ClosedSession>> {

@@ -1,6 +1,7 @@
 //! Test support shared by every ATLAS crate: fakes, a deterministic embedder, proptest
 //! strategies and the conformance suite each storage adapter must pass.
 
+pub mod conflicts;
 pub mod conformance;
 pub mod consolidation_conformance;
 pub mod embedder;

@@ -1,9 +1,9 @@
 //! What the sleep cycle decides without a model: which episodes carry nothing to learn
 //! (phatic), which names a turn mentions (entities by rule), and how an incoming fact meets the
-//! current ones: the same fact again (more provenance), a change (the old one is superseded,
-//! kept as history), or a new fact.
+//! current ones (the words and values that make two objects the same fact; the timeline they
+//! are filed into is `policy::timeline`).
 
-use crate::{Body, Memory, MemoryId, Timestamp};
+use crate::{MemoryId, Timestamp};
 use std::collections::BTreeSet;
 
 /// Words that carry no memory on their own: a turn made only of these (and punctuation) is
@@ -383,6 +383,35 @@ pub fn canonical_predicate(raw: &str) -> Option<&'static str> {
     FUNCTIONAL_PREDICATES.iter().chain(OTHER_PREDICATES).find(|p| **p == synonym).copied()
 }
 
+/// The fact a retain tag states, about whom.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaggedFact {
+    /// As written (`Proj-X`); [`normalize`] it to compare.
+    pub subject: String,
+    pub predicate: &'static str,
+    pub object: String,
+    pub confidence: f32,
+    /// `tag:W`, `tag:B`, `tag:O`, `tag:S` or `tag:U`.
+    pub origin: &'static str,
+}
+
+/// What `tag`, said by `speaker`, states: a world fact, what the speaker did or believes, an
+/// entity's state, or an observation about the user (its aspect in the vocabulary, else a
+/// `pattern`).
+pub fn tag_fact(tag: crate::policy::retain::RetainTag, speaker: &str) -> TaggedFact {
+    use crate::policy::retain::RetainTag;
+    let (subject, predicate, object, confidence, origin) = match tag {
+        RetainTag::World(text) => ("world".to_owned(), "fact", text, 1.0, "tag:W"),
+        RetainTag::Behavior(text) => (speaker.to_owned(), "did", text, 1.0, "tag:B"),
+        RetainTag::Opinion { confidence, text } => (speaker.to_owned(), "believes", text, confidence, "tag:O"),
+        RetainTag::State { entity, state } => (entity, "state", state, 1.0, "tag:S"),
+        RetainTag::User { aspect, text } => {
+            ("user".to_owned(), canonical_predicate(&aspect).unwrap_or("pattern"), text, 0.6, "tag:U")
+        }
+    };
+    TaggedFact { subject, predicate, object, confidence, origin }
+}
+
 /// A fact on its way in: what, from which episode, said when.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
@@ -395,21 +424,6 @@ pub struct Candidate {
     pub source: MemoryId,
     /// When the statement was made (the episode's event time): the fact's `valid_from`.
     pub said_at: Timestamp,
-}
-
-/// How a candidate meets the facts already known about its subject.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    /// Nothing like it is known: a new fact.
-    New,
-    /// The same fact (exactly, normalised, or a near-duplicate): one more source for it.
-    Same(MemoryId),
-    /// A later statement of a functional predicate with another object: the new fact replaces
-    /// the old one, which stays as history valid until the new one was said.
-    Supersedes(MemoryId),
-    /// An earlier statement than the current fact it contradicts (an old conversation imported
-    /// late): it is history from the start, valid until the current one was said.
-    Before { until: Timestamp },
 }
 
 /// Word overlap (Jaccard of word sets) from which two objects are the same fact.
@@ -427,56 +441,6 @@ pub fn word_overlap(a: &str, b: &str) -> f64 {
 /// Similarity (e.g. the cosine of their embeddings) from which two objects are the same fact.
 pub const SAME_FACT_SIMILARITY: f64 = 0.8;
 
-/// Decides by rule how `candidate` meets `known`: the facts (current and past) whose subject
-/// is the candidate's. Only facts valid at the candidate's statement time or after count.
-pub fn decide(candidate: &Candidate, known: &[Memory]) -> Decision {
-    decide_with(candidate, known, &|_, _| None, SAME_FACT_SIMILARITY)
-}
-
-/// [`decide`], where two objects are also the same fact when `similarity` (of the two object
-/// texts; `None` when unknown) reaches `same_from`: "New York City" and "NYC", which share no
-/// word. Never when they differ in a value ([`crate::policy::values::difference`]): a
-/// changed number, code, name, state or negation is a new statement, which supersedes the old
-/// one for a functional predicate. Objects that are not the same fact still conflict by rule.
-pub fn decide_with(
-    candidate: &Candidate,
-    known: &[Memory],
-    similarity: &dyn Fn(&str, &str) -> Option<f64>,
-    same_from: f64,
-) -> Decision {
-    let facts = known.iter().filter_map(|m| match &m.body {
-        Body::Fact { subject, predicate, object, .. }
-            if *subject == candidate.subject && *predicate == candidate.predicate =>
-        {
-            Some((m, object))
-        }
-        _ => None,
-    });
-    let mut conflict: Option<&Memory> = None;
-    for (memory, object) in facts {
-        let current = memory.validity.valid_until.is_none();
-        // Alike in words or in meaning, and agreeing on every value: "version 1.2" and
-        // "version 1.3" are close in both, and still two facts.
-        let alike = word_overlap(object, &candidate.object) >= SAME_FACT_OVERLAP
-            || similarity(object, &candidate.object).is_some_and(|s| s >= same_from);
-        let same = alike && crate::policy::values::difference(object, &candidate.object).is_none();
-        if same {
-            if current || memory.validity.holds_at(candidate.said_at) {
-                return Decision::Same(memory.id);
-            }
-            continue;
-        }
-        if current && is_functional(&candidate.predicate) {
-            conflict = Some(memory);
-        }
-    }
-    match conflict {
-        Some(old) if candidate.said_at >= old.validity.valid_from => Decision::Supersedes(old.id),
-        Some(old) => Decision::Before { until: old.validity.valid_from },
-        None => Decision::New,
-    }
-}
-
 /// The searchable sentence of a fact.
 pub fn fact_text(subject: &str, predicate: &str, object: &str) -> String {
     match predicate {
@@ -489,7 +453,6 @@ pub fn fact_text(subject: &str, predicate: &str, object: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NewMemory, Scope, Validity};
     use proptest::prelude::*;
 
     #[test]
@@ -528,72 +491,7 @@ mod tests {
         assert!(name_mentions("Noted.\n- S:checkout: Great")[0].only_at_sentence_start);
     }
 
-    fn fact(id: i64, subject: &str, predicate: &str, object: &str, from: i64, until: Option<i64>) -> Memory {
-        let body =
-            Body::Fact { subject: subject.into(), predicate: predicate.into(), object: object.into(), confidence: 0.9 };
-        let mut m =
-            NewMemory { body, ..NewMemory::episode(object, Scope::default(), None, Timestamp(from), Timestamp(from)) }
-                .with_id(MemoryId(id));
-        m.validity = Validity { valid_from: Timestamp(from), valid_until: until.map(Timestamp) };
-        m
-    }
-
-    #[test]
-    fn similar_objects_are_the_same_fact_and_dissimilar_ones_still_conflict() {
-        let known = [fact(1, "ann", "lives_in", "NYC", 10, None)];
-        let c = candidate("lives_in", "New York City", 20);
-        let close = |_: &str, _: &str| Some(0.93);
-        let far = |_: &str, _: &str| Some(0.41);
-        assert_eq!(decide_with(&c, &known, &close, SAME_FACT_SIMILARITY), Decision::Same(MemoryId(1)));
-        assert_eq!(decide_with(&c, &known, &far, SAME_FACT_SIMILARITY), Decision::Supersedes(MemoryId(1)));
-        assert_eq!(decide(&c, &known), Decision::Supersedes(MemoryId(1)), "no similarity: the rule alone");
-        assert_eq!(decide_with(&c, &known, &close, 1.01), Decision::Supersedes(MemoryId(1)), "above 1: words only");
-    }
-
-    fn candidate(predicate: &str, object: &str, at: i64) -> Candidate {
-        Candidate {
-            subject: "ann".into(),
-            subject_shown: "Ann".into(),
-            predicate: predicate.into(),
-            object: object.into(),
-            confidence: 0.9,
-            source: MemoryId(99),
-            said_at: Timestamp(at),
-        }
-    }
-
-    #[test]
-    fn a_change_supersedes_a_restatement_merges_and_others_are_untouched() {
-        let known = vec![fact(1, "ann", "prefers", "Python", 10, None), fact(2, "ann", "likes", "tea", 10, None)];
-        assert_eq!(decide(&candidate("prefers", "Rust", 20), &known), Decision::Supersedes(MemoryId(1)));
-        assert_eq!(decide(&candidate("prefers", "python", 20), &known), Decision::Same(MemoryId(1)));
-        assert_eq!(decide(&candidate("likes", "coffee", 20), &known), Decision::New, "not functional: both hold");
-        assert_eq!(decide(&candidate("prefers", "Rust", 5), &known), Decision::Before { until: Timestamp(10) });
-        assert_eq!(decide(&candidate("lives_in", "Lisbon", 20), &known), Decision::New);
-    }
-
     proptest! {
-        #[test]
-        fn a_superseded_fact_is_never_superseded_again(objects in proptest::collection::vec("[a-z]{3,8}", 1..6)) {
-            // Feed a chain of states; only the current one can be replaced.
-            let mut known: Vec<Memory> = Vec::new();
-            for (i, object) in objects.iter().enumerate() {
-                let at = 10 * (i as i64 + 1);
-                match decide(&candidate("state", object, at), &known) {
-                    Decision::Supersedes(id) => {
-                        let old = known.iter_mut().find(|m| m.id == id).unwrap();
-                        prop_assert!(old.validity.valid_until.is_none());
-                        old.validity.valid_until = Some(Timestamp(at));
-                        known.push(fact(i as i64 + 1, "ann", "state", object, at, None));
-                    }
-                    Decision::New => known.push(fact(i as i64 + 1, "ann", "state", object, at, None)),
-                    Decision::Same(_) => {}
-                    Decision::Before { .. } => prop_assert!(false, "statements come in order"),
-                }
-                prop_assert_eq!(known.iter().filter(|m| m.validity.valid_until.is_none()).count(), 1);
-            }
-        }
-
         #[test]
         fn rules_never_panic(text in "\\PC{0,200}") {
             let _ = proper_names(&text);

@@ -24,4 +24,5 @@ pub mod retain;
 pub mod strategy;
 pub mod summary;
 pub mod text_fields;
+pub mod timeline;
 pub mod values;

@@ -142,7 +142,7 @@ mod tests {
             detail: Default::default(),
         };
         let new = NewMemory { body, ..NewMemory::episode("x", Scope::default(), None, Timestamp(1), Timestamp(1)) };
-        StoredMemory { memory: new.with_id(MemoryId(id)), vector: None, edges: Vec::new() }
+        StoredMemory { memory: new.with_id(MemoryId(id)), vector: None, edges: Vec::new(), consolidated_at: None }
     }
 
     fn edge(src: i64, dst: i64) -> Edge {
