@@ -129,6 +129,7 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
 pub fn script(name: &str) -> Result<&'static str> {
     match name {
         "quantize_dynamic.py" => Ok(include_str!("../../../models/quantize_dynamic.py")),
+        "quantize_per_token.py" => Ok(include_str!("../../../models/quantize_per_token.py")),
         other => Err(AtlasError::Config(format!(
             "models/manifest.toml names derivation script {other:?}, which this build does not have"
         ))),

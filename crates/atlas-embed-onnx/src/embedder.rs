@@ -22,7 +22,8 @@ pub struct OnnxOptions {
     pub max_length: Option<usize>,
     /// Intra-op threads of ONNX Runtime.
     pub threads: usize,
-    /// Texts per model call; a larger request is cut into sub-batches of similar length.
+    /// Texts per model call at most; a larger request is cut into sub-batches of similar
+    /// length, each also bounded by [`ATTENTION_BUDGET`] (long texts go a few at a time).
     pub batch_size: usize,
     /// Busy-wait between ops: faster on an idle machine, much slower under CPU contention.
     pub spinning: bool,
@@ -36,7 +37,9 @@ pub struct OnnxOptions {
 impl Default for OnnxOptions {
     fn default() -> Self {
         OnnxOptions {
-            model: "all-minilm-l6-v2-qint8".into(),
+            // The manifest is compiled in and checked by its own test; an unreadable one names
+            // no model, and loading then says which models the manifest lists.
+            model: Manifest::builtin().map(|m| m.default_model().name.clone()).unwrap_or_default(),
             max_length: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             batch_size: 32,
@@ -45,6 +48,51 @@ impl Default for OnnxOptions {
             model_dir: None,
         }
     }
+}
+
+/// The most attention cells (rows × width², width the sub-batch's longest text in tokens) one
+/// model call may hold: the attention scores of a layer take 12 heads × 4 bytes per cell, so
+/// this bounds them at about 6 MB whatever the mix of lengths: 32 texts of 64 tokens, 8 of 128
+/// or 2 of 256. With the per-token model a text's vector does not depend on its sub-batch, so
+/// the bound changes no vector, only memory.
+pub const ATTENTION_BUDGET: usize = 32 * 64 * 64;
+
+/// Bytes of a text the tokenizer is given at most: a window of `max_length` tokens never needs
+/// more than this many bytes of ordinary text (WordPiece reads words of up to 100 characters
+/// as one token), and a megabyte-long memory is not tokenised whole to keep its first 256
+/// tokens. Cut at a character boundary; deterministic, so a vector stays a function of its text.
+fn tokenizer_input(text: &str, max_length: usize) -> &str {
+    let limit = max_length.saturating_mul(128);
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Consecutive runs of `order` (ids sorted by length, `lengths` in tokens) that each fit
+/// `batch_size` texts and [`ATTENTION_BUDGET`].
+fn sub_batches(order: &[usize], lengths: &[usize], batch_size: usize) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let mut end = start + 1;
+        let mut width = lengths[order[start]].max(1);
+        while end < order.len() && end - start < batch_size {
+            let wider = width.max(lengths[order[end]]);
+            if (end - start + 1) * wider * wider > ATTENTION_BUDGET {
+                break;
+            }
+            width = wider;
+            end += 1;
+        }
+        batches.push(start..end);
+        start = end;
+    }
+    batches
 }
 
 /// The embedder. Cheap to clone; one session serves every caller.
@@ -64,6 +112,7 @@ struct Inner {
     uses_token_type_ids: bool,
     output: String,
     batch_size: usize,
+    max_length: usize,
 }
 
 /// The process-wide ONNX Runtime environment; sessions need it alive.
@@ -121,7 +170,8 @@ impl OnnxEmbedder {
         let model_path = assets::model_file(spec, "model.onnx", options.model_dir.as_deref())?;
         let tokenizer_path = assets::model_file(spec, "tokenizer.json", options.model_dir.as_deref())?;
         let environment = environment(&manifest, options.cuda)?;
-        let tokenizer = load_tokenizer(&tokenizer_path, options.max_length.unwrap_or(spec.max_length))?;
+        let max_length = options.max_length.unwrap_or(spec.max_length);
+        let tokenizer = load_tokenizer(&tokenizer_path, max_length)?;
         let session = build_session(environment, &model_path, options)?;
         let input_names: Vec<String> = session.inputs().iter().map(|i| i.name().to_owned()).collect();
         for required in ["input_ids", "attention_mask"] {
@@ -165,6 +215,7 @@ impl OnnxEmbedder {
                 model: EmbeddingModel { name: options.model.clone(), dimension },
                 output,
                 batch_size: options.batch_size.max(1),
+                max_length,
             }),
         })
     }
@@ -254,9 +305,18 @@ fn with_cuda(
 
 impl Inner {
     /// Embeds one query ahead of any background batch.
+    /// A text's tokens, truncated to the window; what falls outside is not kept.
+    fn encode(&self, text: &str) -> Result<tokenizers::Encoding> {
+        let mut encoding = self
+            .tokenizer
+            .encode(tokenizer_input(text, self.max_length), true)
+            .map_err(|e| AtlasError::Embedding(format!("tokenizer: {e}")))?;
+        drop(encoding.take_overflowing());
+        Ok(encoding)
+    }
+
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
-        let encoding =
-            self.tokenizer.encode(text, true).map_err(|e| AtlasError::Embedding(format!("tokenizer: {e}")))?;
+        let encoding = self.encode(text)?;
         *self.queries_waiting.lock().map_err(|_| poisoned())? += 1;
         let session = self.session.lock();
         *self.queries_waiting.lock().map_err(|_| poisoned())? -= 1;
@@ -268,16 +328,14 @@ impl Inner {
     }
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        let encodings = texts
-            .iter()
-            .map(|t| self.tokenizer.encode(t.as_str(), true))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| AtlasError::Embedding(format!("tokenizer: {e}")))?;
+        let encodings = texts.iter().map(|t| self.encode(t)).collect::<Result<Vec<_>>>()?;
+        let lengths: Vec<usize> = encodings.iter().map(|e| e.get_ids().len()).collect();
         // Similar lengths together: each sub-batch is padded only to its own longest text.
         let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| encodings[i].get_ids().len());
+        order.sort_by_key(|&i| lengths[i]);
         let mut out = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(self.batch_size) {
+        for range in sub_batches(&order, &lengths, self.batch_size) {
+            let chunk = &order[range];
             let batch: Vec<&tokenizers::Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
             for (&i, vector) in chunk.iter().zip(self.run(&batch)?) {
                 out[i] = vector;
@@ -398,6 +456,43 @@ impl Embedder for OnnxEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Sub-batches cover the order once, in order, each within the text count and the
+        /// attention budget (a single text wider than the budget goes alone).
+        #[test]
+        fn sub_batches_cover_everything_within_the_bounds(
+            mut lengths in proptest::collection::vec(0usize..300, 0..200),
+            batch_size in 1usize..64,
+        ) {
+            lengths.sort_unstable();
+            let order: Vec<usize> = (0..lengths.len()).collect();
+            let batches = sub_batches(&order, &lengths, batch_size);
+            let mut next = 0;
+            for range in batches {
+                prop_assert_eq!(range.start, next);
+                prop_assert!(!range.is_empty() && range.len() <= batch_size);
+                let width = range.clone().map(|i| lengths[i].max(1)).max().unwrap();
+                prop_assert!(range.len() == 1 || range.len() * width * width <= ATTENTION_BUDGET);
+                next = range.end;
+            }
+            prop_assert_eq!(next, lengths.len());
+        }
+
+        /// The tokenizer's input is a prefix of the text, cut at a character boundary, and the
+        /// whole text when it is short enough.
+        #[test]
+        fn the_tokenizer_gets_a_prefix_cut_at_a_character(text in ".{0,300}", max_length in 0usize..3) {
+            let cut = tokenizer_input(&text, max_length);
+            prop_assert!(text.starts_with(cut));
+            prop_assert!(cut.len() <= max_length * 128);
+            if text.len() <= max_length * 128 {
+                prop_assert_eq!(cut, text.as_str());
+            }
+        }
+    }
 
     #[test]
     fn pooling_ignores_padding_and_normalises() {

@@ -423,7 +423,7 @@ async fn reembed_moves_a_store_to_the_configured_model() {
     }
     let err = Atlas::open(config.clone()).await.err().expect("another model").to_string();
     assert!(
-        err.contains("atlas-test-hash-16") && err.contains("all-minilm-l6-v2-qint8") && err.contains("atlas reembed"),
+        err.contains("atlas-test-hash-16") && err.contains("all-minilm-l6-v2-qint8-per-token") && err.contains("atlas reembed"),
         "{err}"
     );
     let seen = Arc::new(AtomicUsize::new(0));
@@ -463,7 +463,7 @@ async fn a_store_keeps_the_manifest_model_it_was_embedded_with_unless_another_is
     assert_eq!(atlas.stats().await.unwrap().store.embedding_model, Some(older));
     drop(atlas);
     let mut configured = config.clone();
-    configured.onnx.model = Some("all-minilm-l6-v2-qint8".into());
+    configured.onnx.model = Some("all-minilm-l6-v2-qint8-per-token".into());
     let err = Atlas::open(configured).await.err().expect("another model configured").to_string();
     assert!(err.contains("all-minilm-l6-v2-int8") && err.contains("atlas reembed"), "{err}");
     // A new store takes the default.
@@ -471,7 +471,7 @@ async fn a_store_keeps_the_manifest_model_it_was_embedded_with_unless_another_is
     let atlas = Atlas::open(fresh).await.unwrap();
     atlas.remember(say("hello", "s")).await.unwrap();
     let model = atlas.stats().await.unwrap().store.embedding_model.unwrap();
-    assert_eq!(model.name, "all-minilm-l6-v2-qint8");
+    assert_eq!(model.name, "all-minilm-l6-v2-qint8-per-token");
 }
 
 #[tokio::test]
