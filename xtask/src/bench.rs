@@ -68,13 +68,20 @@ pub enum Which {
         /// How many `remember` calls are timed at each size.
         #[arg(long, default_value_t = 2000)]
         remembers: usize,
+        /// Turns `atlas import` stores and embeds, beside `atlas embed` of the very texts it
+        /// embeds (0: skip).
+        #[arg(long, default_value_t = 100_000)]
+        embedded: usize,
     },
 }
 
 pub fn run(which: Which) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match which {
-        Which::Ingest { sizes, remembers } => rt.block_on(ingest(&sizes, remembers)),
+        Which::Ingest { sizes, remembers, embedded } => {
+            rt.block_on(ingest(&sizes, remembers))?;
+            if embedded > 0 { ingest_embedded(embedded) } else { Ok(()) }
+        }
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
@@ -171,6 +178,93 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
             p50 / floor_p50
         );
     }
+    Ok(())
+}
+
+/// `atlas import` of `n` turns with embedding, as a user runs it, against `atlas embed` of the
+/// texts that import embedded (each memory's embedding text, read back from an export) and of
+/// the turns' own texts, in the same run; with each process's peak RSS.
+fn ingest_embedded(n: usize) -> Result<()> {
+    use atlas_domain::policy::embedding::embedding_text;
+    use std::process::{Command, Stdio};
+    let atlas = crate::atlas_binary()?;
+    crate::fetch_models()?;
+    let dir = tempfile::tempdir()?;
+    let turns = dir.path().join("turns.jsonl");
+    let mut lines = String::new();
+    let mut own_texts = String::new();
+    for (i, (_, m)) in Corpus::new().episodes(n, 1_700_000_000_000).into_iter().enumerate() {
+        let line = serde_json::json!({"session": m.scope.session, "speaker": m.body.speaker(), "text": m.text,
+            "time": m.event_time.to_rfc3339()});
+        lines.push_str(&format!("{line}\n"));
+        own_texts.push_str(&format!("{}\n", serde_json::json!({"id": i, "text": m.text})));
+    }
+    std::fs::write(&turns, lines)?;
+    let db = dir.path().join("ingest.db");
+    let timed = |command: &mut Command| -> Result<(f64, f64, String)> {
+        let started = Instant::now();
+        let out = command.env("ATLAS_EMBED_THREADS", "2").output()?;
+        let secs = started.elapsed().as_secs_f64();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        anyhow::ensure!(out.status.success(), "{command:?} failed: {stderr}");
+        let kb: f64 = stderr
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("MAXRSS_KB=").and_then(|v| v.trim().parse().ok()))
+            .ok_or_else(|| anyhow::anyhow!("no MAXRSS_KB line from /usr/bin/time"))?;
+        Ok((secs, kb / 1024.0, stderr))
+    };
+    let time_atlas = || {
+        let mut c = Command::new("/usr/bin/time");
+        c.args(["-f", "MAXRSS_KB=%M"]).arg(&atlas);
+        c
+    };
+    let (_, import_rss, stderr) =
+        timed(time_atlas().arg("--db").arg(&db).args(["import", "--json"]).arg(&turns).stdout(Stdio::null()))?;
+    // `embedded N memories in S s`: the embedding phase alone, after the commit.
+    let embed_secs: f64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("embedded {n} memories in ")).and_then(|r| r.trim_end_matches(" s").parse().ok())
+        })
+        .ok_or_else(|| anyhow::anyhow!("import did not say it embedded {n} memories: {stderr}"))?;
+    let export = dir.path().join("export.jsonl");
+    let status = Command::new(&atlas).arg("--db").arg(&db).args(["export", "--out"]).arg(&export).status()?;
+    anyhow::ensure!(status.success(), "export failed");
+    let mut embedded_texts = String::new();
+    for line in std::fs::read_to_string(&export)?.lines() {
+        if let Ok(stored) = atlas_domain::jsonl::parse_stored_line(line, Timestamp(0)) {
+            let text = embedding_text(&stored.memory);
+            embedded_texts.push_str(&format!("{}\n", serde_json::json!({"id": stored.memory.id.0, "text": text})));
+        }
+    }
+    let same = dir.path().join("embedded.jsonl");
+    std::fs::write(&same, embedded_texts)?;
+    let own = dir.path().join("own.jsonl");
+    std::fs::write(&own, own_texts)?;
+    let embed = |file: &std::path::Path| {
+        timed(
+            time_atlas()
+                .args(["--db", "/nonexistent/unused.db", "embed", "--json", "--batch"])
+                .arg(file)
+                .stdout(Stdio::null()),
+        )
+    };
+    let (same_secs, same_rss, _) = embed(&same)?;
+    let (own_secs, _, _) = embed(&own)?;
+    let rate = |secs: f64| n as f64 / secs;
+    println!();
+    println!(
+        "| turns | import: embedding phase (texts/s) | atlas embed, the same texts (texts/s) | import / embed | atlas embed, the turns' own texts (texts/s) | peak RSS import (MB) | peak RSS embed (MB) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| {n} | {:.0} | {:.0} | {:.2} | {:.0} | {import_rss:.0} | {same_rss:.0} |",
+        rate(embed_secs),
+        rate(same_secs),
+        same_secs / embed_secs,
+        rate(own_secs)
+    );
     Ok(())
 }
 

@@ -166,7 +166,10 @@ mod tests {
     fn the_builtin_manifest_parses_and_is_complete() {
         let m = Manifest::builtin().unwrap();
         let model = m.default_model();
-        assert_eq!((model.name.as_str(), model.dimension, model.max_length), ("all-minilm-l6-v2-qint8-per-token", 384, 256));
+        assert_eq!(
+            (model.name.as_str(), model.dimension, model.max_length),
+            ("all-minilm-l6-v2-qint8-per-token", 384, 256)
+        );
         for model in &m.models {
             for f in &model.files {
                 assert_eq!(f.sha256.len(), 64, "{}", f.file);

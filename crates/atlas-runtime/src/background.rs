@@ -87,6 +87,13 @@ impl Background {
 /// Memories a bounded catch-up embeds at a time: small, so that the budget is kept closely.
 const CATCH_UP_BATCH: usize = 8;
 
+/// Batches one claim of a drain holds: each is embedded while the one before it is written, so
+/// the embedder waits for the store only once per claim, not once per batch. (A claim cannot be
+/// taken while the last is being written: a store hands this instance its own claims again.)
+const BATCHES_PER_CLAIM: usize = 4;
+
+type Writing<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<usize>> + Send + 'a>>;
+
 impl Shared {
     async fn drain(&self, progress: Option<ProgressFn>) -> Result<usize> {
         let Some(embedder) = &self.parts.embedder else {
@@ -94,14 +101,34 @@ impl Shared {
         };
         let _one_at_a_time = self.draining.lock().await;
         let mut done = 0;
-        loop {
-            let n = self.embed_batch(embedder.as_ref(), self.batch).await?;
-            if n == 0 {
-                return Ok(done);
-            }
-            done += n;
+        let report = |done: usize| {
             if let Some(p) = &progress {
                 p(done);
+            }
+        };
+        loop {
+            let pending = self.parts.vectors.pending_vectors(self.batch * BATCHES_PER_CLAIM).await?;
+            if pending.is_empty() {
+                return Ok(done);
+            }
+            let mut writing: Option<Writing<'_>> = None;
+            for batch in pending.chunks(self.batch) {
+                let embedding = embed(embedder.as_ref(), batch);
+                let embedded = match writing.take() {
+                    Some(write) => {
+                        let (embedded, written) = tokio::join!(embedding, write);
+                        done += written?;
+                        report(done);
+                        embedded?
+                    }
+                    None => embedding.await?,
+                };
+                let (vectors, n) = (&self.parts.vectors, embedded.len());
+                writing = Some(Box::pin(async move { vectors.put_vectors(embedded).await.map(|()| n) }));
+            }
+            if let Some(write) = writing {
+                done += write.await?;
+                report(done);
             }
         }
     }
@@ -113,19 +140,28 @@ impl Shared {
         if pending.is_empty() {
             return Ok(0);
         }
-        let (ids, texts): (Vec<_>, Vec<_>) = pending.iter().map(|m| (m.id, embedding_text(m))).unzip();
-        let vectors = embedder.embed(texts).await?;
-        if vectors.len() != ids.len() {
-            return Err(atlas_domain::AtlasError::Embedding(format!(
-                "embedder returned {} vectors for {} texts",
-                vectors.len(),
-                ids.len()
-            )));
-        }
-        let n = ids.len();
-        self.parts.vectors.put_vectors(ids.into_iter().zip(vectors).collect()).await?;
+        let embedded = embed(embedder, &pending).await?;
+        let n = embedded.len();
+        self.parts.vectors.put_vectors(embedded).await?;
         Ok(n)
     }
+}
+
+/// The vectors of `memories`' embedding texts, paired with their ids.
+async fn embed(
+    embedder: &dyn atlas_domain::ports::Embedder,
+    memories: &[atlas_domain::Memory],
+) -> Result<Vec<(atlas_domain::MemoryId, Vec<f32>)>> {
+    let (ids, texts): (Vec<_>, Vec<_>) = memories.iter().map(|m| (m.id, embedding_text(m))).unzip();
+    let vectors = embedder.embed(texts).await?;
+    if vectors.len() != ids.len() {
+        return Err(atlas_domain::AtlasError::Embedding(format!(
+            "embedder returned {} vectors for {} texts",
+            vectors.len(),
+            ids.len()
+        )));
+    }
+    Ok(ids.into_iter().zip(vectors).collect())
 }
 
 impl Drop for Background {

@@ -423,7 +423,9 @@ async fn reembed_moves_a_store_to_the_configured_model() {
     }
     let err = Atlas::open(config.clone()).await.err().expect("another model").to_string();
     assert!(
-        err.contains("atlas-test-hash-16") && err.contains("all-minilm-l6-v2-qint8-per-token") && err.contains("atlas reembed"),
+        err.contains("atlas-test-hash-16")
+            && err.contains("all-minilm-l6-v2-qint8-per-token")
+            && err.contains("atlas reembed"),
         "{err}"
     );
     let seen = Arc::new(AtomicUsize::new(0));
