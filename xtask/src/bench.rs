@@ -5,6 +5,7 @@
 //! same rows, pragmas and commit pattern but without ATLAS (no writer thread, no FTS, no edges,
 //! no queue), so a ratio shows what ATLAS's own work costs.
 
+use crate::peak_rss;
 use crate::rng::Xorshift;
 use anyhow::Result;
 use atlas_domain::{NewMemory, Scope, Timestamp};
@@ -72,14 +73,22 @@ pub enum Which {
         /// embeds (0: skip).
         #[arg(long, default_value_t = 100_000)]
         embedded: usize,
+        /// Lines of the files whose import and export peak memory is measured, embedding
+        /// deferred (0: skip).
+        #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+        rss_lines: Vec<usize>,
     },
 }
 
 pub fn run(which: Which) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match which {
-        Which::Ingest { sizes, remembers, embedded } => {
+        Which::Ingest { sizes, remembers, embedded, rss_lines } => {
             rt.block_on(ingest(&sizes, remembers))?;
+            let rss_lines: Vec<usize> = rss_lines.into_iter().filter(|n| *n > 0).collect();
+            if !rss_lines.is_empty() {
+                ingest_memory(&rss_lines)?;
+            }
             if embedded > 0 { ingest_embedded(embedded) } else { Ok(()) }
         }
         Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
@@ -184,6 +193,58 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
 /// `atlas import` of `n` turns with embedding, as a user runs it, against `atlas embed` of the
 /// texts that import embedded (each memory's embedding text, read back from an export) and of
 /// the turns' own texts, in the same run; with each process's peak RSS.
+/// Peak resident memory of `atlas import` of files of `lines` turns (read a piece at a time,
+/// so it should not grow with the file) and of `atlas export` of the space it made, beside
+/// `atlas stats` on the same space: what a process holding that space takes before it does
+/// anything (the floor of the same run). Embedding is deferred (`ATLAS_EMBEDDER=none`): its
+/// memory is measured by `--embedded`.
+fn ingest_memory(lines: &[usize]) -> Result<()> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let atlas = crate::atlas_binary()?;
+    let dir = tempfile::tempdir()?;
+    println!();
+    println!(
+        "| lines | file (MB) | import: peak RSS (MB) | export: peak RSS (MB) | floor: atlas stats on the space (MB) | import / floor | import (lines/s) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for &n in lines {
+        let turns = dir.path().join(format!("turns-{n}.jsonl"));
+        {
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&turns)?);
+            let mut corpus = Corpus::new();
+            for i in 0..n {
+                let t = Timestamp(1_700_000_000_000 + i as i64 * 30_000);
+                let line = serde_json::json!({"session": format!("bench/session_{}", i / 20),
+                    "speaker": if i % 2 == 0 { "Ada" } else { "Brook" }, "text": corpus.sentence(), "time": t.to_rfc3339()});
+                writeln!(out, "{line}")?;
+            }
+            out.flush()?;
+        }
+        let db = dir.path().join(format!("rss-{n}.db"));
+        let atlas_at = || {
+            let mut c = peak_rss::command(&atlas);
+            c.arg("--db").arg(&db).env("ATLAS_EMBEDDER", "none").stdout(Stdio::null());
+            c
+        };
+        let import = peak_rss::run(atlas_at().args(["import", "--json"]).arg(&turns))?;
+        let export = peak_rss::run(atlas_at().args(["export", "--out"]).arg(dir.path().join("export.jsonl")))?;
+        let floor = peak_rss::run(atlas_at().args(["stats", "--json"]))?;
+        let file_mb = std::fs::metadata(&turns)?.len() as f64 / (1024.0 * 1024.0);
+        println!(
+            "| {n} | {file_mb:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} |",
+            import.peak_rss_mb,
+            export.peak_rss_mb,
+            floor.peak_rss_mb,
+            import.peak_rss_mb / floor.peak_rss_mb,
+            n as f64 / import.secs
+        );
+        std::fs::remove_file(&turns)?;
+        std::fs::remove_file(dir.path().join("export.jsonl"))?;
+    }
+    Ok(())
+}
+
 fn ingest_embedded(n: usize) -> Result<()> {
     use atlas_domain::policy::embedding::embedding_text;
     use std::process::{Command, Stdio};
@@ -202,23 +263,10 @@ fn ingest_embedded(n: usize) -> Result<()> {
     std::fs::write(&turns, lines)?;
     let db = dir.path().join("ingest.db");
     let timed = |command: &mut Command| -> Result<(f64, f64, String)> {
-        let started = Instant::now();
-        let out = command.env("ATLAS_EMBED_THREADS", "2").output()?;
-        let secs = started.elapsed().as_secs_f64();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        anyhow::ensure!(out.status.success(), "{command:?} failed: {stderr}");
-        let kb: f64 = stderr
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix("MAXRSS_KB=").and_then(|v| v.trim().parse().ok()))
-            .ok_or_else(|| anyhow::anyhow!("no MAXRSS_KB line from /usr/bin/time"))?;
-        Ok((secs, kb / 1024.0, stderr))
+        let run = peak_rss::run(command.env("ATLAS_EMBED_THREADS", "2"))?;
+        Ok((run.secs, run.peak_rss_mb, run.stderr))
     };
-    let time_atlas = || {
-        let mut c = Command::new("/usr/bin/time");
-        c.args(["-f", "MAXRSS_KB=%M"]).arg(&atlas);
-        c
-    };
+    let time_atlas = || peak_rss::command(&atlas);
     let (_, import_rss, stderr) =
         timed(time_atlas().arg("--db").arg(&db).args(["import", "--json"]).arg(&turns).stdout(Stdio::null()))?;
     // `embedded N memories in S s`: the embedding phase alone, after the commit.

@@ -1,6 +1,7 @@
 //! `cargo xtask bench embed`: the ONNX embedder beside Python's onnxruntime + tokenizers on the
 //! same model files, threads, batches and sentences, in one run.
 
+use crate::peak_rss;
 use anyhow::{Context, Result, bail};
 use atlas_embed_onnx::{OnnxEmbedder, OnnxOptions, assets, manifest::Manifest};
 use std::path::{Path, PathBuf};
@@ -161,20 +162,6 @@ fn python_figures(
 }
 
 /// Peak resident memory of a command, in MB, from GNU time.
-fn peak_rss_mb(command: &mut Command) -> Result<f64> {
-    let out = command.output()?;
-    if !out.status.success() {
-        bail!("{:?} failed: {}", command, String::from_utf8_lossy(&out.stderr));
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let kb: f64 = stderr
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("MAXRSS_KB=").and_then(|v| v.trim().parse().ok()))
-        .context("no MAXRSS_KB line from /usr/bin/time")?;
-    Ok(kb / 1024.0)
-}
-
 /// The default model, and the model it is made from (the baseline of the same run).
 fn models(manifest: &Manifest) -> Vec<String> {
     let default = manifest.default_model();
@@ -234,26 +221,24 @@ pub fn run(rss_sentences: usize) -> Result<()> {
         let model_dir = assets::model_dir(manifest.model(&model)?);
         let config = dir.path().join("model.toml");
         std::fs::write(&config, format!("[onnx]\nmodel = {model:?}\n"))?;
-        let rust_rss = peak_rss_mb(
-            Command::new("/usr/bin/time")
-                .args(["-f", "MAXRSS_KB=%M"])
-                .arg(&atlas)
+        let rust_rss = peak_rss::run(
+            peak_rss::command(&atlas)
                 .args(["--db", "/nonexistent/unused.db", "--config"])
                 .arg(&config)
                 .args(["embed", "--json", "--batch"])
                 .arg(&jsonl)
                 .env("ATLAS_EMBED_THREADS", "2")
                 .stdout(std::process::Stdio::null()),
-        )?;
-        let py_rss = peak_rss_mb(
-            Command::new("/usr/bin/time")
-                .args(["-f", "MAXRSS_KB=%M"])
-                .arg(&python)
+        )?
+        .peak_rss_mb;
+        let py_rss = peak_rss::run(
+            peak_rss::command(&python)
                 .arg(crate::root().join("xtask/scripts/bench_embed.py"))
                 .arg(&all_file)
                 .arg(&model_dir)
                 .args(["2", "0", "--rss-only"]),
-        )?;
+        )?
+        .peak_rss_mb;
         println!("| {model} | atlas embed --batch (Rust) | {rust_rss:.0} |");
         println!("| {model} | Python onnxruntime + tokenizers | {py_rss:.0} |");
         println!("| {model} | ratio Rust / Python | {:.2} |", rust_rss / py_rss);

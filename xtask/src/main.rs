@@ -11,6 +11,7 @@ mod clients;
 mod english;
 mod eval;
 mod fixtures;
+mod peak_rss;
 mod qdrant_migration;
 mod rng;
 

@@ -47,7 +47,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Import a JSON Lines file of memories (or restore a full export), all or nothing; the
-    /// same content is imported once per space.
+    /// same content is imported once per space. `-` reads standard input.
     Import {
         file: PathBuf,
         /// Import a second copy even though this content was imported before.
@@ -713,12 +713,17 @@ fn progress_bar(len: u64) -> ProgressBar {
 
 async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) -> Result<()> {
     let started = Instant::now();
-    let shown = file.display().to_string();
+    let shown = if file.as_os_str() == "-" { "stdin".to_owned() } else { file.display().to_string() };
     let bar = progress_bar(0);
     bar.set_message("storing");
     let stored_bar = bar.clone();
     let progress: atlas_domain::ports::ProgressFn = Arc::new(move |n| stored_bar.set_position(n as u64));
-    let imported = atlas.import_file(file, ImportOptions { again, ..ImportOptions::default() }, Some(progress)).await?;
+    let options = ImportOptions { again, ..ImportOptions::default() };
+    let imported = if file.as_os_str() == "-" {
+        atlas.import_reader(std::io::stdin(), "stdin", options, Some(progress)).await?
+    } else {
+        atlas.import_file(file, options, Some(progress)).await?
+    };
     bar.finish_and_clear();
     // Acknowledged: committed. Said at once, before any embedding, so that a kill from here on
     // never leaves a stored import unacknowledged.

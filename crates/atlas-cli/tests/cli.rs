@@ -650,3 +650,33 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     assert!(!err.is_empty(), "debug logging wrote something");
     assert!(!err.contains('\u{1b}'), "no escape codes: {err:.300}");
 }
+
+/// `atlas import -` reads standard input: stored once, named `stdin` in errors, and the same
+/// content piped again is a replay, as a file's would be.
+#[test]
+fn import_reads_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stdin.db");
+    let piped = |text: &str| {
+        let mut child = command(&db, &["import", "--json", "-"])
+            .env("ATLAS_EMBEDDER", "none")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let first: serde_json::Value = serde_json::from_str(&ok(piped(TURNS))).unwrap();
+    assert_eq!((first["imported"].as_u64(), first["file"].as_str()), (Some(3), Some("stdin")));
+    let again: serde_json::Value = serde_json::from_str(&ok(piped(TURNS))).unwrap();
+    assert_eq!((again["imported"].as_u64(), again["replayed"].as_bool()), (Some(0), Some(true)));
+    let out = piped(&format!("{TURNS}{{\"text\": 42}}\n"));
+    assert!(!out.status.success());
+    // Under --json the error is the document on standard output.
+    let err = String::from_utf8_lossy(&out.stdout);
+    assert!(err.contains("stdin:4") && err.contains("field"), "{err}");
+    let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
+    assert_eq!(stats["memories"], 3);
+}

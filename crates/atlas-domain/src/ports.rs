@@ -60,6 +60,11 @@ pub struct Receipt {
     pub recorded_at: Timestamp,
 }
 
+/// The pieces of one write, in order, pulled by the store while it writes them: an import
+/// parses its file a piece at a time, so a file of any size is held one piece at a time. An
+/// `Err` piece ends the write and nothing of it is stored.
+pub type Pieces = Box<dyn Iterator<Item = Result<Vec<NewMemory>>> + Send>;
+
 /// How long a claim on queued vector work lasts before another process may take it over.
 pub const VECTOR_CLAIM_MS: i64 = 60_000;
 
@@ -77,6 +82,14 @@ pub trait MemoryStore: Send + Sync {
     /// transaction, so a retry after a timeout, a crash or a lost answer stores nothing again
     /// and gets the first write's ids back (`replayed`).
     async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt>;
+
+    /// One write of a batch that arrives in `pieces`: all or nothing, like [`MemoryStore::insert`]
+    /// of their concatenation (ids in input order, temporal edges within and across pieces),
+    /// and under a `key` at most once, like [`MemoryStore::insert_once`] (a key already used
+    /// pulls no piece and answers with the first write's receipt). `progress` counts memories
+    /// stored so far over all pieces.
+    async fn insert_pieces(&self, key: Option<String>, pieces: Pieces, progress: Option<ProgressFn>)
+    -> Result<Receipt>;
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>>;
 

@@ -5,6 +5,7 @@
 //! file content and space: a receipt keyed by the file's sha256 is written in that same
 //! transaction, so a retry after a crash, a kill or a lost answer stores nothing twice.
 
+use crate::import_pieces::{self, LineRule, Lines, Scanned, Source};
 use crate::{Atlas, now};
 use atlas_domain::access::Caller;
 use atlas_domain::jsonl::{self, ExportHeader};
@@ -47,25 +48,17 @@ pub struct Imported {
 /// The idempotency key of an import: the content, not the file name, decides.
 pub fn import_key(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    key_of_digest(&digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// The idempotency key of content whose sha256 is `hex`.
+fn key_of_digest(hex: &str) -> String {
     format!("import:sha256:{hex}")
 }
 
-/// The lines of a file with their 1-based numbers, a UTF-8 byte-order mark dropped, blank
-/// lines skipped; a line that is not UTF-8 is an error naming it.
-fn lines<'a>(bytes: &'a [u8], origin: &'a str) -> impl Iterator<Item = Result<(String, &'a str)>> + 'a {
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    bytes.split(|b| *b == b'\n').enumerate().filter_map(move |(index, raw)| {
-        let location = format!("{origin}:{}", index + 1);
-        match std::str::from_utf8(raw) {
-            Err(e) => Some(Err(AtlasError::invalid(
-                &location,
-                format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
-            ))),
-            Ok(line) if line.trim().is_empty() => None,
-            Ok(line) => Some(Ok((location, line.trim()))),
-        }
-    })
+/// The lines of bytes already in memory with their 1-based numbers (see [`Lines`]).
+fn lines<'a>(bytes: &'a [u8], origin: &'a str) -> impl Iterator<Item = Result<(String, String)>> + 'a {
+    Lines::new(bytes, origin, usize::MAX)
 }
 
 /// Parses a trajectory file (one trajectory per line); the first bad line fails it, named
@@ -74,18 +67,7 @@ pub fn parse_trajectories(bytes: &[u8], origin: &str, now: Timestamp) -> Result<
     lines(bytes, origin)
         .map(|line| {
             let (location, line) = line?;
-            jsonl::parse_trajectory_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))
-        })
-        .collect()
-}
-
-/// Parses a whole plain JSON Lines file; the first bad line fails it, named `origin:line`.
-pub fn parse_jsonl(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Vec<(String, NewMemory)>> {
-    lines(bytes, origin)
-        .map(|line| {
-            let (location, line) = line?;
-            let memory = jsonl::parse_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
-            Ok((location, memory))
+            jsonl::parse_trajectory_line(&line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))
         })
         .collect()
 }
@@ -102,7 +84,7 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
     let mut all = lines(bytes, origin);
     let Some(first) = all.next() else { return Ok(None) };
     let (location, first) = first?;
-    let header = match jsonl::parse_header(first) {
+    let header = match jsonl::parse_header(&first) {
         Ok(Some(header)) => header,
         Ok(None) => return Ok(None),
         Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
@@ -116,7 +98,7 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
         if trailer.is_some() {
             return Err(AtlasError::invalid(&location, "a line after the export's last line (atlas_export_end)"));
         }
-        match jsonl::parse_cycle(line) {
+        match jsonl::parse_cycle(&line) {
             Ok(Some(cycle)) => {
                 cycles.push(cycle);
                 continue;
@@ -124,7 +106,7 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
             Ok(None) => {}
             Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
         }
-        match jsonl::parse_trailer(line) {
+        match jsonl::parse_trailer(&line) {
             Ok(Some(count)) => {
                 trailer = Some((location, count));
                 continue;
@@ -132,7 +114,7 @@ fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Optio
             Ok(None) => {}
             Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
         }
-        let item = jsonl::parse_stored_line(line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
+        let item = jsonl::parse_stored_line(&line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
         if !seen.insert(item.memory.id) {
             return Err(AtlasError::invalid(
                 &location,
@@ -186,16 +168,26 @@ impl Atlas {
     /// export, which restores ids, edges and context (see [`atlas_domain::jsonl`]). A bad line
     /// fails the whole file with its line number and field, and nothing of it is stored. The
     /// same content imported into the same space again stores nothing (`replayed`), unless
-    /// `options.again`.
+    /// `options.again`. A plain file is read a piece at a time, twice (checked, then stored:
+    /// [`crate::import_pieces`]), so its size does not decide the memory it takes.
     pub async fn import_file(
         &self,
         path: &Path,
         options: ImportOptions,
         progress: Option<ProgressFn>,
     ) -> Result<Imported> {
-        let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| AtlasError::invalid(&shown, format!("cannot read: {e}")))?;
-        self.import_bytes(&bytes, &shown, options, progress).await
+        self.import_file_named(path, &path.display().to_string(), options, progress).await
+    }
+
+    /// [`Atlas::import_file`] of a file that errors call `origin` (a spooled request body).
+    pub async fn import_file_named(
+        &self,
+        path: &Path,
+        origin: &str,
+        options: ImportOptions,
+        progress: Option<ProgressFn>,
+    ) -> Result<Imported> {
+        self.import_source(Source::File(path.to_owned()), origin, options, progress).await
     }
 
     /// [`Atlas::import_file`] of bytes already read; `origin` names them in errors.
@@ -206,31 +198,64 @@ impl Atlas {
         options: ImportOptions,
         progress: Option<ProgressFn>,
     ) -> Result<Imported> {
+        self.import_source(Source::Bytes(bytes.into()), origin, options, progress).await
+    }
+
+    /// [`Atlas::import_file`] of a stream read once (standard input, a request body): it is
+    /// copied to a temporary file first, then imported from there a piece at a time.
+    pub async fn import_reader(
+        &self,
+        reader: impl std::io::Read + Send + 'static,
+        origin: &str,
+        options: ImportOptions,
+        progress: Option<ProgressFn>,
+    ) -> Result<Imported> {
+        let shown = origin.to_owned();
+        let spooled = tokio::task::spawn_blocking(move || import_pieces::spool(reader, &shown))
+            .await
+            .map_err(|e| AtlasError::Storage(format!("{origin}: reading failed: {e}")))??;
+        self.import_file_named(spooled.path(), origin, options, progress).await
+    }
+
+    async fn import_source(
+        &self,
+        source: Source,
+        origin: &str,
+        options: ImportOptions,
+        progress: Option<ProgressFn>,
+    ) -> Result<Imported> {
+        let rule = LineRule { now: now(), caller: options.caller.clone(), max_text_bytes: self.config.max_text_bytes };
+        let scanned = {
+            let (source, shown, rule) = (source.clone(), origin.to_owned(), rule.clone());
+            tokio::task::spawn_blocking(move || import_pieces::scan(&source, &shown, &rule))
+                .await
+                .map_err(|e| AtlasError::Storage(format!("{origin}: reading failed: {e}")))??
+        };
         // A tenant's imports are its own: the same content imported by another is not a replay.
-        let key = (!options.again).then(|| match &options.caller {
-            Caller::All => import_key(bytes),
-            Caller::Tenant { tenant, .. } => format!("{}@{}", import_key(bytes), tenant_label(tenant)),
-        });
-        let now = now();
-        if let Some(mut export) = parse_full_export(bytes, origin, now)? {
-            for (location, item) in &mut export.items {
-                item.memory.scope = confine(&options.caller, &item.memory.scope, location)?;
-            }
-            return self.restore_export(export, key, &options.caller).await;
-        }
-        let mut batch = parse_jsonl(bytes, origin, now)?;
-        for (location, memory) in &mut batch {
-            memory.scope = confine(&options.caller, &memory.scope, location)?;
-            validate(memory, self.config.max_text_bytes, location)?;
-        }
-        let memories: Vec<NewMemory> = batch.into_iter().map(|(_, m)| m).collect();
-        let receipt = match key {
-            Some(key) => self.parts.store.insert_once(key, memories, progress).await?,
-            None => {
-                let ids = self.parts.store.insert(memories, progress).await?;
-                atlas_domain::ports::Receipt { ids, replayed: false, recorded_at: now }
+        let keyed = |key: String| {
+            (!options.again).then(|| match &options.caller {
+                Caller::All => key,
+                Caller::Tenant { tenant, .. } => format!("{key}@{}", tenant_label(tenant)),
+            })
+        };
+        let digest = match scanned {
+            Scanned::Plain { digest } => digest,
+            Scanned::FullExport => {
+                let bytes = source.read_all(origin)?;
+                let key = keyed(import_key(&bytes));
+                let Some(mut export) = parse_full_export(&bytes, origin, rule.now)? else {
+                    return Err(AtlasError::invalid(origin, "the file changed while it was imported"));
+                };
+                drop(bytes);
+                for (location, item) in &mut export.items {
+                    item.memory.scope = confine(&options.caller, &item.memory.scope, location)?;
+                }
+                return self.restore_export(export, key, &options.caller).await;
             }
         };
+        let key = keyed(key_of_digest(&digest));
+        let pieces = import_pieces::pieces(&source, origin, rule.clone(), digest)?;
+        let receipt = self.parts.store.insert_pieces(key, Box::new(pieces), progress).await?;
         self.background.wake();
         if !receipt.replayed {
             self.sleeper.written(receipt.ids.len(), self.config.consolidation.every);

@@ -160,7 +160,9 @@ impl Atlas {
     pub async fn archive_at(&self, at: Timestamp, policy: ArchivePolicy) -> Result<ArchiveReport> {
         let days = |d: f64| (d * DAY_MS as f64) as i64;
         let mut report = ArchiveReport::default();
-        let mut chosen: Vec<StoredMemory> = Vec::new();
+        // Written as the pages are read: only the chosen ids are held, whatever the space's size.
+        let mut archive: Option<ArchiveWriter> = None;
+        let mut chosen: Vec<MemoryId> = Vec::new();
         let mut after = None;
         loop {
             let page = self.parts.store.scan(after, PAGE).await?;
@@ -180,30 +182,37 @@ impl Atlas {
                     report.episodes += 1;
                 }
                 let edges = self.parts.store.edges_of(m.id).await?;
-                chosen.push(StoredMemory { memory: m, vector: None, edges, consolidated_at: None });
+                let writer = match archive.as_mut() {
+                    Some(writer) => writer,
+                    None => archive.insert(ArchiveWriter::create(self.new_archive_file(at)?)?),
+                };
+                chosen.push(m.id);
+                writer.push(&StoredMemory { memory: m, vector: None, edges, consolidated_at: None })?;
             }
         }
-        if chosen.is_empty() {
-            return Ok(report);
-        }
-        let dir = self.archive_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-        // Named by the pass's time in ms (sortable); a second pass in the same ms takes the next.
-        let mut stamp = at.millis();
-        let file = loop {
-            let file = dir.join(format!("{}-{stamp:015}.jsonl.gz", self.archive_stem()));
-            if !file.exists() {
-                break file;
-            }
-            stamp += 1;
-        };
-        write_archive(&file, &chosen)?;
-        for item in &chosen {
-            self.parts.store.forget(item.memory.id).await?;
+        let Some(archive) = archive else { return Ok(report) };
+        let file = archive.finish()?;
+        for id in &chosen {
+            self.parts.store.forget(*id).await?;
         }
         report.archived = chosen.len() as u64;
         report.file = Some(file);
         Ok(report)
+    }
+
+    /// A new archive file's path: named by the pass's time in ms (sortable); a second pass in
+    /// the same ms takes the next.
+    fn new_archive_file(&self, at: Timestamp) -> Result<PathBuf> {
+        let dir = self.archive_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        let mut stamp = at.millis();
+        loop {
+            let file = dir.join(format!("{}-{stamp:015}.jsonl.gz", self.archive_stem()));
+            if !file.exists() {
+                return Ok(file);
+            }
+            stamp += 1;
+        }
     }
 
     /// Restores archived memories (all of them, or those in `only`) under their own ids, live
@@ -324,29 +333,60 @@ fn io_error(path: &Path, e: std::io::Error) -> AtlasError {
 
 /// Writes `items` as a full export (header, lines, trailer), gzipped, to a temporary file that
 /// is synced and then renamed into place, so that a file under its final name is complete.
-fn write_archive(path: &Path, items: &[StoredMemory]) -> Result<()> {
-    let tmp = path.with_extension("gz.tmp");
-    let result = (|| -> std::io::Result<()> {
-        let file = std::fs::File::create(&tmp)?;
-        let mut gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default());
-        let header = ExportHeader { embedding_model: None };
-        writeln!(gz, "{}", jsonl::header_line(&header))?;
-        for item in items {
-            writeln!(gz, "{}", jsonl::stored_to_line(item, false))?;
-        }
-        writeln!(gz, "{}", jsonl::trailer_line(items.len() as u64))?;
-        let file = gz.finish()?.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
+/// An archive file being written: a header, memories as they come, and at `finish` the trailer
+/// with their count, synced and renamed into place (until then it is a `.gz.tmp`, removed if
+/// the writer is dropped unfinished).
+struct ArchiveWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    gz: Option<flate2::write::GzEncoder<std::io::BufWriter<std::fs::File>>>,
+    count: u64,
+}
+
+impl ArchiveWriter {
+    fn create(path: PathBuf) -> Result<Self> {
+        let tmp = path.with_extension("gz.tmp");
+        let file = std::fs::File::create(&tmp).map_err(|e| io_error(&path, e))?;
+        let gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default());
+        let mut writer = ArchiveWriter { path, tmp, gz: Some(gz), count: 0 };
+        let header = jsonl::header_line(&ExportHeader { embedding_model: None });
+        writer.line(&header.to_string())?;
+        Ok(writer)
+    }
+
+    fn line(&mut self, line: &str) -> Result<()> {
+        let gz = self.gz.as_mut().expect("an archive is written until it is finished");
+        writeln!(gz, "{line}").map_err(|e| io_error(&self.path, e))
+    }
+
+    fn push(&mut self, item: &StoredMemory) -> Result<()> {
+        self.line(&jsonl::stored_to_line(item, false).to_string())?;
+        self.count += 1;
         Ok(())
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_error(path, e)
-    })
+    }
+
+    fn finish(mut self) -> Result<PathBuf> {
+        self.line(&jsonl::trailer_line(self.count).to_string())?;
+        let gz = self.gz.take().expect("an archive is finished once");
+        let done = (|| -> std::io::Result<()> {
+            let file = gz.finish()?.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            std::fs::rename(&self.tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })();
+        done.map_err(|e| io_error(&self.path, e))?;
+        Ok(self.path.clone())
+    }
+}
+
+impl Drop for ArchiveWriter {
+    fn drop(&mut self) {
+        // Unfinished, or failed before its rename: no half-written file is left behind.
+        let _ = std::fs::remove_file(&self.tmp);
+    }
 }
 
 /// Reads an archive file back; a line that does not parse is an error naming file and line.
@@ -404,7 +444,11 @@ fn rewrite_without(path: &Path, ids: &HashSet<MemoryId>) -> Result<bool> {
     if kept.is_empty() {
         std::fs::remove_file(path).map_err(|e| io_error(path, e))?;
     } else {
-        write_archive(path, &kept)?;
+        let mut rewritten = ArchiveWriter::create(path.to_owned())?;
+        for item in &kept {
+            rewritten.push(item)?;
+        }
+        rewritten.finish()?;
     }
     Ok(true)
 }

@@ -10,12 +10,13 @@ pub mod config;
 pub mod consolidation;
 pub mod context;
 pub mod forgetting;
+mod import_pieces;
 pub mod keys;
 pub mod migrate;
 mod recall;
 pub mod wire;
 
-pub use backup::{ImportOptions, Imported, import_key, parse_jsonl, parse_trajectories, tenant_label};
+pub use backup::{ImportOptions, Imported, import_key, parse_trajectories, tenant_label};
 pub use config::Config;
 pub use consolidation::CycleReport;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};

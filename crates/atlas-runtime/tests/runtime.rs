@@ -302,7 +302,7 @@ async fn a_ten_megabyte_text_is_refused_by_the_limit() {
     let text = "a".repeat(10 * 1024 * 1024);
     let line = format!("{{\"text\": \"{text}\"}}\n");
     let (err, count) = import_error(line.as_bytes()).await;
-    assert!(err.contains("in.jsonl:1") && err.contains("exceeds the limit of 1048576 bytes"), "{err}");
+    assert!(err.contains("in.jsonl:1") && err.contains("limit of 1048576 bytes (max_text_bytes)"), "{err}");
     assert_eq!(count, 1);
     let dir = tempfile::tempdir().unwrap();
     let atlas = Atlas::open(sqlite_config(&dir)).await.unwrap();

@@ -211,26 +211,26 @@ pub fn batch_field(op: Op) -> &'static str {
     }
 }
 
-/// `POST /v1/import`: the body was read by the guard (within the import limit, each piece
-/// within the timeout), then it is imported in one transaction (a bad line refuses the whole
-/// body, naming its line and field). A tenant's lines are its own ([`ImportOptions::caller`]).
+/// `POST /v1/import`: the body was read by the guard into a temporary file (within the import
+/// limit, each piece within the timeout), then it is imported in one transaction, a piece at a
+/// time (a bad line refuses the whole body, naming its line and field). A tenant's lines are its
+/// own ([`ImportOptions::caller`]).
 async fn import(
     state: Arc<AppState>,
     query: Option<String>,
     headers: HeaderMap,
     caller: Caller,
-    body: Body,
+    spooled: Option<SpooledBody>,
 ) -> Result<Response, ApiError> {
     let again = query_flag(Op::Import, query.as_deref())?;
     caller.may(atlas_domain::access::Role::Write).map_err(|d| ApiError::forbidden("authorization", &d.to_string()))?;
-    let bytes = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .map_err(|e| ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body")))?;
+    let spooled = spooled.ok_or_else(|| ApiError::new(500, "internal", "the import body was not received", None))?;
     let origin = match idempotency_key(&headers)? {
         Some(k) => format!("body ({k})"),
         None => "body".to_owned(),
     };
-    let imported = state.atlas.import_bytes(&bytes, &origin, ImportOptions { again, caller }, None).await?;
+    let options = ImportOptions { again, caller };
+    let imported = state.atlas.import_file_named(spooled.file.path(), &origin, options, None).await?;
     let status = if imported.replayed { StatusCode::OK } else { StatusCode::CREATED };
     let value = json!({"imported": imported.ids.len(), "ids": imported.ids, "replayed": imported.replayed,
                        "restored": imported.restored, "renumbered": imported.renumbered,
@@ -368,18 +368,53 @@ fn json_body(content_type: &str, lines: bool) -> bool {
         || (lines && matches!(media.as_str(), "application/x-ndjson" | "application/jsonl" | "application/json-lines"))
 }
 
+/// A request body as the guard read it: in memory, or, for an import, in a temporary file (so
+/// that the size of an import does not decide the server's memory), deleted when dropped.
+enum Received {
+    Memory(Bytes),
+    Spooled(SpooledBody),
+}
+
+/// An import's body in a temporary file, handed to the route through the request's extensions.
+#[derive(Clone)]
+pub struct SpooledBody {
+    file: Arc<tempfile::NamedTempFile>,
+    /// Nothing but whitespace (or nothing) was sent.
+    blank: bool,
+}
+
+impl Received {
+    fn is_blank(&self) -> bool {
+        match self {
+            Received::Memory(bytes) => bytes.iter().all(u8::is_ascii_whitespace),
+            Received::Spooled(spooled) => spooled.blank,
+        }
+    }
+}
+
 /// Reads a body within `limit` bytes, each piece within the request timeout: a client that
-/// stops sending is cut off (503) instead of holding a slot.
-async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
+/// stalls gets 503 and a body over the limit 413. With `spool`, the pieces go to a temporary
+/// file instead of memory.
+async fn read_body(body: Body, limit: usize, timeout: Duration, spool: bool) -> Result<Received, ApiError> {
     let mut body = http_body_util::Limited::new(body, limit);
     let mut bytes = Vec::new();
+    let spool_failed = |e: std::io::Error| {
+        ApiError::new(500, "storage", format!("cannot keep the request body in a temporary file: {e}"), Some("body"))
+    };
+    let mut file = if spool { Some(tempfile::NamedTempFile::new().map_err(spool_failed)?) } else { None };
+    let mut blank = true;
     loop {
         match tokio::time::timeout(timeout, body.frame()).await {
             Err(_) => {
                 let message = format!("the request body stalled for {} ms; nothing was done", timeout.as_millis());
                 return Err(ApiError::new(503, "timeout", message, Some("body")));
             }
-            Ok(None) => return Ok(Bytes::from(bytes)),
+            Ok(None) => {
+                return Ok(match file {
+                    Some(file) => Received::Spooled(SpooledBody { file: Arc::new(file), blank }),
+                    None => Received::Memory(Bytes::from(bytes)),
+                });
+            }
             Ok(Some(Err(e))) => {
                 if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                     return Err(ApiError::new(
@@ -393,7 +428,15 @@ async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes,
             }
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
-                    bytes.extend_from_slice(&data);
+                    match file.as_mut() {
+                        Some(file) => {
+                            blank = blank && data.iter().all(u8::is_ascii_whitespace);
+                            // A frame is at most a few tens of kilobytes, written to the page
+                            // cache: not worth a trip to the blocking pool.
+                            std::io::Write::write_all(file.as_file_mut(), &data).map_err(spool_failed)?;
+                        }
+                        None => bytes.extend_from_slice(&data),
+                    }
                 }
             }
         }
@@ -474,16 +517,16 @@ async fn guarded(
         None
     };
     let limit = if import { options.max_import_bytes } else { options.max_body_bytes };
-    let bytes = match read_body(body, limit, options.timeout).await {
-        Ok(bytes) => bytes,
+    let received = match read_body(body, limit, options.timeout, import).await {
+        Ok(received) => received,
         Err(e) => return e.into_response(),
     };
     // An unknown route or method is answered 404 / 405 below, whatever its body.
-    if (route.is_some() || is_mcp) && (has_body || !bytes.is_empty()) {
+    if (route.is_some() || is_mcp) && (has_body || !received.is_blank()) {
         let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
         let ok = match content_type {
             Some(t) => json_body(t, import),
-            None => bytes.iter().all(u8::is_ascii_whitespace),
+            None => received.is_blank(),
         };
         if !ok {
             let expected = if import { "application/x-ndjson (JSON Lines)" } else { "application/json" };
@@ -493,11 +536,19 @@ async fn guarded(
     }
     if is_mcp
         && parts.method == Method::POST
-        && let Some(answer) = mcp_bad_arguments(&bytes)
+        && let Received::Memory(bytes) = &received
+        && let Some(answer) = mcp_bad_arguments(bytes)
     {
         return answer;
     }
-    let request = Request::from_parts(parts, Body::from(bytes));
+    let body = match received {
+        Received::Memory(bytes) => Body::from(bytes),
+        Received::Spooled(spooled) => {
+            parts.extensions.insert(spooled);
+            Body::empty()
+        }
+    };
+    let request = Request::from_parts(parts, body);
     if op == Some(Op::Metrics) {
         return next.run(request).await;
     }
@@ -548,7 +599,10 @@ fn handler(route: &'static Route) -> MethodRouter<Arc<AppState>> {
                 )),
             },
             Op::OpenApi => Ok(axum::Json(crate::openapi::document()).into_response()),
-            Op::Import => import(state, query, headers, caller, request.into_body()).await,
+            Op::Import => {
+                let spooled = request.extensions().get::<SpooledBody>().cloned();
+                import(state, query, headers, caller, spooled).await
+            }
             Op::Export => match caller.may(atlas_domain::access::Role::Read) {
                 Ok(()) => export(state, query, caller).await,
                 Err(d) => Err(ApiError::forbidden("authorization", &d.to_string())),

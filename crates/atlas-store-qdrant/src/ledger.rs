@@ -181,6 +181,17 @@ fn receipt_of(payload: &Map<String, Value>) -> Result<Receipt> {
     Ok(Receipt { ids, replayed: true, recorded_at: Timestamp(at) })
 }
 
+/// The receipt of a committed write under `key`, if there is one (a write under way is not
+/// waited for: [`begin`] does that).
+pub async fn committed_receipt(meta: &Collection, key: &str) -> Result<Option<Receipt>> {
+    meta.ensure(None).await?;
+    let found = get_record(meta, record_id(Some(key), 0)).await?.unwrap_or_default();
+    match found.get(field::STATE).and_then(Value::as_str) {
+        Some(COMMITTED | DONE) => Ok(Some(receipt_of(&found)?)),
+        _ => Ok(None),
+    }
+}
+
 async fn get_record(meta: &Collection, id: PointId) -> Result<Option<Map<String, Value>>> {
     let request = GetPointsBuilder::new(meta.name(), vec![id]).with_payload(true).with_vectors(false);
     let points = meta.call("read a write record", meta.client().get_points(request.build())).await?;

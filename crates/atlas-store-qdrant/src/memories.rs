@@ -6,7 +6,7 @@ use crate::collection::dense_vector_name;
 use crate::decode::{Kept, decode};
 use crate::{QdrantStore, SPACE_FORMAT, filter, ledger, meta, write};
 use async_trait::async_trait;
-use atlas_domain::ports::{MemoryStore, ProgressFn, Receipt, Replica, StoreStats, Update, VectorIndex};
+use atlas_domain::ports::{MemoryStore, Pieces, ProgressFn, Receipt, Replica, StoreStats, Update, VectorIndex};
 use atlas_domain::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
 use qdrant_client::qdrant::{Filter, ScrollPointsBuilder};
 use std::collections::HashMap;
@@ -48,6 +48,27 @@ impl MemoryStore for QdrantStore {
 
     async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
         self.insert_keyed(Some(key), batch, progress).await
+    }
+
+    async fn insert_pieces(
+        &self,
+        key: Option<String>,
+        pieces: Pieces,
+        progress: Option<ProgressFn>,
+    ) -> Result<Receipt> {
+        // A write on Qdrant is landed and revealed as one ledgered batch (ids taken together,
+        // predecessors found within it, a collision retried whole), so the pieces are gathered
+        // first: the parse is bounded, the batch is not (docs/ARCHITECTURE.md).
+        if let Some(key) = &key
+            && let Some(receipt) = ledger::committed_receipt(&self.meta, key).await?
+        {
+            return Ok(receipt);
+        }
+        let mut batch = Vec::new();
+        for piece in pieces {
+            batch.extend(piece?);
+        }
+        self.insert_keyed(key, batch, progress).await
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {

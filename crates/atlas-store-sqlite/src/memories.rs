@@ -2,20 +2,21 @@
 //! (with the WAL emptied behind it), scans, edges and statistics.
 
 use crate::error::storage;
-use crate::receipts::{read_receipt, record_receipt};
+use crate::receipts::{read_receipt, record_receipt, wall_clock_ms};
 use crate::sql::{
     EDGE_COLUMNS, MEMORY_COLUMNS, filter_clause, lifecycle_columns, query_edges, query_memories, vector_table_exists,
 };
 use crate::text_cache::Fields;
-use crate::writes::{insert_all, stored_fields};
+use crate::writes::{TEXT_CACHE_BULK, insert_all, stored_fields};
 use crate::{SqliteStore, VECTOR_TABLE, migrations};
 use async_trait::async_trait;
-use atlas_domain::ports::{MemoryStore, ProgressFn, Receipt, StoreStats, Update};
-use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result};
+use atlas_domain::ports::{MemoryStore, Pieces, ProgressFn, Receipt, StoreStats, Update};
+use atlas_domain::{AtlasError, Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn kind_of(text: &str) -> MemoryKind {
@@ -65,25 +66,56 @@ fn edges_of_sql() -> String {
 #[async_trait]
 impl MemoryStore for SqliteStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
-        let written = self.writer.write(move |conn| insert_all(conn, &batch, progress.as_ref())).await?;
-        let ids = written.iter().map(|f| MemoryId(f.id)).collect();
-        self.update_text_cache(Vec::new(), written).await;
-        Ok(ids)
+        Ok(self.insert_pieces(None, Box::new(std::iter::once(Ok(batch))), progress).await?.ids)
     }
 
     async fn insert_once(&self, key: String, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Receipt> {
+        self.insert_pieces(Some(key), Box::new(std::iter::once(Ok(batch))), progress).await
+    }
+
+    async fn insert_pieces(
+        &self,
+        key: Option<String>,
+        pieces: Pieces,
+        progress: Option<ProgressFn>,
+    ) -> Result<Receipt> {
+        // The pieces are pulled on the writer thread, inside the one transaction: a piece that
+        // fails rolls back every piece before it.
         let (receipt, written) = self
             .writer
             .write(move |conn| {
-                if let Some(receipt) = read_receipt(conn, &key)? {
-                    return Ok((receipt, Vec::new()));
+                if let Some(receipt) = key.as_deref().map(|k| read_receipt(conn, k)).transpose()?.flatten() {
+                    return Ok((receipt, None));
                 }
-                let written = insert_all(conn, &batch, progress.as_ref())?;
-                let ids: Vec<MemoryId> = written.iter().map(|f| MemoryId(f.id)).collect();
-                Ok((record_receipt(conn, &key, ids)?, written))
+                let mut ids = Vec::new();
+                // Kept for the text cache only while a cache update is cheaper than a reload.
+                let mut written = Some(Vec::new());
+                for piece in pieces {
+                    let piece = piece?;
+                    let stored = ids.len();
+                    let offset = progress.clone().map(|p| -> ProgressFn { Arc::new(move |n| p(stored + n)) });
+                    let fields = insert_all(conn, &piece, offset.as_ref())?;
+                    ids.extend(fields.iter().map(|f| MemoryId(f.id)));
+                    if let Some(kept) = written.as_mut() {
+                        kept.extend(fields);
+                        if kept.len() > TEXT_CACHE_BULK {
+                            written = None;
+                        }
+                    }
+                }
+                let receipt = match key {
+                    Some(key) => record_receipt(conn, &key, ids)?,
+                    None => Receipt { ids, replayed: false, recorded_at: Timestamp(wall_clock_ms()) },
+                };
+                Ok((receipt, written))
             })
             .await?;
-        self.update_text_cache(Vec::new(), written).await;
+        match written {
+            Some(written) => self.update_text_cache(Vec::new(), written).await,
+            // Replayed (nothing written) keeps the cache; a bulk write lets it go.
+            None if !receipt.replayed => self.drop_text_cache(),
+            None => {}
+        }
         Ok(receipt)
     }
 

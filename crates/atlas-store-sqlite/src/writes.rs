@@ -14,8 +14,13 @@ use std::sync::Arc;
 /// Above this many memories in one write, the text cache is dropped and rebuilt by the next
 /// search rather than updated row by row (a reload reads the index far faster than the
 /// private tokenizer re-tokenises a bulk import).
-const TEXT_CACHE_BULK: usize = 5_000;
+pub(crate) const TEXT_CACHE_BULK: usize = 5_000;
 impl SqliteStore {
+    /// Lets the text cache go (the next search rebuilds it from the index).
+    pub(crate) fn drop_text_cache(&self) {
+        *self.text_cache.write().expect("text cache lock") = None;
+    }
+
     /// Brings the text cache, if loaded, in step with rows just committed: `removed` are the old
     /// versions of rows gone or changed, `written` the new or changed rows. Called after the
     /// commit, so a cache loaded concurrently either already saw the commit (replaying it is
@@ -60,7 +65,7 @@ impl SqliteStore {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it"),
             Err(e) => {
-                *self.text_cache.write().expect("text cache lock") = None;
+                self.drop_text_cache();
                 tracing::warn!(error = %e, "text cache update failed; the next search rebuilds it");
             }
         }

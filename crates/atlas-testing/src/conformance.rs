@@ -6,7 +6,7 @@ use crate::strategies::arb_new_memory;
 use crate::{HashEmbedder, Subject, runtime};
 use atlas_domain::access::{AccessKey, Role};
 use atlas_domain::ports::{
-    EmbeddingModel, KeyStore, MemoryStore, Replica, StoredMemory, TextIndex, Update, VectorIndex,
+    EmbeddingModel, KeyStore, MemoryStore, Pieces, Replica, StoredMemory, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, EdgeKind, Lifecycle, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp,
@@ -47,7 +47,7 @@ macro_rules! store_conformance {
                 own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
                 updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes,
                 access_keys_are_kept_and_revoked, the_mean_vector_follows_what_is_stored,
-                a_long_turn_is_linked_but_not_carried_as_context);
+                a_long_turn_is_linked_but_not_carried_as_context, pieces_are_one_write);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -708,6 +708,64 @@ pub fn keyed_writes_happen_once<S: Store>(make: Make<S>) {
         assert!(replay.replayed);
         assert_eq!(replay.ids, vec![start]);
         assert_eq!(store.stats().await.unwrap().memories(), 5);
+    });
+}
+
+/// An import's pieces are one write: ids and temporal links as one batch would get them, all
+/// or nothing, and under a key once (a replay pulls no piece).
+pub fn pieces_are_one_write<S: Store>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let pieces = |pieces: Vec<atlas_domain::Result<Vec<NewMemory>>>| -> Pieces { Box::new(pieces.into_iter()) };
+        let counted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let progress: atlas_domain::ports::ProgressFn = {
+            let counted = Arc::clone(&counted);
+            Arc::new(move |n| counted.store(n, std::sync::atomic::Ordering::SeqCst))
+        };
+        let write = pieces(vec![
+            Ok(vec![episode("one", Some("s"), 1), episode("two", Some("s"), 2)]),
+            Ok(vec![episode("three", Some("s"), 3)]),
+            Ok(Vec::new()),
+            Ok(vec![episode("four", Some("t"), 4)]),
+        ]);
+        let first = store.insert_pieces(Some("import:pieces".into()), write, Some(progress)).await.unwrap();
+        assert!(!first.replayed);
+        assert_eq!(first.ids.len(), 4);
+        assert!(first.ids.windows(2).all(|w| w[0] < w[1]), "ids in input order: {:?}", first.ids);
+        assert_eq!(counted.load(std::sync::atomic::Ordering::SeqCst), 4, "progress counts over all pieces");
+        let texts: Vec<String> = store.get_many(first.ids.clone()).await.unwrap().into_iter().map(|m| m.text).collect();
+        assert_eq!(texts, ["one", "two", "three", "four"]);
+        let third = first.ids[2];
+        let into_third: Vec<(MemoryId, MemoryId)> = store
+            .edges_of(third)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == EdgeKind::Temporal && e.dst == third)
+            .map(|e| (e.src, e.dst))
+            .collect();
+        assert_eq!(into_third, vec![(first.ids[1], third)], "linked across pieces");
+        assert_eq!(store.get(first.ids[2]).await.unwrap().unwrap().context.as_deref(), Some("Tester: two"));
+
+        let untouched: Pieces = Box::new(std::iter::from_fn(|| panic!("a replay pulls no piece")));
+        let again = store.insert_pieces(Some("import:pieces".into()), untouched, None).await.unwrap();
+        assert!(again.replayed);
+        assert_eq!((again.ids.clone(), again.recorded_at), (first.ids.clone(), first.recorded_at));
+
+        let failing = pieces(vec![
+            Ok(vec![episode("five", Some("s"), 5)]),
+            Err(AtlasError::invalid("in.jsonl:2", "field \"text\": missing")),
+        ]);
+        let err = store.insert_pieces(Some("import:failing".into()), failing, None).await.unwrap_err();
+        assert!(err.to_string().contains("in.jsonl:2"), "{err}");
+        assert_eq!(store.stats().await.unwrap().memories(), 4, "a failed piece stores nothing of the write");
+        let retried = pieces(vec![Ok(vec![episode("five", Some("s"), 5)])]);
+        let retried = store.insert_pieces(Some("import:failing".into()), retried, None).await.unwrap();
+        assert!(!retried.replayed, "a failed write leaves its key unused");
+        let unkeyed = store.insert_pieces(None, pieces(vec![Ok(vec![episode("six", None, 6)])]), None).await.unwrap();
+        assert!(!unkeyed.replayed);
+        assert_eq!(store.stats().await.unwrap().memories(), 6);
     });
 }
 

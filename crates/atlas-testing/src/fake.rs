@@ -8,7 +8,7 @@ use atlas_domain::policy::embedding::{context_from, line};
 use atlas_domain::policy::query::words;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
-    ClosedSession, Consolidation, Consolidator, CycleRecord, EmbeddingModel, KeyStore, MemoryRef, MemoryStore,
+    ClosedSession, Consolidation, Consolidator, CycleRecord, EmbeddingModel, KeyStore, MemoryRef, MemoryStore, Pieces,
     ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
@@ -40,11 +40,15 @@ impl State {
             return Ok(Receipt { replayed: true, ..earlier.clone() });
         }
         let ids = write(self)?;
-        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let receipt = Receipt { ids, replayed: false, recorded_at: Timestamp(since_epoch.as_millis() as i64) };
+        let receipt = Receipt { ids, replayed: false, recorded_at: wall_clock() };
         self.receipts.insert(key, receipt.clone());
         Ok(receipt)
     }
+}
+
+fn wall_clock() -> Timestamp {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp(since_epoch.as_millis() as i64)
 }
 
 /// The reference implementation of the storage ports: simple and obviously correct, not fast.
@@ -109,6 +113,30 @@ impl MemoryStore for FakeStore {
             p(receipt.ids.len());
         }
         Ok(receipt)
+    }
+
+    async fn insert_pieces(
+        &self,
+        key: Option<String>,
+        pieces: Pieces,
+        progress: Option<ProgressFn>,
+    ) -> Result<Receipt> {
+        // Held for the whole write, as SQLite holds its writer: no other write interleaves.
+        let mut s = self.state.lock().unwrap();
+        if let Some(earlier) = key.as_ref().and_then(|k| s.receipts.get(k)) {
+            return Ok(Receipt { replayed: true, ..earlier.clone() });
+        }
+        let mut batch = Vec::new();
+        for piece in pieces {
+            batch.extend(piece?);
+            if let Some(p) = &progress {
+                p(batch.len());
+            }
+        }
+        match key {
+            Some(key) => s.once(key, |s| Ok(insert_locked(s, batch))),
+            None => Ok(Receipt { ids: insert_locked(&mut s, batch), replayed: false, recorded_at: wall_clock() }),
+        }
     }
 
     async fn get(&self, id: MemoryId) -> Result<Option<Memory>> {

@@ -1,0 +1,396 @@
+//! An import read a piece at a time: the lines of a JSON Lines source with their numbers, and a
+//! plain import checked in one pass and stored from a second, so that no file is ever held
+//! whole in memory (a spooled copy stands in for a stream that cannot be read twice).
+//!
+//! The first pass parses and validates every line and hashes the content (the idempotency key),
+//! before anything is written: a bad line anywhere refuses the file with its line and field,
+//! and a replay is known before a piece is stored. The second pass parses the same lines again
+//! into pieces that the store pulls inside its one write; the content is hashed again and a
+//! file that changed in between fails that write, so nothing of it is stored.
+
+use atlas_domain::access::Caller;
+use atlas_domain::jsonl;
+use atlas_domain::policy::limits::validate;
+use atlas_domain::{AtlasError, NewMemory, Result, Timestamp};
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Most memories in one piece.
+pub const PIECE_MEMORIES: usize = 1_000;
+/// A piece ends once its lines reach this many bytes (long texts make short pieces).
+pub const PIECE_BYTES: usize = 4 << 20;
+
+/// Where an import's bytes are: a file read twice, or bytes already in memory.
+#[derive(Clone)]
+pub enum Source {
+    File(PathBuf),
+    Bytes(Arc<[u8]>),
+}
+
+impl Source {
+    fn open(&self, origin: &str) -> Result<Box<dyn BufRead + Send>> {
+        Ok(match self {
+            Source::File(path) => {
+                let file =
+                    std::fs::File::open(path).map_err(|e| AtlasError::invalid(origin, format!("cannot read: {e}")))?;
+                Box::new(BufReader::with_capacity(1 << 16, file))
+            }
+            Source::Bytes(bytes) => Box::new(std::io::Cursor::new(Arc::clone(bytes))),
+        })
+    }
+
+    /// The whole content (a full export is restored from memory: see docs/ARCHITECTURE.md).
+    pub fn read_all(&self, origin: &str) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.open(origin)?
+            .read_to_end(&mut bytes)
+            .map_err(|e| AtlasError::invalid(origin, format!("cannot read: {e}")))?;
+        Ok(bytes)
+    }
+}
+
+/// The lines of an import whose texts may hold `max_text_bytes`: a line may be as long as a
+/// text at that limit with every character escaped as `\uXXXX`, with room for the other
+/// fields; a longer one is refused, not buffered.
+fn import_lines(
+    reader: Box<dyn BufRead + Send>,
+    origin: &str,
+    max_text_bytes: usize,
+) -> Lines<Box<dyn BufRead + Send>> {
+    let mut lines = Lines::new(reader, origin, max_text_bytes.saturating_mul(6).saturating_add(1 << 20));
+    lines.why_limited = format!(": no text within the limit of {max_text_bytes} bytes (max_text_bytes) needs one");
+    lines
+}
+
+/// The lines of a JSON Lines stream with their 1-based numbers (`origin:line`), a UTF-8
+/// byte-order mark dropped, blank lines skipped, each trimmed; a line that is not UTF-8 or is
+/// longer than the limit is an error naming it. Every byte read is hashed.
+pub struct Lines<R> {
+    reader: R,
+    origin: String,
+    number: usize,
+    limit: usize,
+    buf: Vec<u8>,
+    hasher: Sha256,
+    bytes: usize,
+    failed: bool,
+    /// Said after "the line is longer than N bytes".
+    why_limited: String,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub fn new(reader: R, origin: &str, limit: usize) -> Self {
+        Lines {
+            reader,
+            origin: origin.to_owned(),
+            number: 0,
+            limit,
+            buf: Vec::new(),
+            hasher: Sha256::new(),
+            bytes: 0,
+            failed: false,
+            why_limited: String::new(),
+        }
+    }
+
+    /// The sha256 of every byte read so far, in hex.
+    pub fn digest(&self) -> String {
+        self.hasher.clone().finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> usize {
+        self.bytes
+    }
+
+    fn read_raw(&mut self) -> Result<bool> {
+        self.buf.clear();
+        let limit = (self.limit as u64).saturating_add(1);
+        let n = (&mut self.reader)
+            .take(limit)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| AtlasError::invalid(&self.origin, format!("cannot read: {e}")))?;
+        self.number += 1;
+        if n as u64 == limit && self.buf.last() != Some(&b'\n') {
+            return Err(AtlasError::invalid(
+                format!("{}:{}", self.origin, self.number),
+                format!("the line is longer than {} bytes{}", self.limit, self.why_limited),
+            ));
+        }
+        self.hasher.update(&self.buf);
+        self.bytes += n;
+        Ok(n > 0)
+    }
+}
+
+impl<R: BufRead> Iterator for Lines<R> {
+    type Item = Result<(String, String)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            match self.read_raw() {
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+                Ok(false) => return None,
+                Ok(true) => {}
+            }
+            let mut raw: &[u8] = &self.buf;
+            if self.number == 1 {
+                raw = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
+            }
+            let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+            let location = format!("{}:{}", self.origin, self.number);
+            match std::str::from_utf8(raw) {
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(AtlasError::invalid(
+                        &location,
+                        format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
+                    )));
+                }
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => return Some(Ok((location, line.trim().to_owned()))),
+            }
+        }
+    }
+}
+
+/// How a plain import turns a line into a memory: parsed, in the caller's scope, within limits.
+#[derive(Clone)]
+pub struct LineRule {
+    pub now: Timestamp,
+    pub caller: Caller,
+    pub max_text_bytes: usize,
+}
+
+impl LineRule {
+    pub fn memory(&self, location: &str, line: &str) -> Result<NewMemory> {
+        let mut memory = jsonl::parse_line(line, self.now).map_err(|e| AtlasError::invalid(location, e.to_string()))?;
+        memory.scope = self.caller.confine(memory.scope).map_err(|denied| denied.at(location))?;
+        validate(&memory, self.max_text_bytes, location)?;
+        Ok(memory)
+    }
+}
+
+/// What the first pass found.
+pub enum Scanned {
+    /// The first line is a full export's header: restored by its own path.
+    FullExport,
+    /// A plain import whose every line is valid, and its content's sha256.
+    Plain { digest: String },
+}
+
+/// The first pass: every line checked by `rule`, the content hashed; nothing kept.
+pub fn scan(source: &Source, origin: &str, rule: &LineRule) -> Result<Scanned> {
+    let mut lines = import_lines(source.open(origin)?, origin, rule.max_text_bytes);
+    let mut first = true;
+    for line in lines.by_ref() {
+        let (location, line) = line?;
+        if std::mem::take(&mut first) {
+            match jsonl::parse_header(&line) {
+                Ok(Some(_)) => return Ok(Scanned::FullExport),
+                Ok(None) => {}
+                Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
+            }
+        }
+        rule.memory(&location, &line)?;
+    }
+    Ok(Scanned::Plain { digest: lines.digest() })
+}
+
+/// The second pass, as the pieces a store pulls: up to [`PIECE_MEMORIES`] memories or
+/// [`PIECE_BYTES`] of lines each. After the last line the content's hash must be the one the
+/// first pass saw; a file changed in between is an error, which fails the store's write.
+pub fn pieces(source: &Source, origin: &str, rule: LineRule, digest: String) -> Result<PieceReader> {
+    let lines = import_lines(source.open(origin)?, origin, rule.max_text_bytes);
+    Ok(PieceReader { lines, rule, digest, done: false })
+}
+
+pub struct PieceReader {
+    lines: Lines<Box<dyn BufRead + Send>>,
+    rule: LineRule,
+    digest: String,
+    done: bool,
+}
+
+impl Iterator for PieceReader {
+    type Item = Result<Vec<NewMemory>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let mut piece = Vec::new();
+        let start = self.lines.bytes_read();
+        while piece.len() < PIECE_MEMORIES && self.lines.bytes_read() - start < PIECE_BYTES {
+            match self.lines.next() {
+                Some(Ok((location, line))) => match self.rule.memory(&location, &line) {
+                    Ok(memory) => piece.push(memory),
+                    Err(e) => return self.fail(e),
+                },
+                Some(Err(e)) => return self.fail(e),
+                None => {
+                    self.done = true;
+                    if self.lines.digest() != self.digest {
+                        return Some(Err(AtlasError::invalid(
+                            &self.lines.origin,
+                            "the file changed while it was imported; nothing of it was stored",
+                        )));
+                    }
+                    break;
+                }
+            }
+        }
+        (!piece.is_empty()).then_some(Ok(piece))
+    }
+}
+
+impl PieceReader {
+    fn fail(&mut self, e: AtlasError) -> Option<Result<Vec<NewMemory>>> {
+        self.done = true;
+        Some(Err(e))
+    }
+}
+
+/// Copies a stream that cannot be read twice (standard input, a request body) to a temporary
+/// file, so that it can be imported a piece at a time; the file is deleted when dropped.
+pub fn spool(mut reader: impl Read, origin: &str) -> Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::NamedTempFile::new()
+        .map_err(|e| AtlasError::Storage(format!("{origin}: cannot make a temporary file to read it into: {e}")))?;
+    std::io::copy(&mut reader, file.as_file_mut())
+        .map_err(|e| AtlasError::invalid(origin, format!("cannot read: {e}")))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The rule as it reads over a whole file in memory: split at newlines, a byte-order mark
+    /// dropped, blank lines skipped, each trimmed.
+    fn reference(bytes: &[u8]) -> std::result::Result<Vec<(usize, String)>, usize> {
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        let mut out = Vec::new();
+        for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+            match std::str::from_utf8(raw) {
+                Err(_) => return Err(i + 1),
+                Ok(line) if line.trim().is_empty() => {}
+                Ok(line) => out.push((i + 1, line.trim().to_owned())),
+            }
+        }
+        Ok(out)
+    }
+
+    fn rule() -> LineRule {
+        LineRule { now: Timestamp(1_700_000_000_000), caller: Caller::All, max_text_bytes: 1 << 20 }
+    }
+
+    fn line(i: usize) -> String {
+        format!("{{\"text\": \"turn {i} of a long import\", \"session\": \"s\", \"speaker\": \"A\"}}\n")
+    }
+
+    proptest! {
+        #[test]
+        fn lines_read_a_stream_as_the_whole_file_reads(
+            chunks in proptest::collection::vec(
+                prop_oneof![
+                    Just(b"\n".to_vec()), Just(b"  \r\n".to_vec()), Just(b"\xEF\xBB\xBF".to_vec()),
+                    Just(vec![0xff]), Just("é ü".as_bytes().to_vec()), "[a-z {}\":]{0,12}".prop_map(String::into_bytes),
+                ],
+                0..24,
+            ),
+            capacity in 1usize..16,
+        ) {
+            let bytes = chunks.concat();
+            let reader = BufReader::with_capacity(capacity, bytes.as_slice());
+            let mut lines = Lines::new(reader, "f", usize::MAX);
+            let read: Vec<Result<(String, String)>> = lines.by_ref().collect();
+            match reference(&bytes) {
+                Ok(expected) => {
+                    let got: Vec<(String, String)> = read.into_iter().map(|l| l.unwrap()).collect();
+                    let expected: Vec<(String, String)> = expected.into_iter().map(|(n, l)| (format!("f:{n}"), l)).collect();
+                    prop_assert_eq!(got, expected);
+                    let whole: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+                    prop_assert_eq!(lines.digest(), whole);
+                }
+                Err(number) => {
+                    let last = read.last().expect("an error ends the lines").as_ref().unwrap_err().to_string();
+                    prop_assert!(last.contains(&format!("f:{number}")), "{}", last);
+                    prop_assert!(last.contains("not valid UTF-8"), "{}", last);
+                }
+            }
+        }
+
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn pieces_hold_every_line_once_in_order_and_are_bounded(n in 0usize..2_600, long in 0usize..4) {
+            let mut text = String::new();
+            for i in 0..n {
+                text.push_str(&line(i));
+            }
+            // Long lines end pieces by bytes before they reach their count.
+            for _ in 0..long {
+                text.push_str(&format!("{{\"text\": \"{}\"}}\n", "w".repeat(PIECE_BYTES / 2)));
+            }
+            let source = Source::Bytes(text.as_bytes().into());
+            let rule = LineRule { max_text_bytes: PIECE_BYTES, ..rule() };
+            let Scanned::Plain { digest } = scan(&source, "f", &rule).unwrap() else { panic!("a plain file") };
+            let pieces: Vec<Vec<NewMemory>> = pieces(&source, "f", rule, digest).unwrap().map(|p| p.unwrap()).collect();
+            prop_assert!(pieces.iter().all(|p| !p.is_empty() && p.len() <= PIECE_MEMORIES));
+            let texts: Vec<String> = pieces.iter().flatten().map(|m| m.text.clone()).collect();
+            prop_assert_eq!(texts.len(), n + long);
+            for (i, text) in texts.iter().take(n).enumerate() {
+                prop_assert_eq!(text, &format!("turn {i} of a long import"));
+            }
+            for piece in &pieces {
+                let bytes: usize = piece.iter().map(|m| m.text.len()).sum();
+                prop_assert!(bytes <= PIECE_BYTES + PIECE_BYTES / 2 + 64, "a piece of {} bytes", bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_line_far_in_is_named_before_anything_is_read_for_storing() {
+        let mut text: String = (0..2_500).map(line).collect();
+        text.push_str("{\"text\": 7}\n");
+        let err = match scan(&Source::Bytes(text.as_bytes().into()), "big.jsonl", &rule()) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a bad line is refused"),
+        };
+        assert!(err.contains("big.jsonl:2501") && err.contains("text"), "{err}");
+    }
+
+    #[test]
+    fn a_file_changed_between_the_passes_fails_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, (0..1_500).map(line).collect::<String>()).unwrap();
+        let source = Source::File(path.clone());
+        let Scanned::Plain { digest } = scan(&source, "in.jsonl", &rule()).unwrap() else { panic!("a plain file") };
+        std::fs::write(&path, (0..1_500).map(|i| line(i + 1)).collect::<String>()).unwrap();
+        let results: Vec<Result<Vec<NewMemory>>> = pieces(&source, "in.jsonl", rule(), digest).unwrap().collect();
+        let last = results.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(last.contains("changed while it was imported"), "{last}");
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_refused_not_buffered() {
+        let text = format!("{}\n{{\"text\": \"{}\"}}\n", line(0).trim(), "x".repeat(200));
+        let mut lines = Lines::new(text.as_bytes(), "f", 100);
+        assert!(lines.next().unwrap().is_ok());
+        let err = lines.next().unwrap().unwrap_err().to_string();
+        assert!(err.contains("f:2") && err.contains("longer than 100 bytes"), "{err}");
+        assert!(lines.next().is_none());
+    }
+}
