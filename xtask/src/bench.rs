@@ -43,9 +43,17 @@ pub enum Which {
     },
     /// Embedding latency, throughput and memory, Rust beside Python's onnxruntime on the same files.
     Embed {
-        /// Sentences embedded by each process of the memory measurement.
+        /// Texts embedded by each process of the memory measurement: the real turns below,
+        /// long and empty ones included, repeated to this many.
         #[arg(long, default_value_t = 10_000)]
         rss_sentences: usize,
+        /// Real turns (LoCoMo dev, BEAM dev) whose vectors are compared across batchings and
+        /// against the float-kernel model (0: skip).
+        #[arg(long, default_value_t = 4_000)]
+        turns: usize,
+        /// The folder holding locomo-dev/ and beam-dev/.
+        #[arg(long, default_value = "../shared/eval")]
+        data: std::path::PathBuf,
     },
     /// `atlas serve` under load: writers and readers over HTTP on a benchmark space, beside
     /// recall in process on the same space.
@@ -91,7 +99,7 @@ pub fn run(which: Which) -> Result<()> {
             }
             if embedded > 0 { ingest_embedded(embedded) } else { Ok(()) }
         }
-        Which::Embed { rss_sentences } => crate::bench_embed::run(rss_sentences),
+        Which::Embed { rss_sentences, turns, data } => crate::bench_embed::run(rss_sentences, turns, &data),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url, ann_size } => {

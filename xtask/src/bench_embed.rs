@@ -171,10 +171,145 @@ fn models(manifest: &Manifest) -> Vec<String> {
     names
 }
 
-pub fn run(rss_sentences: usize) -> Result<()> {
+/// Up to `limit` real texts: every LoCoMo dev turn and BEAM dev message, then the paragraphs of
+/// BEAM's long messages (real text of every length: the mix a user's space holds).
+fn real_turns(data: &Path, limit: usize) -> Result<Vec<String>> {
+    let read = |path: &Path| -> Result<serde_json::Value> {
+        Ok(serde_json::from_str(&std::fs::read_to_string(path).with_context(|| path.display().to_string())?)?)
+    };
+    let mut texts = Vec::new();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(data.join("locomo-dev"))?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    files.sort();
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+        let conversation = read(file)?;
+        for (key, session) in conversation.as_object().into_iter().flatten() {
+            if key.starts_with("session_") && !key.ends_with("date_time") {
+                let turns = session.as_array().into_iter().flatten();
+                texts.extend(turns.filter_map(|t| t["text"].as_str()).map(str::to_owned));
+            }
+        }
+    }
+    let mut paragraphs = Vec::new();
+    for chat in 1..=10 {
+        let file = data.join(format!("beam-dev/chats/100K/{chat}/chat.json"));
+        if !file.is_file() {
+            continue;
+        }
+        for batch in read(&file)?.as_array().into_iter().flatten() {
+            for turn in batch["turns"].as_array().into_iter().flatten() {
+                for message in turn.as_array().into_iter().flatten() {
+                    let Some(text) = message["content"].as_str() else { continue };
+                    texts.push(text.to_owned());
+                    if text.len() > 2_000 {
+                        paragraphs.extend(text.split("\n\n").filter(|p| p.len() > 40).map(str::to_owned));
+                    }
+                }
+            }
+        }
+    }
+    texts.extend(paragraphs);
+    texts.truncate(limit);
+    Ok(texts)
+}
+
+/// Each text's vector by `model` in batches of 32, in the order given by `order`.
+fn embedded_in_order(embedder: &OnnxEmbedder, texts: &[String], order: &[usize]) -> Result<Vec<Vec<f32>>> {
+    let mut out = vec![Vec::new(); texts.len()];
+    for chunk in order.chunks(32) {
+        let batch: Vec<String> = chunk.iter().map(|&i| texts[i].clone()).collect();
+        for (&i, vector) in chunk.iter().zip(embedder.embed_blocking(&batch)?) {
+            out[i] = vector;
+        }
+    }
+    Ok(out)
+}
+
+fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs() as f64)).fold(0.0, f64::max)
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(p, q)| *p as f64 * *q as f64).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| *x as f64 * *x as f64).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b)).max(1e-12)
+}
+
+/// A vector is a function of its text: each model embeds the real turns in batches of 32 in
+/// their order, in a shuffled order, and (the first 200) alone; the vectors are compared with
+/// each other and with the float-kernel model's, and the in-order pass is timed.
+fn fidelity(manifest: &Manifest, texts: &[String]) -> Result<()> {
+    let default = manifest.default_model().name.clone();
+    let float = models(manifest).last().cloned().unwrap_or_else(|| default.clone());
+    // The default before 2026-11-26 (one activation scale per call), when the manifest has it.
+    let previous = "all-minilm-l6-v2-qint8".to_owned();
+    let mut names = vec![previous.clone(), default.clone()];
+    names.retain(|n| manifest.model(n).is_ok());
+    names.push(float.clone());
+    names.dedup();
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    let mut rng = crate::rng::Xorshift::new(0x5EED);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let in_order: Vec<usize> = (0..texts.len()).collect();
+    let load =
+        |name: &str| OnnxEmbedder::load(&OnnxOptions { model: name.into(), threads: 2, ..OnnxOptions::default() });
+    let reference = embedded_in_order(&load(&float)?, texts, &in_order)?;
+    let alone_n = texts.len().min(200);
+    println!();
+    println!("{} real turns (LoCoMo dev, BEAM dev, BEAM paragraphs), batches of 32:", texts.len());
+    println!();
+    println!(
+        "| model | max \\|diff\\| in order vs shuffled | max \\|diff\\| alone vs batched ({alone_n}) | cosine to {float}: min | mean | texts/s | throughput / {} |",
+        names[0]
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut baseline = None;
+    for name in &names {
+        let embedder = load(name)?;
+        embedder.embed_blocking(&texts[..texts.len().min(32)])?;
+        let started = Instant::now();
+        let ordered = embedded_in_order(&embedder, texts, &in_order)?;
+        let per_s = texts.len() as f64 / started.elapsed().as_secs_f64();
+        let shuffled = embedded_in_order(&embedder, texts, &order)?;
+        let alone: Vec<Vec<f32>> = texts[..alone_n]
+            .iter()
+            .map(|t| embedder.embed_blocking(std::slice::from_ref(t)).map(|mut v| v.remove(0)))
+            .collect::<Result<_, _>>()?;
+        let cosines: Vec<f64> = ordered.iter().zip(&reference).map(|(a, b)| cosine(a, b)).collect();
+        let baseline_per_s = *baseline.get_or_insert(per_s);
+        println!(
+            "| {name} | {:.1e} | {:.1e} | {:.4} | {:.4} | {per_s:.0} | {:.2} |",
+            max_abs_diff(&ordered, &shuffled),
+            max_abs_diff(&ordered[..alone_n], &alone),
+            cosines.iter().copied().fold(f64::INFINITY, f64::min),
+            cosines.iter().sum::<f64>() / cosines.len().max(1) as f64,
+            per_s / baseline_per_s
+        );
+    }
+    Ok(())
+}
+
+pub fn run(rss_sentences: usize, turns: usize, data: &Path) -> Result<()> {
     crate::fetch_models()?;
     let atlas = crate::atlas_binary()?;
     let manifest = Manifest::builtin()?;
+    let data = if data.is_absolute() { data.to_owned() } else { crate::root().join(data) };
+    let real = if data.join("locomo-dev").is_dir() {
+        real_turns(&data, turns.max(1))?
+    } else {
+        eprintln!(
+            "SKIPPED: no real turns in {} (locomo-dev/, beam-dev/): the fidelity table and the mixed-length \
+             memory run use synthetic sentences only",
+            data.display()
+        );
+        Vec::new()
+    };
+    if turns > 0 && !real.is_empty() {
+        fidelity(&manifest, &real)?;
+        println!();
+    }
     let texts = sentences(rss_sentences.max(640));
     let dir = tempfile::tempdir()?;
     let sentences_file = dir.path().join("sentences.json");
@@ -205,6 +340,15 @@ pub fn run(rss_sentences: usize) -> Result<()> {
         }
     }
 
+    // The memory runs embed the mix a space holds: real turns of every length (long BEAM
+    // answers, short replies) and, every 50th, an empty text; synthetic sentences only when
+    // no real turns are at hand.
+    let mixed: Vec<String> = if real.is_empty() {
+        texts[..rss_sentences].to_vec()
+    } else {
+        (0..rss_sentences).map(|i| if i % 50 == 49 { String::new() } else { real[i % real.len()].clone() }).collect()
+    };
+    let texts = mixed;
     let jsonl = dir.path().join("rss.jsonl");
     let lines: String = texts[..rss_sentences]
         .iter()
@@ -215,7 +359,8 @@ pub fn run(rss_sentences: usize) -> Result<()> {
     let all_file = dir.path().join("all.json");
     std::fs::write(&all_file, serde_json::to_string(&texts[..rss_sentences])?)?;
     println!();
-    println!("| model | process embedding {rss_sentences} sentences | peak RSS (MB) |");
+    let what = if real.is_empty() { "sentences" } else { "mixed real texts (every 50th empty)" };
+    println!("| model | process embedding {rss_sentences} {what} | peak RSS (MB) |");
     println!("|---|---|---|");
     for model in models(&manifest) {
         let model_dir = assets::model_dir(manifest.model(&model)?);

@@ -4,6 +4,8 @@
 //! A cycle's outcome (facts, edges, supersessions, which episodes are done or failed, and its
 //! report) commits in one transaction: an episode is processed only when its outcome is stored.
 
+mod judge;
+
 use crate::Parts;
 use crate::config::ConsolidationConfig;
 use atlas_domain::policy::consolidation::{
@@ -15,6 +17,7 @@ use atlas_domain::policy::retain::{RetainTag, harvest};
 use atlas_domain::policy::timeline::{Relation, Statement, StoredFact, Verdict, by_rule, reconcile};
 use atlas_domain::ports::{Consolidation, LlmRequest, MemoryRef, NewEdge, Revision};
 use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
+use judge::{Pair, judge};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -566,143 +569,6 @@ async fn embed_objects(
             std::collections::HashMap::new()
         }
     }
-}
-
-/// Two objects of one subject and predicate, `a` before `b` in text order.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Pair {
-    subject: String,
-    predicate: String,
-    a: String,
-    b: String,
-}
-
-impl Pair {
-    fn of(subject: &str, predicate: &str, x: &str, y: &str) -> Pair {
-        let (a, b) = if x <= y { (x, y) } else { (y, x) };
-        Pair { subject: subject.to_owned(), predicate: predicate.to_owned(), a: a.to_owned(), b: b.to_owned() }
-    }
-}
-
-const JUDGE_SYSTEM: &str = "You keep an agent's long-term memory consistent. Each numbered line holds two \
-statements about the same subject and relation, made at different times. Say for each how they relate: \
-\"same\" (the same fact in other words), \"replaces\" (they cannot both be true: the later one makes the earlier \
-one no longer true), or \"both\" (both can be true at once). Answer with JSON only, of the form \
-{\"judgments\": [{\"pair\": 1, \"verdict\": \"same\"}]}.";
-
-/// Most pairs one judgment call reads.
-const PAIRS_PER_CALL: usize = 32;
-
-fn judge_schema(pairs: usize) -> Value {
-    json!({
-        "type": "object",
-        "required": ["judgments"],
-        "properties": {"judgments": {"type": "array", "maxItems": pairs, "items": {
-            "type": "object",
-            "required": ["pair", "verdict"],
-            "properties": {
-                "pair": {"type": "integer", "minimum": 1, "maximum": pairs},
-                "verdict": {"type": "string", "enum": ["same", "replaces", "both"]}
-            }
-        }}}
-    })
-}
-
-/// Reads a judgment answer; any departure from the schema fails it whole.
-fn parse_judgments(text: &str, pairs: usize) -> std::result::Result<BTreeMap<usize, Verdict>, String> {
-    let trimmed = text.trim().trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```");
-    let value: Value =
-        serde_json::from_str(trimmed.trim()).map_err(|e| format!("the model's answer is not JSON ({e})"))?;
-    let items = value.get("judgments").and_then(Value::as_array).ok_or("the answer has no \"judgments\" array")?;
-    let mut out = BTreeMap::new();
-    for (i, item) in items.iter().enumerate() {
-        let pair = item
-            .get("pair")
-            .and_then(Value::as_u64)
-            .filter(|p| (1..=pairs as u64).contains(p))
-            .ok_or_else(|| format!("judgments[{i}].pair: not a pair number from 1 to {pairs}"))?;
-        let verdict: Verdict = item
-            .get("verdict")
-            .cloned()
-            .and_then(|v| serde_json::from_value(v).ok())
-            .ok_or_else(|| format!("judgments[{i}].verdict: not one of same, replaces, both"))?;
-        out.insert(pair as usize, verdict);
-    }
-    Ok(out)
-}
-
-/// The model's verdicts on `unclear` pairs, at most [`PAIRS_PER_CALL`] a call and `calls_left`
-/// calls; every pair, judged or left to the rule (different: both hold), goes into the report.
-async fn judge(
-    parts: &Parts,
-    unclear: std::collections::BTreeSet<Pair>,
-    calls_left: &mut usize,
-    report: &mut CycleReport,
-) -> BTreeMap<Pair, Verdict> {
-    let mut verdicts = BTreeMap::new();
-    let pairs: Vec<Pair> = unclear.into_iter().collect();
-    for chunk in pairs.chunks(PAIRS_PER_CALL) {
-        let answer: std::result::Result<BTreeMap<usize, Verdict>, String> = match &parts.llm {
-            None => Err("no model is configured".into()),
-            Some(_) if *calls_left == 0 => {
-                Err("the cycle's judgment calls are spent (consolidation.judge_calls)".into())
-            }
-            Some(llm) => {
-                *calls_left -= 1;
-                report.llm_calls += 1;
-                let prompt = chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        format!(
-                            "{}. {} / {}: \"{}\" | \"{}\"",
-                            i + 1,
-                            p.subject,
-                            p.predicate.replace('_', " "),
-                            p.a,
-                            p.b
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let request =
-                    LlmRequest { system: JUDGE_SYSTEM.into(), prompt, json_schema: Some(judge_schema(chunk.len())) };
-                match llm.complete(request).await {
-                    Ok(answer) => {
-                        report.input_tokens += answer.input_tokens;
-                        report.output_tokens += answer.output_tokens;
-                        report.cost_usd += answer.cost;
-                        parse_judgments(&answer.text, chunk.len())
-                    }
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        };
-        if let Err(why) = &answer {
-            tracing::debug!(%why, pairs = chunk.len(), "ambiguous pairs left to the rule");
-        }
-        for (i, pair) in chunk.iter().enumerate() {
-            let by_model = answer.as_ref().ok().and_then(|a| a.get(&(i + 1)).copied());
-            let why = match &answer {
-                Ok(_) if by_model.is_none() => Some("the model's answer left this pair out".to_owned()),
-                Ok(_) => None,
-                Err(why) => Some(why.clone()),
-            };
-            let verdict = by_model.unwrap_or(Verdict::Both);
-            report.judgments.push(Judgment {
-                subject: pair.subject.clone(),
-                predicate: pair.predicate.clone(),
-                objects: [pair.a.clone(), pair.b.clone()],
-                verdict,
-                by: if by_model.is_some() { "model" } else { "rule" },
-                why,
-            });
-            if by_model.is_some() {
-                verdicts.insert(pair.clone(), verdict);
-            }
-        }
-    }
-    verdicts
 }
 
 /// A batch reference as the plan's id: stored ids as they are, new memories negative.
