@@ -202,7 +202,8 @@ async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {
 /// texts that import embedded (each memory's embedding text, read back from an export) and of
 /// the turns' own texts, in the same run; with each process's peak RSS.
 /// Peak resident memory of `atlas import` of files of `lines` turns (read a piece at a time,
-/// so it should not grow with the file) and of `atlas export` of the space it made, beside
+/// so it should not grow with the file), of `atlas export` of the space it made and of the
+/// import of that export into a new space (a restore), beside
 /// `atlas stats` on the same space: what a process holding that space takes before it does
 /// anything (the floor of the same run). Embedding is deferred (`ATLAS_EMBEDDER=none`): its
 /// memory is measured by `--embedded`.
@@ -213,9 +214,9 @@ fn ingest_memory(lines: &[usize]) -> Result<()> {
     let dir = tempfile::tempdir()?;
     println!();
     println!(
-        "| lines | file (MB) | import: peak RSS (MB) | export: peak RSS (MB) | floor: atlas stats on the space (MB) | import / floor | import (lines/s) |"
+        "| lines | file (MB) | import: peak RSS (MB) | export: peak RSS (MB) | restore of the export: peak RSS (MB) | floor: atlas stats on the space (MB) | import / floor | import (lines/s) |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for &n in lines {
         let turns = dir.path().join(format!("turns-{n}.jsonl"));
         {
@@ -235,20 +236,28 @@ fn ingest_memory(lines: &[usize]) -> Result<()> {
             c.arg("--db").arg(&db).env("ATLAS_EMBEDDER", "none").stdout(Stdio::null());
             c
         };
+        let exported = dir.path().join("export.jsonl");
         let import = peak_rss::run(atlas_at().args(["import", "--json"]).arg(&turns))?;
-        let export = peak_rss::run(atlas_at().args(["export", "--out"]).arg(dir.path().join("export.jsonl")))?;
+        let export = peak_rss::run(atlas_at().args(["export", "--out"]).arg(&exported))?;
         let floor = peak_rss::run(atlas_at().args(["stats", "--json"]))?;
+        let restored = dir.path().join(format!("restored-{n}.db"));
+        let mut restore_command = peak_rss::command(&atlas);
+        restore_command.arg("--db").arg(&restored).env("ATLAS_EMBEDDER", "none").stdout(Stdio::null());
+        let restore = peak_rss::run(restore_command.args(["import", "--json"]).arg(&exported))?;
         let file_mb = std::fs::metadata(&turns)?.len() as f64 / (1024.0 * 1024.0);
         println!(
-            "| {n} | {file_mb:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} |",
+            "| {n} | {file_mb:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} |",
             import.peak_rss_mb,
             export.peak_rss_mb,
+            restore.peak_rss_mb,
             floor.peak_rss_mb,
             import.peak_rss_mb / floor.peak_rss_mb,
             n as f64 / import.secs
         );
         std::fs::remove_file(&turns)?;
-        std::fs::remove_file(dir.path().join("export.jsonl"))?;
+        std::fs::remove_file(&exported)?;
+        std::fs::remove_file(&db)?;
+        std::fs::remove_file(&restored)?;
     }
     Ok(())
 }

@@ -65,6 +65,9 @@ pub struct Receipt {
 /// `Err` piece ends the write and nothing of it is stored.
 pub type Pieces = Box<dyn Iterator<Item = Result<Vec<NewMemory>>> + Send>;
 
+/// [`Pieces`] of a restore: stored memories in id order, pulled one piece at a time.
+pub type StoredPieces = Box<dyn Iterator<Item = Result<Vec<StoredMemory>>> + Send>;
+
 /// How long a claim on queued vector work lasts before another process may take it over.
 pub const VECTOR_CLAIM_MS: i64 = 60_000;
 
@@ -249,6 +252,11 @@ pub trait Replica: Send + Sync {
 
     /// [`Replica::restore`] at most once per `key`, recorded in the restore's own transaction.
     async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt>;
+
+    /// One restore of a batch that arrives in `pieces` (in id order across pieces): all or
+    /// nothing like [`Replica::restore`], under a `key` at most once like
+    /// [`Replica::restore_once`] (a key already used pulls no piece).
+    async fn restore_pieces(&self, key: Option<String>, pieces: StoredPieces) -> Result<Receipt>;
 
     /// Reserves `count` consecutive ids that no insert will ever take and returns the first:
     /// a restore under them cannot collide with a concurrent writer. Reserved ids that stay

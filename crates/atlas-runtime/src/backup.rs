@@ -5,13 +5,13 @@
 //! file content and space: a receipt keyed by the file's sha256 is written in that same
 //! transaction, so a retry after a crash, a kill or a lost answer stores nothing twice.
 
-use crate::import_pieces::{self, LineRule, Lines, Scanned, Source};
+use crate::import_pieces::{self, CheckedExport, LineRule, Lines, Scanned, Source};
 use crate::{Atlas, now};
 use atlas_domain::access::Caller;
 use atlas_domain::jsonl::{self, ExportHeader};
 use atlas_domain::policy::limits::validate;
-use atlas_domain::policy::references::{ids_needed, outside_references, plan, renumber};
-use atlas_domain::ports::{CycleRecord, ProgressFn, StoredMemory};
+use atlas_domain::policy::references::{ids_needed, plan, renumber};
+use atlas_domain::ports::{ProgressFn, StoredMemory, StoredPieces};
 use atlas_domain::{AtlasError, MemoryId, NewMemory, Result, Scope, Timestamp};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -70,83 +70,6 @@ pub fn parse_trajectories(bytes: &[u8], origin: &str, now: Timestamp) -> Result<
             jsonl::parse_trajectory_line(&line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))
         })
         .collect()
-}
-
-/// A parsed full export: its header, every memory with where it stands in the file, and the
-/// ledger of sleep cycles.
-struct FullExport {
-    header: ExportHeader,
-    items: Vec<(String, StoredMemory)>,
-    cycles: Vec<CycleRecord>,
-}
-
-fn parse_full_export(bytes: &[u8], origin: &str, now: Timestamp) -> Result<Option<FullExport>> {
-    let mut all = lines(bytes, origin);
-    let Some(first) = all.next() else { return Ok(None) };
-    let (location, first) = first?;
-    let header = match jsonl::parse_header(&first) {
-        Ok(Some(header)) => header,
-        Ok(None) => return Ok(None),
-        Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
-    };
-    let mut items = Vec::new();
-    let mut cycles = Vec::new();
-    let mut trailer = None;
-    let mut seen = HashSet::new();
-    for line in all {
-        let (location, line) = line?;
-        if trailer.is_some() {
-            return Err(AtlasError::invalid(&location, "a line after the export's last line (atlas_export_end)"));
-        }
-        match jsonl::parse_cycle(&line) {
-            Ok(Some(cycle)) => {
-                cycles.push(cycle);
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
-        }
-        match jsonl::parse_trailer(&line) {
-            Ok(Some(count)) => {
-                trailer = Some((location, count));
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => return Err(AtlasError::invalid(&location, e.to_string())),
-        }
-        let item = jsonl::parse_stored_line(&line, now).map_err(|e| AtlasError::invalid(&location, e.to_string()))?;
-        if !seen.insert(item.memory.id) {
-            return Err(AtlasError::invalid(
-                &location,
-                format!("field \"id\": memory {} appears twice", item.memory.id),
-            ));
-        }
-        if let Some(edge) = item.edges.iter().find(|e| !StoredMemory::carries(item.memory.id, e)) {
-            return Err(AtlasError::invalid(
-                &location,
-                format!(
-                    "field \"edges\": the edge {} -> {} travels with its later end, not with memory {}",
-                    edge.src, edge.dst, item.memory.id
-                ),
-            ));
-        }
-        items.push((location, item));
-    }
-    match trailer {
-        None => Err(AtlasError::invalid(
-            origin,
-            format!(
-                "the export ends without its last line (atlas_export_end) after {} memories: the file was cut short; \
-                 nothing was imported",
-                items.len()
-            ),
-        )),
-        Some((location, count)) if count != items.len() as u64 => Err(AtlasError::invalid(
-            &location,
-            format!("the export says it holds {count} memories, the file has {}; nothing was imported", items.len()),
-        )),
-        Some(_) => Ok(Some(FullExport { header, items, cycles })),
-    }
 }
 
 impl Atlas {
@@ -241,16 +164,20 @@ impl Atlas {
         let digest = match scanned {
             Scanned::Plain { digest } => digest,
             Scanned::FullExport => {
-                let bytes = source.read_all(origin)?;
-                let key = keyed(import_key(&bytes));
-                let Some(mut export) = parse_full_export(&bytes, origin, rule.now)? else {
-                    return Err(AtlasError::invalid(origin, "the file changed while it was imported"));
-                };
-                drop(bytes);
-                for (location, item) in &mut export.items {
-                    item.memory.scope = confine(&options.caller, &item.memory.scope, location)?;
-                }
-                return self.restore_export(export, key, &options.caller).await;
+                let (read, shown, checking) = (source.clone(), origin.to_owned(), rule.clone());
+                let checked = tokio::task::spawn_blocking(move || {
+                    let checked = import_pieces::check_export_source(&read, &shown, &checking, false)?;
+                    // Out of id order (not as `export` writes it): restored from memory, sorted.
+                    if checked.in_order {
+                        Ok(checked)
+                    } else {
+                        import_pieces::check_export_source(&read, &shown, &checking, true)
+                    }
+                })
+                .await
+                .map_err(|e| AtlasError::Storage(format!("{origin}: reading failed: {e}")))??;
+                let key = keyed(key_of_digest(&checked.digest));
+                return self.restore_export(checked, &source, origin, rule, key, &options.caller).await;
             }
         };
         let key = keyed(key_of_digest(&digest));
@@ -272,55 +199,60 @@ impl Atlas {
 
     /// Restores a full export: under its own ids into a space that never held a memory, else
     /// under ids reserved for it with every reference mapped; a reference to a memory neither
-    /// in the file nor in the space is refused before anything is written.
-    async fn restore_export(&self, export: FullExport, key: Option<String>, caller: &Caller) -> Result<Imported> {
-        for (location, item) in &export.items {
-            validate(&item.memory.to_new(), self.config.max_text_bytes, location)?;
-        }
-        let mut batch: Vec<StoredMemory> = export.items.into_iter().map(|(_, item)| item).collect();
+    /// in the file nor in the space is refused before anything is written. The memories are
+    /// read again from `source` a piece at a time (or come from `checked`, when it kept them).
+    async fn restore_export(
+        &self,
+        checked: CheckedExport,
+        source: &Source,
+        origin: &str,
+        rule: LineRule,
+        key: Option<String>,
+        caller: &Caller,
+    ) -> Result<Imported> {
         // Vectors are kept only when they were made by the model this space is bound to.
         let bound = self.parts.store.stats().await?;
         let same_model =
-            export.header.embedding_model.is_some() && export.header.embedding_model == bound.embedding_model;
-        if !same_model {
-            batch.iter_mut().for_each(|item| item.vector = None);
-        }
-        let vectors = batch.iter().filter(|item| item.vector.is_some()).count();
+            checked.header.embedding_model.is_some() && checked.header.embedding_model == bound.embedding_model;
+        let vectors = if same_model { checked.vectors } else { 0 };
         let keep_layout = bound.memories() == 0;
-        let old_ids: Vec<MemoryId> = batch.iter().map(|item| item.memory.id).collect();
-        let outside = outside_references(&batch);
-        let in_space: HashSet<MemoryId> = if keep_layout || outside.is_empty() {
+        let in_space: HashSet<MemoryId> = if keep_layout || checked.outside.is_empty() {
             HashSet::new()
         } else {
             // Only the caller's own memories can be referred to: a tenant cannot link into another's.
-            let found = self.parts.store.get_many(outside.into_iter().collect()).await?;
+            let found = self.parts.store.get_many(checked.outside.keys().copied().collect()).await?;
             found.into_iter().filter(|m| caller.sees(&m.scope)).map(|m| m.id).collect()
         };
         // Checked before ids are reserved: a refused file leaves the space as it was.
-        let mut check = batch.clone();
-        renumber(&mut check, &plan(&old_ids, MemoryId(1), true), &in_space)
-            .map_err(|d| AtlasError::invalid("import", d.to_string()))?;
-        let first = if batch.is_empty() {
+        if let Some(dangling) = checked.outside.values().find(|d| !in_space.contains(&d.target)) {
+            return Err(AtlasError::invalid("import", dangling.to_string()));
+        }
+        let first = if checked.ids.is_empty() {
             MemoryId(1)
         } else {
-            self.parts.replica.reserve_ids(ids_needed(&old_ids, keep_layout)).await?
+            self.parts.replica.reserve_ids(ids_needed(&checked.ids, keep_layout)).await?
         };
-        let map = plan(&old_ids, first, keep_layout);
+        let map = plan(&checked.ids, first, keep_layout);
         let renumbered = map.iter().any(|(old, new)| old != new);
-        renumber(&mut batch, &map, &in_space).map_err(|d| AtlasError::invalid("import", d.to_string()))?;
-        batch.sort_by_key(|item| item.memory.id);
-        let receipt = match key {
-            Some(key) => self.parts.replica.restore_once(key, batch).await?,
+        let pieces: StoredPieces = match checked.items {
             None => {
-                let ids = batch.iter().map(|item| item.memory.id).collect();
-                self.parts.replica.restore(batch).await?;
-                atlas_domain::ports::Receipt { ids, replayed: false, recorded_at: now() }
+                Box::new(import_pieces::export_pieces(source, origin, rule, checked.digest, same_model, map, in_space)?)
+            }
+            Some(items) => {
+                let mut batch: Vec<StoredMemory> = items.into_iter().map(|(_, item)| item).collect();
+                if !same_model {
+                    batch.iter_mut().for_each(|item| item.vector = None);
+                }
+                renumber(&mut batch, &map, &in_space).map_err(|d| AtlasError::invalid("import", d.to_string()))?;
+                batch.sort_by_key(|item| item.memory.id);
+                Box::new(std::iter::once(Ok(batch)))
             }
         };
+        let receipt = self.parts.replica.restore_pieces(key, pieces).await?;
         // After the memories, and again on a replay: a crash in between leaves no row out,
         // and a row already held is not added twice. The ledger is the space's, not a tenant's.
-        if *caller == Caller::All && !export.cycles.is_empty() {
-            self.parts.replica.restore_cycles(export.cycles).await?;
+        if *caller == Caller::All && !checked.cycles.is_empty() {
+            self.parts.replica.restore_cycles(checked.cycles).await?;
         }
         self.background.wake();
         Ok(Imported {
@@ -401,12 +333,6 @@ impl Atlas {
         out.flush().await.map_err(io)?;
         Ok(count)
     }
-}
-
-/// `scope` within what `caller` may write: its tenant's user and agent forced where absent,
-/// another's refused at `location`.
-fn confine(caller: &Caller, scope: &Scope, location: &str) -> Result<Scope> {
-    caller.confine(scope.clone()).map_err(|denied| denied.at(location))
 }
 
 /// A tenant as text that cannot be mistaken for another's (JSON escapes every separator).

@@ -9,10 +9,13 @@
 //! file that changed in between fails that write, so nothing of it is stored.
 
 use atlas_domain::access::Caller;
-use atlas_domain::jsonl;
+use atlas_domain::jsonl::{self, ExportHeader};
 use atlas_domain::policy::limits::validate;
-use atlas_domain::{AtlasError, NewMemory, Result, Timestamp};
+use atlas_domain::policy::references::{Dangling, body_references, renumber};
+use atlas_domain::ports::{CycleRecord, StoredMemory};
+use atlas_domain::{AtlasError, MemoryId, NewMemory, Result, Timestamp};
 use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,15 +42,6 @@ impl Source {
             }
             Source::Bytes(bytes) => Box::new(std::io::Cursor::new(Arc::clone(bytes))),
         })
-    }
-
-    /// The whole content (a full export is restored from memory: see docs/ARCHITECTURE.md).
-    pub fn read_all(&self, origin: &str) -> Result<Vec<u8>> {
-        let mut bytes = Vec::new();
-        self.open(origin)?
-            .read_to_end(&mut bytes)
-            .map_err(|e| AtlasError::invalid(origin, format!("cannot read: {e}")))?;
-        Ok(bytes)
     }
 }
 
@@ -179,6 +173,15 @@ impl LineRule {
     }
 }
 
+/// [`check_export`] of a source whose first line is an export header.
+pub fn check_export_source(source: &Source, origin: &str, rule: &LineRule, keep: bool) -> Result<CheckedExport> {
+    let lines = import_lines(source.open(origin)?, origin, rule.max_text_bytes);
+    let Some((header, reader)) = open_export(lines, rule.now)? else {
+        return Err(AtlasError::invalid(origin, "the file changed while it was imported; nothing of it was stored"));
+    };
+    check_export(header, reader, origin, rule, keep)
+}
+
 /// What the first pass found.
 pub enum Scanned {
     /// The first line is a full export's header: restored by its own path.
@@ -256,6 +259,257 @@ impl PieceReader {
     fn fail(&mut self, e: AtlasError) -> Option<Result<Vec<NewMemory>>> {
         self.done = true;
         Some(Err(e))
+    }
+}
+
+/// One line of a full export after its header.
+pub enum ExportLine {
+    Memory(String, Box<StoredMemory>),
+    Cycle(CycleRecord),
+    /// The trailer: where it stands and the count it states.
+    End(String, u64),
+}
+
+/// The lines of a full export after its header, each parsed; a line after the trailer is an
+/// error. Checks that need the whole file (ids once, the count) are [`check_export`]'s.
+pub struct ExportReader<R> {
+    lines: Lines<R>,
+    now: Timestamp,
+    ended: bool,
+}
+
+/// Opens a full export: its header and a reader of the rest; `None` when the first line is no
+/// export header (a plain import).
+pub fn open_export<R: BufRead>(mut lines: Lines<R>, now: Timestamp) -> Result<Option<(ExportHeader, ExportReader<R>)>> {
+    let Some(first) = lines.next() else { return Ok(None) };
+    let (location, first) = first?;
+    match jsonl::parse_header(&first) {
+        Ok(Some(header)) => Ok(Some((header, ExportReader { lines, now, ended: false }))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(AtlasError::invalid(&location, e.to_string())),
+    }
+}
+
+impl<R: BufRead> ExportReader<R> {
+    pub fn digest(&self) -> String {
+        self.lines.digest()
+    }
+}
+
+impl<R: BufRead> Iterator for ExportReader<R> {
+    type Item = Result<ExportLine>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (location, line) = match self.lines.next()? {
+            Ok(line) => line,
+            Err(e) => return Some(Err(e)),
+        };
+        let parsed = (|| {
+            if self.ended {
+                return Err(AtlasError::invalid(&location, "a line after the export's last line (atlas_export_end)"));
+            }
+            let bad = |e: jsonl::LineError| AtlasError::invalid(&location, e.to_string());
+            if let Some(cycle) = jsonl::parse_cycle(&line).map_err(bad)? {
+                return Ok(ExportLine::Cycle(cycle));
+            }
+            if let Some(count) = jsonl::parse_trailer(&line).map_err(bad)? {
+                self.ended = true;
+                return Ok(ExportLine::End(location.clone(), count));
+            }
+            Ok(ExportLine::Memory(location.clone(), Box::new(jsonl::parse_stored_line(&line, self.now).map_err(bad)?)))
+        })();
+        Some(parsed)
+    }
+}
+
+/// What the first pass over a full export found.
+pub struct CheckedExport {
+    pub header: ExportHeader,
+    pub digest: String,
+    /// The memories' ids in file order.
+    pub ids: Vec<MemoryId>,
+    /// Every id a memory refers to that the file does not hold, with its first reference.
+    pub outside: BTreeMap<MemoryId, Dangling>,
+    pub cycles: Vec<CycleRecord>,
+    pub vectors: usize,
+    /// Ids strictly increase through the file (as `export` writes them).
+    pub in_order: bool,
+    /// Every memory with where it stands, when asked to keep them.
+    pub items: Option<Vec<(String, StoredMemory)>>,
+}
+
+/// Reads a full export through, checking every line as an import must (ids once, each edge
+/// with its later end, the scope the caller may write, the limits) and the trailer's count;
+/// keeps the memories only when `keep`.
+pub fn check_export<R: BufRead>(
+    header: ExportHeader,
+    mut reader: ExportReader<R>,
+    origin: &str,
+    rule: &LineRule,
+    keep: bool,
+) -> Result<CheckedExport> {
+    let mut seen = HashSet::new();
+    let mut referred: BTreeMap<MemoryId, Dangling> = BTreeMap::new();
+    let mut checked = CheckedExport {
+        header,
+        digest: String::new(),
+        ids: Vec::new(),
+        outside: BTreeMap::new(),
+        cycles: Vec::new(),
+        vectors: 0,
+        in_order: true,
+        items: keep.then(Vec::new),
+    };
+    let mut trailer = None;
+    for line in reader.by_ref() {
+        let (location, item) = match line? {
+            ExportLine::Cycle(cycle) => {
+                checked.cycles.push(cycle);
+                continue;
+            }
+            ExportLine::End(location, count) => {
+                trailer = Some((location, count));
+                continue;
+            }
+            ExportLine::Memory(location, item) => (location, item),
+        };
+        let item = rule.stored(&location, *item)?;
+        let id = item.memory.id;
+        if !seen.insert(id) {
+            return Err(AtlasError::invalid(&location, format!("field \"id\": memory {id} appears twice")));
+        }
+        if let Some(edge) = item.edges.iter().find(|e| !StoredMemory::carries(id, e)) {
+            return Err(AtlasError::invalid(
+                &location,
+                format!(
+                    "field \"edges\": the edge {} -> {} travels with its later end, not with memory {id}",
+                    edge.src, edge.dst
+                ),
+            ));
+        }
+        checked.in_order &= checked.ids.last().is_none_or(|last| *last < id);
+        checked.ids.push(id);
+        checked.vectors += usize::from(item.vector.is_some());
+        let edge_ends = item.edges.iter().flat_map(|e| [e.src, e.dst]).map(|target| ("edges", target));
+        for (field, target) in edge_ends.chain(body_references(&item.memory.body)) {
+            referred.entry(target).or_insert(Dangling { memory: id, field: field.to_owned(), target });
+        }
+        if let Some(items) = checked.items.as_mut() {
+            items.push((location, item));
+        }
+    }
+    match trailer {
+        None => {
+            return Err(AtlasError::invalid(
+                origin,
+                format!(
+                    "the export ends without its last line (atlas_export_end) after {} memories: the file was cut \
+                     short; nothing was imported",
+                    checked.ids.len()
+                ),
+            ));
+        }
+        Some((location, count)) if count != checked.ids.len() as u64 => {
+            return Err(AtlasError::invalid(
+                &location,
+                format!(
+                    "the export says it holds {count} memories, the file has {}; nothing was imported",
+                    checked.ids.len()
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
+    checked.outside = referred.into_iter().filter(|(target, _)| !seen.contains(target)).collect();
+    checked.digest = reader.digest();
+    Ok(checked)
+}
+
+impl LineRule {
+    /// A stored memory of a full export, in the caller's scope, within limits.
+    pub fn stored(&self, location: &str, mut item: StoredMemory) -> Result<StoredMemory> {
+        item.memory.scope = self.caller.confine(item.memory.scope).map_err(|denied| denied.at(location))?;
+        validate(&item.memory.to_new(), self.max_text_bytes, location)?;
+        Ok(item)
+    }
+}
+
+/// The second pass over a full export, as pieces of stored memories: each in the caller's
+/// scope, without vectors unless `keep_vectors`, renumbered by `map` (ids of the space in
+/// `in_space` kept); the content's hash checked at the end as for a plain import.
+pub fn export_pieces(
+    source: &Source,
+    origin: &str,
+    rule: LineRule,
+    digest: String,
+    keep_vectors: bool,
+    map: BTreeMap<MemoryId, MemoryId>,
+    in_space: HashSet<MemoryId>,
+) -> Result<StoredPieceReader> {
+    let lines = import_lines(source.open(origin)?, origin, rule.max_text_bytes);
+    let Some((_, reader)) = open_export(lines, rule.now)? else {
+        return Err(AtlasError::invalid(origin, "the file changed while it was imported; nothing of it was stored"));
+    };
+    Ok(StoredPieceReader { reader, rule, digest, keep_vectors, map, in_space, origin: origin.to_owned(), done: false })
+}
+
+pub struct StoredPieceReader {
+    reader: ExportReader<Box<dyn BufRead + Send>>,
+    rule: LineRule,
+    digest: String,
+    keep_vectors: bool,
+    map: BTreeMap<MemoryId, MemoryId>,
+    in_space: HashSet<MemoryId>,
+    origin: String,
+    done: bool,
+}
+
+impl StoredPieceReader {
+    fn piece(&mut self) -> Result<Option<Vec<StoredMemory>>> {
+        let mut piece = Vec::new();
+        let mut bytes = 0;
+        while piece.len() < PIECE_MEMORIES && bytes < PIECE_BYTES {
+            match self.reader.next() {
+                Some(line) => {
+                    let ExportLine::Memory(location, item) = line? else { continue };
+                    let mut item = self.rule.stored(&location, *item)?;
+                    if !self.keep_vectors {
+                        item.vector = None;
+                    }
+                    bytes += item.memory.text.len() + item.vector.as_ref().map_or(0, |v| v.len() * 4);
+                    piece.push(item);
+                }
+                None => {
+                    self.done = true;
+                    if self.reader.digest() != self.digest {
+                        return Err(AtlasError::invalid(
+                            &self.origin,
+                            "the file changed while it was imported; nothing of it was stored",
+                        ));
+                    }
+                    break;
+                }
+            }
+        }
+        renumber(&mut piece, &self.map, &self.in_space).map_err(|d| AtlasError::invalid("import", d.to_string()))?;
+        Ok((!piece.is_empty()).then_some(piece))
+    }
+}
+
+impl Iterator for StoredPieceReader {
+    type Item = Result<Vec<StoredMemory>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.piece() {
+            Ok(piece) => piece.map(Ok),
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
     }
 }
 

@@ -32,6 +32,13 @@ impl Replica for Flaky {
     async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> atlas_domain::Result<Receipt> {
         self.inner.restore_once(key, batch).await
     }
+    async fn restore_pieces(
+        &self,
+        key: Option<String>,
+        pieces: atlas_domain::ports::StoredPieces,
+    ) -> atlas_domain::Result<Receipt> {
+        self.inner.restore_pieces(key, pieces).await
+    }
     async fn reserve_ids(&self, count: u64) -> atlas_domain::Result<MemoryId> {
         self.inner.reserve_ids(count).await
     }

@@ -6,7 +6,7 @@ use crate::decode::{Kept, decode};
 use crate::payload::point_id;
 use crate::{QdrantStore, filter, ledger, meta, write};
 use async_trait::async_trait;
-use atlas_domain::ports::{CycleRecord, Receipt, Replica, StoredMemory};
+use atlas_domain::ports::{CycleRecord, Receipt, Replica, StoredMemory, StoredPieces};
 use atlas_domain::{AtlasError, Edge, Memory, MemoryId, Result, Timestamp};
 use qdrant_client::qdrant::{Filter, PointId, ScrollPointsBuilder, VectorsSelector};
 
@@ -51,6 +51,20 @@ impl Replica for QdrantStore {
 
     async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
         self.restore_keyed(Some(key), batch).await
+    }
+
+    async fn restore_pieces(&self, key: Option<String>, pieces: StoredPieces) -> Result<Receipt> {
+        // Gathered first, as an insert's pieces are (crate::memories): one ledgered write.
+        if let Some(key) = &key
+            && let Some(receipt) = crate::ledger::committed_receipt(&self.meta, key).await?
+        {
+            return Ok(receipt);
+        }
+        let mut batch = Vec::new();
+        for piece in pieces {
+            batch.extend(piece?);
+        }
+        self.restore_keyed(key, batch).await
     }
 
     async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {

@@ -6,7 +6,7 @@ use crate::strategies::arb_new_memory;
 use crate::{HashEmbedder, Subject, runtime};
 use atlas_domain::access::{AccessKey, Role};
 use atlas_domain::ports::{
-    EmbeddingModel, KeyStore, MemoryStore, Pieces, Replica, StoredMemory, TextIndex, Update, VectorIndex,
+    EmbeddingModel, KeyStore, MemoryStore, Pieces, Replica, StoredMemory, StoredPieces, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, EdgeKind, Lifecycle, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Scope, Timestamp,
@@ -47,7 +47,8 @@ macro_rules! store_conformance {
                 own_claims_on_queued_vectors_are_renewed, soft_deletion_hides_from_search_and_recovers,
                 updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes,
                 access_keys_are_kept_and_revoked, the_mean_vector_follows_what_is_stored,
-                a_long_turn_is_linked_but_not_carried_as_context, pieces_are_one_write);
+                a_long_turn_is_linked_but_not_carried_as_context, pieces_are_one_write,
+                restored_pieces_are_one_restore);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -766,6 +767,36 @@ pub fn pieces_are_one_write<S: Store>(make: Make<S>) {
         let unkeyed = store.insert_pieces(None, pieces(vec![Ok(vec![episode("six", None, 6)])]), None).await.unwrap();
         assert!(!unkeyed.replayed);
         assert_eq!(store.stats().await.unwrap().memories(), 6);
+    });
+}
+
+/// A restore's pieces are one restore: the copy equals the source, a failing piece restores
+/// nothing, and under a key it happens once (a replay pulls no piece).
+pub fn restored_pieces_are_one_restore<S: Store>(make: Make<S>) {
+    let (source, copy) = (make(), make());
+    runtime().block_on(async {
+        let batch: Vec<NewMemory> = (0..7).map(|i| episode(&format!("turn {i}"), Some("s"), i)).collect();
+        source.store.insert(batch, None).await.unwrap();
+        let all = sorted_edges(export_all(source.store.as_ref(), 10).await);
+        let pieces = |items: &[StoredMemory], failing: bool| -> StoredPieces {
+            let mut pieces: Vec<atlas_domain::Result<Vec<StoredMemory>>> =
+                items.chunks(3).map(|c| Ok(c.to_vec())).collect();
+            if failing {
+                pieces.push(Err(AtlasError::invalid("backup.jsonl:9", "field \"text\": missing")));
+            }
+            Box::new(pieces.into_iter())
+        };
+        let store = copy.store.as_ref();
+        assert!(store.restore_pieces(Some("restore:p".into()), pieces(&all, true)).await.is_err());
+        assert_eq!(store.stats().await.unwrap().memories(), 0, "a failed piece restores nothing");
+        let receipt = store.restore_pieces(Some("restore:p".into()), pieces(&all, false)).await.unwrap();
+        assert!(!receipt.replayed);
+        assert_eq!(receipt.ids, all.iter().map(|s| s.memory.id).collect::<Vec<_>>());
+        assert_eq!(sorted_edges(export_all(store, 10).await), all, "the copy is the source");
+        let untouched: StoredPieces = Box::new(std::iter::from_fn(|| panic!("a replay pulls no piece")));
+        let again = store.restore_pieces(Some("restore:p".into()), untouched).await.unwrap();
+        assert!(again.replayed);
+        assert_eq!(again.ids, receipt.ids);
     });
 }
 

@@ -9,7 +9,7 @@ use atlas_domain::policy::query::words;
 use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
     ClosedSession, Consolidation, Consolidator, CycleRecord, EmbeddingModel, KeyStore, MemoryRef, MemoryStore, Pieces,
-    ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, TextIndex, Update, VectorIndex,
+    ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, StoredPieces, TextIndex, Update, VectorIndex,
 };
 use atlas_domain::{
     AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Scope, Timestamp,
@@ -410,6 +410,21 @@ impl Replica for FakeStore {
 
     async fn restore_once(&self, key: String, batch: Vec<StoredMemory>) -> Result<Receipt> {
         self.state.lock().unwrap().once(key, |s| restore_locked(s, batch))
+    }
+
+    async fn restore_pieces(&self, key: Option<String>, pieces: StoredPieces) -> Result<Receipt> {
+        let mut s = self.state.lock().unwrap();
+        if let Some(earlier) = key.as_ref().and_then(|k| s.receipts.get(k)) {
+            return Ok(Receipt { replayed: true, ..earlier.clone() });
+        }
+        let mut batch = Vec::new();
+        for piece in pieces {
+            batch.extend(piece?);
+        }
+        match key {
+            Some(key) => s.once(key, |s| restore_locked(s, batch)),
+            None => Ok(Receipt { ids: restore_locked(&mut s, batch)?, replayed: false, recorded_at: wall_clock() }),
+        }
     }
 
     async fn reserve_ids(&self, count: u64) -> Result<MemoryId> {
