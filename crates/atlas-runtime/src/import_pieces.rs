@@ -391,8 +391,12 @@ pub fn check_export<R: BufRead>(
         checked.ids.push(id);
         checked.vectors += usize::from(item.vector.is_some());
         let edge_ends = item.edges.iter().flat_map(|e| [e.src, e.dst]).map(|target| ("edges", target));
+        // An id already read is the file's own: in an export (id order, each edge with its
+        // later end) that is nearly every reference, and none of them is kept.
         for (field, target) in edge_ends.chain(body_references(&item.memory.body)) {
-            referred.entry(target).or_insert(Dangling { memory: id, field: field.to_owned(), target });
+            if !seen.contains(&target) {
+                referred.entry(target).or_insert(Dangling { memory: id, field: field.to_owned(), target });
+            }
         }
         if let Some(items) = checked.items.as_mut() {
             items.push((location, item));
