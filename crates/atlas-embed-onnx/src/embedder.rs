@@ -264,6 +264,13 @@ fn build_session(
         .with_inter_threads(1)
         .map_err(builder_error)?
         .with_intra_op_spinning(options.spinning)
+        .map_err(builder_error)?
+        // Every batch has its own shape (texts are cut by length): a memory pattern planned
+        // for one shape is never reused, and an arena keeps the largest shape's blocks for the
+        // life of the process. Plain allocations give them back after each run.
+        .with_memory_pattern(false)
+        .map_err(builder_error)?
+        .with_execution_providers([ort::ep::CPU::default().with_arena_allocator(false).build()])
         .map_err(builder_error)?;
     builder = with_cuda(builder, options.cuda)?;
     builder
