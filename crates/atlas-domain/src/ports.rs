@@ -68,6 +68,15 @@ pub type Pieces = Box<dyn Iterator<Item = Result<Vec<NewMemory>>> + Send>;
 /// [`Pieces`] of a restore: stored memories in id order, pulled one piece at a time.
 pub type StoredPieces = Box<dyn Iterator<Item = Result<Vec<StoredMemory>>> + Send>;
 
+/// Every piece in one batch, or the first error: for a store that writes a batch whole.
+pub fn gather<T>(pieces: impl Iterator<Item = Result<Vec<T>>>) -> Result<Vec<T>> {
+    let mut batch = Vec::new();
+    for piece in pieces {
+        batch.extend(piece?);
+    }
+    Ok(batch)
+}
+
 /// How long a claim on queued vector work lasts before another process may take it over.
 pub const VECTOR_CLAIM_MS: i64 = 60_000;
 

@@ -64,10 +64,7 @@ impl MemoryStore for QdrantStore {
         {
             return Ok(receipt);
         }
-        let mut batch = Vec::new();
-        for piece in pieces {
-            batch.extend(piece?);
-        }
+        let batch = atlas_domain::ports::gather(pieces)?;
         self.insert_keyed(key, batch, progress).await
     }
 

@@ -60,10 +60,7 @@ impl Replica for QdrantStore {
         {
             return Ok(receipt);
         }
-        let mut batch = Vec::new();
-        for piece in pieces {
-            batch.extend(piece?);
-        }
+        let batch = atlas_domain::ports::gather(pieces)?;
         self.restore_keyed(key, batch).await
     }
 

@@ -126,12 +126,9 @@ impl MemoryStore for FakeStore {
         if let Some(earlier) = key.as_ref().and_then(|k| s.receipts.get(k)) {
             return Ok(Receipt { replayed: true, ..earlier.clone() });
         }
-        let mut batch = Vec::new();
-        for piece in pieces {
-            batch.extend(piece?);
-            if let Some(p) = &progress {
-                p(batch.len());
-            }
+        let batch = atlas_domain::ports::gather(pieces)?;
+        if let Some(p) = &progress {
+            p(batch.len());
         }
         match key {
             Some(key) => s.once(key, |s| Ok(insert_locked(s, batch))),
@@ -417,10 +414,7 @@ impl Replica for FakeStore {
         if let Some(earlier) = key.as_ref().and_then(|k| s.receipts.get(k)) {
             return Ok(Receipt { replayed: true, ..earlier.clone() });
         }
-        let mut batch = Vec::new();
-        for piece in pieces {
-            batch.extend(piece?);
-        }
+        let batch = atlas_domain::ports::gather(pieces)?;
         match key {
             Some(key) => s.once(key, |s| restore_locked(s, batch)),
             None => Ok(Receipt { ids: restore_locked(&mut s, batch)?, replayed: false, recorded_at: wall_clock() }),
