@@ -5,7 +5,6 @@
 //! pinned, hash-verified packages.
 
 use anyhow::{Result, bail};
-use atlas_embed_onnx::assets;
 use std::process::Command;
 
 pub fn run() -> Result<()> {
@@ -18,17 +17,7 @@ pub fn run() -> Result<()> {
 /// `clients/<requirements>` (named after the pinned version of `package`: a new pin, a new one).
 fn python_check(requirements: &str, package: &str, script: &str, atlas: &std::path::Path, what: &str) -> Result<()> {
     let requirements = crate::root().join("clients").join(requirements);
-    let text = std::fs::read_to_string(&requirements)?;
-    let pinned = text
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{package}==")))
-        .and_then(|l| l.split_whitespace().next())
-        .ok_or_else(|| anyhow::anyhow!("{}: no {package}==VERSION line", requirements.display()))?;
-    let python = assets::python_venv(
-        &format!("{package}-pyenv-{pinned}"),
-        package,
-        &["--require-hashes", "-r", &requirements.display().to_string()],
-    )?;
+    let python = crate::python::pinned_venv(&requirements, package, package)?;
     let work = tempfile::tempdir()?;
     let script = crate::root().join("clients").join(script);
     println!("$ {} {} {} {}", python.display(), script.display(), atlas.display(), work.path().display());

@@ -12,6 +12,7 @@ mod english;
 mod eval;
 mod fixtures;
 mod peak_rss;
+mod python;
 mod qdrant_migration;
 mod rng;
 
@@ -38,6 +39,10 @@ enum Task {
     Clients,
     /// The Qdrant conformance suite against `QDRANT_URL` or a Qdrant started for it.
     QdrantSuite,
+    /// Builds the Python wheel (the `atlas` package and console script) into target/wheels.
+    Wheel,
+    /// Installs the wheel into a fresh virtual environment and runs its pytest suites.
+    PythonTests,
     /// Imports the demo conversation into a fresh database and answers the demo questions.
     Demo,
     /// Schema migrations of a database file.
@@ -92,6 +97,8 @@ fn main() -> Result<()> {
         Task::Test => test(),
         Task::Clients => clients::run(),
         Task::QdrantSuite => qdrant_tests(),
+        Task::Wheel => python::wheel().map(drop),
+        Task::PythonTests => python::tests(),
         Task::Demo => demo(),
         Task::Migrate { action } => migrate(action),
         Task::MigrateToQdrant(args) => qdrant_migration::to_qdrant(args),
@@ -112,13 +119,29 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
+/// A cargo command as a shell would run it: without the variables `cargo run` set for xtask
+/// itself, which build scripts (ring's) track, so that xtask's builds and a person's share
+/// target/ instead of rebuilding each other's dependencies.
+pub fn cargo_command() -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    as_from_a_shell(&mut command);
+    command
+}
+
+/// Removes from `command`'s environment what `cargo run` set for xtask (its manifest, package
+/// and binary), keeping `CARGO` itself.
+pub fn as_from_a_shell(command: &mut Command) {
+    let set_by_cargo_run = ["CARGO_MANIFEST_", "CARGO_PKG_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_PRIMARY_PACKAGE"];
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| set_by_cargo_run.iter().any(|p| n.starts_with(p))) {
+            command.env_remove(name);
+        }
+    }
+}
+
 fn cargo(args: &[&str]) -> Result<()> {
     println!("$ cargo {}", args.join(" "));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(args)
-        .current_dir(root())
-        .status()
-        .context("run cargo")?;
+    let status = cargo_command().args(args).current_dir(root()).status().context("run cargo")?;
     if !status.success() {
         bail!("`cargo {}` failed ({status})", args.join(" "));
     }
@@ -160,6 +183,7 @@ fn ci() -> Result<()> {
     fetch_models()?;
     test()?;
     clients::run()?;
+    python::tests()?;
     qdrant_tests()
 }
 
@@ -199,7 +223,7 @@ fn qdrant_suite(url: &str, settings: &[(&str, &str)], filter: &[&str]) -> Result
     args.extend_from_slice(filter);
     let shown: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v} ")).collect();
     println!("$ QDRANT_URL={url} {}cargo {}", shown.concat(), args.join(" "));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let status = cargo_command()
         .args(&args)
         .env("QDRANT_URL", url)
         .envs(settings.iter().copied())

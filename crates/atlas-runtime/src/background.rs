@@ -59,8 +59,9 @@ impl Background {
     }
 
     /// Embeds queued memories in small batches until `budget` has passed or nothing is left
-    /// that another process has not claimed; returns how many it embedded. Waits for no one: if
-    /// this process is already draining, it returns at once.
+    /// that another process has not claimed; returns how many it embedded. If this process is
+    /// already draining (a long-lived host that just wrote), it waits for that drain, within
+    /// the same budget, so that a recall after a write searches the write's vectors too.
     pub async fn catch_up(&self, budget: Duration) -> Result<usize> {
         let Some(embedder) = &self.shared.parts.embedder else {
             return Ok(0);
@@ -68,10 +69,10 @@ impl Background {
         if budget.is_zero() {
             return Ok(0);
         }
-        let Ok(_one_at_a_time) = self.shared.draining.try_lock() else {
+        let started = std::time::Instant::now();
+        let Ok(_one_at_a_time) = tokio::time::timeout(budget, self.shared.draining.lock()).await else {
             return Ok(0);
         };
-        let started = std::time::Instant::now();
         let mut done = 0;
         while started.elapsed() < budget {
             let n = self.shared.embed_batch(embedder.as_ref(), CATCH_UP_BATCH).await?;

@@ -30,6 +30,8 @@ use tokio::sync::Notify;
 pub struct CycleReport {
     pub episodes_seen: usize,
     pub skipped_phatic: usize,
+    /// Episodes whose metadata says `"infer": false`: kept as said, nothing learned from them.
+    pub not_inferred: usize,
     pub tags: usize,
     pub facts_added: usize,
     pub facts_merged: usize,
@@ -419,6 +421,11 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         for e in &episodes {
             if is_phatic(&e.text) {
                 report.skipped_phatic += 1;
+                plan.batch.processed.push(e.id);
+                continue;
+            }
+            if e.meta.get("infer") == Some(&Value::Bool(false)) {
+                report.not_inferred += 1;
                 plan.batch.processed.push(e.id);
                 continue;
             }

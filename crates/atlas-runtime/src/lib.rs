@@ -9,6 +9,7 @@ pub mod concepts;
 pub mod config;
 pub mod consolidation;
 pub mod context;
+mod editing;
 pub mod forgetting;
 mod import_pieces;
 pub mod keys;
@@ -19,6 +20,7 @@ pub mod wire;
 pub use backup::{ImportOptions, Imported, import_key, parse_trajectories, tenant_label};
 pub use config::Config;
 pub use consolidation::CycleReport;
+pub use editing::Revised;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
 use atlas_domain::policy::limits::validate;

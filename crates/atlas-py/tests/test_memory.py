@@ -1,0 +1,307 @@
+"""The installed `atlas` package: mem0's API and shapes, ATLAS's own API, scopes, bad input,
+threads and asyncio, the console script. Runs against the wheel in a fresh virtual
+environment (`cargo xtask python-tests`), with the real embedding model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+import atlas
+
+
+@pytest.fixture()
+def memory(tmp_path: Path):
+    with atlas.Memory(tmp_path / "memory.db") as m:
+        yield m
+
+
+def test_the_package_is_typed_and_the_native_module_abi3():
+    package = Path(atlas.__file__).parent
+    assert (package / "py.typed").is_file()
+    assert (package / "_native.pyi").is_file()
+    native = [p.name for p in package.iterdir() if p.name.startswith("_native.")]
+    assert any(n.endswith(".abi3.so") for n in native), native
+    assert atlas.__version__
+
+
+def test_add_then_search_in_mem0_shapes(memory):
+    added = memory.add(
+        [
+            {"role": "user", "content": "I moved to Lisbon last spring and I love the trams."},
+            {"role": "assistant", "content": "Lisbon is lovely. Do you still play the cello?"},
+        ],
+        user_id="ann",
+        metadata={"source": "chat"},
+    )
+    assert [r["event"] for r in added["results"]] == ["ADD", "ADD"]
+    assert all(isinstance(r["id"], str) for r in added["results"])
+    found = memory.search("which city does she live in now?", user_id="ann", top_k=2)
+    results = found["results"]
+    assert 1 <= len(results) <= 2
+    top = results[0]
+    # The vector signal finds the move without a shared word: the write's vectors are searched.
+    assert "Lisbon" in top["memory"]
+    for key in ("id", "memory", "score", "metadata", "created_at", "updated_at", "user_id"):
+        assert key in top, key
+    assert top["user_id"] == "ann"
+    assert top["metadata"] == {"source": "chat"}
+    assert isinstance(top["score"], float)
+    datetime.fromisoformat(top["created_at"].replace("Z", "+00:00"))
+
+
+def test_entity_ids_as_keywords_or_in_filters_and_metadata_filters(memory):
+    memory.add("Ann's favourite colour is green", user_id="ann", metadata={"topic": "taste", "n": 1})
+    memory.add("Ann's favourite food is pho", user_id="ann", metadata={"topic": "food", "n": 2})
+    memory.add("Bob's favourite colour is red", user_id="bob", metadata={"topic": "taste", "n": 3})
+    by_keyword = memory.search("favourite colour", user_id="ann")["results"]
+    in_filters = memory.search("favourite colour", filters={"user_id": "ann"})["results"]
+    assert [r["id"] for r in by_keyword] == [r["id"] for r in in_filters]
+    assert {r["user_id"] for r in by_keyword} == {"ann"}
+    taste = memory.search("favourite", filters={"user_id": "ann", "topic": "taste"})["results"]
+    assert [r["memory"] for r in taste] == ["Ann's favourite colour is green"]
+    ops = memory.get_all(filters={"AND": [{"n": {"gte": 2}}, {"topic": {"in": ["taste", "food"]}}]})["results"]
+    assert sorted(r["metadata"]["n"] for r in ops) == [2, 3]
+    assert [r["memory"] for r in memory.get_all(filters={"NOT": {"topic": "taste"}})["results"]] == [
+        "Ann's favourite food is pho"
+    ]
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.search("x", user_id="ann", filters={"user_id": "bob"})
+    assert bad.value.field == "filters.user_id"
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.get_all(filters={"n": {"between": [1, 2]}})
+    assert bad.value.field == "filters.n.between"
+
+
+def test_scopes_are_isolated(memory):
+    memory.add("my locker code is 4411", user_id="ann")
+    memory.add("my locker code is 9090", user_id="bob")
+    memory.add("run notes: deploy on friday", agent_id="planner", run_id="r1")
+    ann = memory.search("locker code", user_id="ann")["results"]
+    assert [r["memory"] for r in ann] == ["my locker code is 4411"]
+    assert [r["memory"] for r in memory.get_all(agent_id="planner")["results"]] == ["run notes: deploy on friday"]
+    assert memory.get_all(run_id="r1")["results"][0]["run_id"] == "r1"
+    assert memory.get_all(user_id="carol")["results"] == []
+    memory.delete_all(user_id="ann")
+    assert memory.get_all(user_id="ann")["results"] == []
+    assert len(memory.get_all(user_id="bob")["results"]) == 1
+
+
+def test_get_update_history_delete_reset(memory):
+    first = memory.add("I live in Berlin", user_id="ann")["results"][0]["id"]
+    item = memory.get(first)
+    assert item["memory"] == "I live in Berlin" and item["user_id"] == "ann"
+    assert memory.get(int(first)) == item
+    updated = memory.update(first, "I live in Vienna")
+    assert updated["message"] == "Memory updated successfully!"
+    second = updated["id"]
+    assert memory.get(second)["memory"] == "I live in Vienna"
+    # The old version no longer holds: search finds the new one only.
+    found = [r["memory"] for r in memory.search("where do I live", user_id="ann")["results"]]
+    assert found == ["I live in Vienna"]
+    for asked in (first, second):
+        history = memory.history(asked)
+        assert [(h["event"], h["old_memory"], h["new_memory"]) for h in history] == [
+            ("ADD", None, "I live in Berlin"),
+            ("UPDATE", "I live in Berlin", "I live in Vienna"),
+        ]
+    # ATLAS's own view: the new version replaced the old one, whose validity ended.
+    explained = memory.explain(int(second))
+    assert [r["text"] for r in explained["replaced"]] == ["I live in Berlin"]
+    assert memory.delete(second) == {"message": "Memory deleted successfully!"}
+    assert memory.get(second) is None
+    memory.add("something else", user_id="bob")
+    memory.reset()
+    assert memory.stats()["memories"] == 0
+
+
+def test_bad_input_names_the_field_and_stores_nothing(memory):
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.add("no owner")
+    assert bad.value.field == "user_id"
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.add([{"role": "user", "content": "fine"}, {"role": "user", "content": 7}], user_id="ann")
+    assert bad.value.field == "messages[1].content"
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.remember_many([{"text": "ok"}, {"text": "bad time", "time": "yesterday"}])
+    assert bad.value.field == "memories[1].time" and bad.value.index == 1
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.recall("", k=3)
+    assert bad.value.field == "query"
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.recall("x", k=5, kind="feelings")
+    assert bad.value.field == "kind[0]"
+    with pytest.raises(atlas.InvalidInput):
+        memory.get("not-an-id")
+    with pytest.raises(atlas.NotFound) as missing:
+        memory.explain(424242)
+    assert missing.value.code == "not_found"
+    assert isinstance(missing.value, atlas.AtlasError)
+    assert memory.get("424242") is None
+    assert memory.stats()["memories"] == 0
+
+
+def test_native_api_recall_explain_forget_recover(memory):
+    ids = memory.remember_many(
+        [
+            {"text": "We chose Postgres for the billing service", "speaker": "user", "session": "s1"},
+            {"text": "The billing service deploys every Tuesday", "speaker": "assistant", "session": "s1"},
+        ]
+    )
+    noted = memory.remember(
+        "Ann prefers tea", speaker="ann", scope=atlas.Scope(user="ann"), meta={"k": "v"},
+        time=datetime(2024, 1, 2, tzinfo=timezone.utc),
+    )
+    answer = memory.recall("which database did we pick for billing?", k=2, explain=True)
+    assert isinstance(answer, atlas.Recall) and isinstance(answer[0], atlas.Hit)
+    assert answer[0].id == ids[0]
+    assert answer[0].scope.session == "s1" and answer[0].speaker == "user"
+    assert answer[0].explain and set(answer[0].explain) <= set(answer.signals)
+    assert answer.took_ms >= 0
+    tea = memory.recall("tea", scope={"user": "ann"})[0]
+    assert tea.id == noted and tea.meta == {"k": "v"} and tea.time.year == 2024
+    assert memory.recall("tea", scope={"user": "bob"}).hits == []
+    assert noted not in [h.id for h in memory.recall("tea", until=datetime(2023, 1, 1))]
+    assert memory.forget(noted)["forgotten"] == noted
+    assert noted not in [h.id for h in memory.recall("tea")]
+    assert memory.recover(noted)["how"] == "undeleted"
+    assert memory.recall("tea")[0].id == noted
+    assert memory.feedback(noted, useful=True)["useful"] is True
+    assert memory.get_memory(noted)["text"] == "Ann prefers tea"
+    assert memory.latest(scope={"session": "s1"}, limit=1)[0]["id"] == ids[1]
+    context = memory.context("what do we know about billing?", budget=500)
+    assert "billing" in context["text"]
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.recall("x", scope={"team": "a"})
+    assert bad.value.field == "scope.team"
+
+
+def test_infer_false_keeps_episodes_out_of_consolidation(memory):
+    memory.add("I moved to Porto in 2021", user_id="ann", infer=False)
+    report = memory.consolidate()
+    assert report["not_inferred"] == 1
+    assert report["facts_added"] == 0
+
+
+def test_export_and_import_round_trip(memory, tmp_path):
+    memory.add(["one thing", "another thing"], user_id="ann")
+    out = tmp_path / "backup.jsonl"
+    assert memory.export(out) == 2
+    with atlas.Memory(tmp_path / "restored.db") as restored:
+        answer = restored.import_(out)
+        assert answer["restored"] is True and answer["imported"] == 2
+        assert restored.import_(out)["replayed"] is True
+        assert [r["memory"] for r in restored.get_all(user_id="ann")["results"]] == ["another thing", "one thing"]
+
+
+def test_agent_memories(memory):
+    trajectory = {
+        "id": "t1",
+        "task": "fill the enclosed region of a grid",
+        "steps": ["find the border", "flood fill inside"],
+        "output": "done",
+        "success": True,
+    }
+    learned = memory.learn(trajectory)
+    assert learned["experience"]
+    assert memory.experiences("fill a region", k=1)[0]["task"] == "fill the enclosed region of a grid"
+    assert isinstance(memory.strategies("fill a region"), list)
+    assert isinstance(memory.concepts("fill a region"), list)
+
+
+def test_one_memory_shared_by_eight_threads(memory):
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(25):
+                memory.add(f"thread {t} fact {i}", user_id=f"user{t}")
+                memory.search(f"fact {i}", user_id=f"user{t}", top_k=3)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert memory.stats()["memories"] == 200
+    for t in range(8):
+        assert len(memory.get_all(user_id=f"user{t}", top_k=100)["results"]) == 25
+
+
+def test_a_hundred_asyncio_tasks_and_the_loop_stays_free(tmp_path):
+    async def main() -> None:
+        async with atlas.AsyncMemory(tmp_path / "async.db") as m:
+            ticks = 0
+            stop = asyncio.Event()
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while not stop.is_set():
+                    ticks += 1
+                    await asyncio.sleep(0.001)
+
+            beat = asyncio.create_task(ticker())
+
+            async def one(i: int) -> None:
+                await m.add(f"async note {i}", user_id=f"u{i % 5}")
+                found = await m.search(f"async note {i}", user_id=f"u{i % 5}", top_k=1)
+                assert found["results"]
+
+            await asyncio.gather(*(one(i) for i in range(100)))
+            stop.set()
+            await beat
+            assert (await m.stats())["memories"] == 100
+            hits = await m.recall("async note 7", k=3)
+            assert hits[0].text.startswith("async note")
+            # The loop kept turning while ATLAS worked in other threads.
+            assert ticks > 10
+
+    asyncio.run(main())
+
+
+def test_a_closed_memory_raises(tmp_path):
+    m = atlas.Memory(tmp_path / "closed.db")
+    m.close()
+    with pytest.raises(atlas.AtlasError, match="closed"):
+        m.stats()
+
+
+def test_a_file_that_is_not_atlas_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database\n" * 100)
+    with pytest.raises(atlas.StorageError):
+        atlas.Memory(path)
+    assert path.read_text() == "not a database\n" * 100
+
+
+def test_the_console_script_is_the_cli(tmp_path):
+    script = Path(sys.executable).with_name("atlas")
+    db = str(tmp_path / "cli.db")
+    stored = subprocess.run([script, "--db", db, "remember", "the cli works", "--json"], capture_output=True, text=True)
+    assert stored.returncode == 0, stored.stderr
+    assert json.loads(stored.stdout)["id"] == 1
+    with atlas.Memory(db) as m:
+        assert m.get("1")["memory"] == "the cli works"
+    refused = subprocess.run([script, "--no-such-flag"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--no-such-flag" in refused.stderr
+    missing = subprocess.run([script, "--db", str(tmp_path / "none.db"), "stats"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "error" in missing.stderr
+
+
+def test_times_without_a_zone_are_utc(memory):
+    naive = datetime(2025, 5, 1, 12, 0)
+    memory.remember("a naive time", time=naive)
+    hit = memory.recall("naive time")[0]
+    assert hit.time == naive.replace(tzinfo=timezone.utc)
+    assert memory.recall("naive time", since=naive + timedelta(seconds=1)).hits == []

@@ -1,0 +1,121 @@
+//! The Python package: `cargo xtask wheel` builds it with maturin (pinned, from a virtual
+//! environment it installs with hashes), and `cargo xtask python-tests` installs the wheel into
+//! a fresh virtual environment and runs its pytest suites there, as a user would get it.
+
+use anyhow::{Context, Result, bail};
+use atlas_embed_onnx::assets;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn crate_dir() -> PathBuf {
+    crate::root().join("crates").join("atlas-py")
+}
+
+/// The version `requirements` pins for `package` (its `package==VERSION` line).
+fn pinned(requirements: &Path, package: &str) -> Result<String> {
+    let text = std::fs::read_to_string(requirements).with_context(|| requirements.display().to_string())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{package}==")))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("{}: no {package}==VERSION line", requirements.display()))
+}
+
+/// A cached virtual environment holding `requirements` (hash-checked), named after the pinned
+/// version of `package`: a new pin, a new environment. Returns its Python.
+pub fn pinned_venv(requirements: &Path, package: &str, import: &str) -> Result<PathBuf> {
+    let version = pinned(requirements, package)?;
+    Ok(assets::python_venv(
+        &format!("{package}-pyenv-{version}"),
+        import,
+        &["--require-hashes", "-r", &requirements.display().to_string()],
+    )?)
+}
+
+/// Builds the wheel into target/wheels and returns its path.
+pub fn wheel() -> Result<PathBuf> {
+    let python = pinned_venv(&crate_dir().join("build-requirements.txt"), "maturin", "maturin")?;
+    let maturin = python.with_file_name("maturin");
+    let out = crate::target_dir().join("wheels");
+    let manifest = crate_dir().join("Cargo.toml");
+    // The one wheel left there afterwards is this build's.
+    for old in wheels_in(&out)? {
+        std::fs::remove_file(&old).with_context(|| old.display().to_string())?;
+    }
+    println!("$ maturin build --release --manifest-path {} --out {}", manifest.display(), out.display());
+    let mut maturin = Command::new(&maturin);
+    crate::as_from_a_shell(&mut maturin);
+    run(
+        maturin
+            .args(["build", "--release", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--out")
+            .arg(&out)
+            .arg("--interpreter")
+            .arg(&python)
+            .current_dir(crate::root()),
+        "maturin build",
+    )?;
+    let built = match wheels_in(&out)?.as_slice() {
+        [one] => one.clone(),
+        other => bail!("maturin left {} atlas wheels in {}, expected one", other.len(), out.display()),
+    };
+    println!("wheel: {}", built.display());
+    Ok(built)
+}
+
+/// Builds the wheel, installs it with pytest into a new virtual environment, and runs the
+/// package's tests there (the console script and the examples of docs/PYTHON.md included).
+pub fn tests() -> Result<()> {
+    let wheel = wheel()?;
+    let venv = crate::target_dir().join("python-tests-venv");
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv).with_context(|| venv.display().to_string())?;
+    }
+    let system_python = std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into());
+    run(Command::new(&system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
+    let python = venv.join("bin").join("python");
+    let requirements = crate_dir().join("test-requirements.txt");
+    run(
+        Command::new(&python).args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"]).arg(&requirements),
+        "pip install the test requirements",
+    )?;
+    run(
+        Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]).arg(&wheel),
+        "pip install the wheel",
+    )?;
+    let tests = crate_dir().join("tests");
+    println!("$ {} -m pytest {}", python.display(), tests.display());
+    run(
+        Command::new(&python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .arg(&tests)
+            .env("ATLAS_LOG", "warn")
+            .env("ATLAS_DOCS", crate::root().join("docs"))
+            // The tests import the installed package, never the source tree.
+            .current_dir(&venv),
+        "the Python tests",
+    )
+}
+
+/// The atlas wheels in `dir` (none when it does not exist).
+fn wheels_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut wheels = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with("atlas_memory-") && name.ends_with(".whl") {
+            wheels.push(path);
+        }
+    }
+    Ok(wheels)
+}
+
+fn run(command: &mut Command, what: &str) -> Result<()> {
+    let status = command.status().with_context(|| format!("{what}: could not start it"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
