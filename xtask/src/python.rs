@@ -1,6 +1,7 @@
 //! The Python package: `cargo xtask wheel` builds it with maturin (pinned, from a virtual
 //! environment it installs with hashes), and `cargo xtask python-tests` installs the wheel into
-//! a fresh virtual environment and runs its pytest suites there, as a user would get it.
+//! fresh virtual environments (the package alone, with LangGraph, with the Agents SDK) and runs
+//! its pytest suites there, as a user would get it.
 
 use anyhow::{Context, Result, bail};
 use atlas_embed_onnx::assets;
@@ -64,38 +65,52 @@ pub fn wheel() -> Result<PathBuf> {
     Ok(built)
 }
 
-/// Builds the wheel, installs it with pytest into a new virtual environment, and runs the
-/// package's tests there (the console script and the examples of docs/PYTHON.md included).
+/// The pytest suites: the package alone, then each integration with its framework, each in
+/// its own fresh environment (their frameworks pin different versions of shared packages);
+/// the guide's examples run in every one (each where its framework is).
+const SUITES: [(&str, &[&str], Option<&str>); 3] = [
+    ("core", &["test_memory.py", "test_docs.py"], None),
+    ("langgraph", &["test_langgraph.py", "test_docs.py"], Some("langgraph-requirements.txt")),
+    ("agents", &["test_agents.py", "test_docs.py"], Some("agents-requirements.txt")),
+];
+
+/// Builds the wheel and runs every suite against it, installed as a user would install it.
 pub fn tests() -> Result<()> {
     let wheel = wheel()?;
-    let venv = crate::target_dir().join("python-tests-venv");
-    if venv.exists() {
-        std::fs::remove_dir_all(&venv).with_context(|| venv.display().to_string())?;
+    for (name, files, framework) in SUITES {
+        let venv = crate::target_dir().join(format!("python-tests-{name}"));
+        if venv.exists() {
+            std::fs::remove_dir_all(&venv).with_context(|| venv.display().to_string())?;
+        }
+        let system_python = std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into());
+        run(Command::new(&system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
+        let python = venv.join("bin").join("python");
+        for requirements in std::iter::once("test-requirements.txt").chain(framework) {
+            run(
+                Command::new(&python)
+                    .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
+                    .arg(crate_dir().join(requirements)),
+                &format!("pip install -r {requirements}"),
+            )?;
+        }
+        run(
+            Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]).arg(&wheel),
+            "pip install the wheel",
+        )?;
+        let tests: Vec<PathBuf> = files.iter().map(|f| crate_dir().join("tests").join(f)).collect();
+        println!("$ {} -m pytest ({name}) {}", python.display(), files.join(" "));
+        run(
+            Command::new(&python)
+                .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+                .args(&tests)
+                .env("ATLAS_LOG", "warn")
+                .env("ATLAS_DOCS", crate::root().join("docs"))
+                // The tests import the installed package, never the source tree.
+                .current_dir(&venv),
+            &format!("the Python tests ({name})"),
+        )?;
     }
-    let system_python = std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into());
-    run(Command::new(&system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
-    let python = venv.join("bin").join("python");
-    let requirements = crate_dir().join("test-requirements.txt");
-    run(
-        Command::new(&python).args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"]).arg(&requirements),
-        "pip install the test requirements",
-    )?;
-    run(
-        Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]).arg(&wheel),
-        "pip install the wheel",
-    )?;
-    let tests = crate_dir().join("tests");
-    println!("$ {} -m pytest {}", python.display(), tests.display());
-    run(
-        Command::new(&python)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .arg(&tests)
-            .env("ATLAS_LOG", "warn")
-            .env("ATLAS_DOCS", crate::root().join("docs"))
-            // The tests import the installed package, never the source tree.
-            .current_dir(&venv),
-        "the Python tests",
-    )
+    Ok(())
 }
 
 /// The atlas wheels in `dir` (none when it does not exist).

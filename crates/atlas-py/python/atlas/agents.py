@@ -1,0 +1,126 @@
+"""`AtlasSession`: the OpenAI Agents SDK's `Session` protocol on an ATLAS memory space, so
+`Runner.run(agent, input, session=AtlasSession("chat-1", "memory.db"))` keeps the conversation
+in ATLAS. Each item is an episode of the session (scope: the agent `openai-agents` or the one
+given, the user if given, the session id), its text what a person would read of it (a
+message's words, a tool call's name and arguments, a tool's output) and the item itself in its
+metadata, returned exactly as added. Being ATLAS memories, the turns are consolidated, decay,
+and `search` recalls them across every session of the user. Needs no import of the SDK: the
+protocol is structural."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._memory import Memory
+from ._types import Recall
+
+# Where the item lives in its memory's metadata.
+FIELD = "agents_item"
+# Most items `get_items()` without a limit returns (a session longer than this is cut to its end).
+MAX_ITEMS = 100_000
+
+
+def item_text(item: Mapping[str, Any]) -> str:
+    """The words of an item: a message's text parts, a tool call's name and arguments, a
+    tool's output; the item as JSON when it has none."""
+    parts: list[str] = []
+    content = item.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, Sequence):
+        for part in content:
+            if isinstance(part, Mapping):
+                text = part.get("text") or part.get("refusal")
+                if isinstance(text, str):
+                    parts.append(text)
+    if item.get("type") == "function_call":
+        parts.append(f"{item.get('name', '')}({item.get('arguments', '')})")
+    output = item.get("output")
+    if isinstance(output, str):
+        parts.append(output)
+    text = "\n".join(p for p in parts if p.strip())
+    return text or json.dumps(item, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class AtlasSession:
+    """A conversation's history in ATLAS, for the OpenAI Agents SDK (`session=`)."""
+
+    session_settings = None
+
+    def __init__(
+        self,
+        session_id: str,
+        path: Any = None,
+        *,
+        memory: Memory | None = None,
+        user_id: str | None = None,
+        agent: str = "openai-agents",
+        **options: Any,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        self.session_id = session_id
+        self.memory = memory if memory is not None else Memory(path, **options)
+        self.user_id = user_id
+        self.agent = agent
+
+    def _scope(self, *, session: bool = True) -> dict[str, str]:
+        scope = {"agent": self.agent}
+        if self.user_id is not None:
+            scope["user"] = self.user_id
+        if session:
+            scope["session"] = self.session_id
+        return scope
+
+    def _records(self, limit: int) -> list[dict[str, Any]]:
+        """The session's item records, newest first."""
+        records = self.memory._space.latest(limit=limit, kind=["episode"], **self._scope())
+        return [r for r in records if FIELD in (r.get("meta") or {})]
+
+    # --- the Session protocol -----------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The history, oldest first: every item, or the latest `limit`."""
+        records = await asyncio.to_thread(self._records, limit if limit is not None else MAX_ITEMS)
+        return [r["meta"][FIELD] for r in reversed(records)]
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Appends items in order, in one write."""
+        if not items:
+            return
+        memories = []
+        for item in items:
+            item = dict(item)
+            speaker = item.get("role") or item.get("type") or "item"
+            memories.append({"text": item_text(item), "speaker": str(speaker), "scope": self._scope(), "meta": {FIELD: item}})
+        await asyncio.to_thread(self.memory._space.call, "remember_many", {"memories": memories})
+
+    async def pop_item(self) -> Any | None:
+        """Removes the newest item for good and returns it (None when the session is empty)."""
+
+        def pop() -> Any | None:
+            records = self._records(1)
+            if not records:
+                return None
+            self.memory._space.call("forget", {"id": records[0]["id"], "hard": True})
+            return records[0]["meta"][FIELD]
+
+        return await asyncio.to_thread(pop)
+
+    async def clear_session(self) -> None:
+        """Removes every item of the session for good."""
+        await asyncio.to_thread(lambda: self.memory._space.forget_scope(**self._scope()))
+
+    # --- beyond the protocol ------------------------------------------------------------
+
+    async def search(self, query: str, k: int = 5, *, all_sessions: bool = True) -> Recall:
+        """ATLAS's recall over this user's (and agent's) sessions, or only this one."""
+        return await asyncio.to_thread(
+            self.memory.recall, query, k, scope=self._scope(session=not all_sessions)
+        )
+
+
+__all__ = ["AtlasSession", "item_text"]

@@ -1,0 +1,271 @@
+"""`AtlasStore`: LangGraph's `BaseStore` on an ATLAS memory space, for
+`graph.compile(store=AtlasStore("memory.db"))`. Each item is a memory of the agent `langgraph`
+(or the one given): its namespace is the scope's user (labels joined by "."), its key the
+scope's session, its value and LangGraph's bookkeeping the metadata, its text the indexed
+fields. A put of an existing key records a new version that supersedes the old one (ATLAS's
+`explain` and `history` keep them); search with a query is ATLAS's hybrid recall (full text,
+vectors, recency) within the namespace; a TTL sets an expiry after which the item is gone.
+Imports LangGraph, which must be installed (`pip install atlas-memory[langgraph]`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+)
+from langgraph.store.base.embed import get_text_at_path, tokenize_path
+
+from ._memory import MAX_K, Memory
+from ._types import parse_time
+
+# Where the item's LangGraph record lives in a memory's metadata.
+FIELD = "langgraph"
+# Most versions of one key read when it is deleted (each is forgotten for good).
+MAX_VERSIONS = 1000
+# Most items one listing reads (list_namespaces, a prefix or filter-only search).
+MAX_LISTED = 100_000
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class AtlasStore(BaseStore):
+    """A LangGraph store in the ATLAS space `path` (or over an open `Memory` with `memory=`).
+    `index={"fields": [...]}` names the value fields whose text is searched (the whole value
+    by default); `ttl={"default_ttl": minutes}` expires items unless a put says otherwise."""
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        path: Any = None,
+        *,
+        memory: Memory | None = None,
+        agent: str = "langgraph",
+        index: Mapping[str, Any] | None = None,
+        ttl: TTLConfig | None = None,
+        **options: Any,
+    ) -> None:
+        self.memory = memory if memory is not None else Memory(path, **options)
+        self.agent = agent
+        fields = list((index or {}).get("fields") or ["$"])
+        self.index_fields = [(f, tokenize_path(f) if f != "$" else f) for f in fields]
+        self.ttl_config = ttl
+
+    # --- the BaseStore protocol ---------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        results: list[Result] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(self._get(op))
+            elif isinstance(op, PutOp):
+                self._put(op)
+                results.append(None)
+            elif isinstance(op, SearchOp):
+                results.append(self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(self._list_namespaces(op))
+            else:
+                raise TypeError(f"unknown store operation {type(op).__name__}")
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return await asyncio.to_thread(self.batch, list(ops))
+
+    # --- operations ---------------------------------------------------------------------
+
+    def _scope(self, namespace: Sequence[str], key: str | None = None) -> dict[str, str]:
+        scope = {"agent": self.agent, "user": ".".join(namespace)}
+        if key is not None:
+            scope["session"] = key
+        return scope
+
+    def _current(self, namespace: Sequence[str], key: str) -> dict[str, Any] | None:
+        """The live, unexpired current version of the item, if any (an expired one is deleted)."""
+        records = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, key))
+        record = next((r for r in records if _holds(r)), None)
+        if record is not None and _expired(record):
+            self._delete(namespace, key)
+            return None
+        return record
+
+    def _get(self, op: GetOp) -> Item | None:
+        record = self._current(op.namespace, op.key)
+        return _item(record, Item) if record is not None else None
+
+    def _put(self, op: PutOp) -> None:
+        _check_namespace(op.namespace)
+        if op.value is None:
+            self._delete(op.namespace, op.key)
+            return
+        value = dict(op.value)
+        current = self._current(op.namespace, op.key)
+        now = _now()
+        ttl = op.ttl if op.ttl is not None else (self.ttl_config or {}).get("default_ttl")
+        record = {
+            "namespace": list(op.namespace),
+            "key": op.key,
+            "value": value,
+            "created_at": current["meta"][FIELD]["created_at"] if current else now.isoformat(),
+            "indexed": op.index is not False,
+            "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl is not None else None,
+        }
+        fields = self.index_fields if op.index in (None, False) else [(f, tokenize_path(f)) for f in op.index]
+        text = _text(value, fields) or op.key
+        meta = {FIELD: record}
+        if current is None:
+            self.memory._space.call(
+                "remember", {"text": text, "speaker": "langgraph", "scope": self._scope(op.namespace), "session": op.key, "meta": meta}
+            )
+        else:
+            self.memory._space.revise(current["id"], text, meta=meta)
+
+    def _delete(self, namespace: Sequence[str], key: str) -> None:
+        for record in self.memory._space.latest(limit=MAX_VERSIONS, **self._scope(namespace, key)):
+            self.memory._space.call("forget", {"id": record["id"], "hard": True})
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        wanted = op.offset + op.limit
+        found: dict[tuple[tuple[str, ...], str], tuple[dict[str, Any], float | None]] = {}
+        if op.query:
+            # The namespace itself is searched inside its scope; deeper ones among the agent's.
+            scopes = [self._scope(prefix), {"agent": self.agent}] if prefix else [{"agent": self.agent}]
+            for scope in scopes:
+                k = min(MAX_K, max(wanted * (5 if op.filter else 2), 20))
+                answer = self.memory._space.call("recall", {"query": op.query, "k": k, "scope": scope, "kind": ["episode"]})
+                for hit in answer["hits"]:
+                    self._consider(hit, prefix, op.filter, hit["score"], found, need_indexed=True)
+            ranked = sorted(found.values(), key=lambda pair: -(pair[1] or 0.0))
+        else:
+            for record in self.memory._space.latest(limit=MAX_LISTED, agent=self.agent, kind=["episode"]):
+                self._consider(record, prefix, op.filter, None, found, need_indexed=False)
+                if len(found) >= wanted:
+                    break
+            ranked = list(found.values())
+        return [_item(record, SearchItem, score) for record, score in ranked[op.offset : wanted]]
+
+    def _consider(self, record, prefix, filters, score, found, *, need_indexed: bool) -> None:
+        lg = (record.get("meta") or {}).get(FIELD)
+        if lg is None or not _holds(record) or _expired(record):
+            return
+        namespace = tuple(lg["namespace"])
+        if namespace[: len(prefix)] != prefix or (need_indexed and not lg.get("indexed", True)):
+            return
+        if filters and not all(_compare(lg["value"].get(k), v) for k, v in filters.items()):
+            return
+        slot = (namespace, lg["key"])
+        if slot not in found or (score or 0.0) > (found[slot][1] or 0.0):
+            found[slot] = (record, score)
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        namespaces: set[tuple[str, ...]] = set()
+        for record in self.memory._space.latest(limit=MAX_LISTED, agent=self.agent, kind=["episode"]):
+            lg = (record.get("meta") or {}).get(FIELD)
+            if lg is None or not _holds(record) or _expired(record):
+                continue
+            namespace = tuple(lg["namespace"])
+            if all(_does_match(c, namespace) for c in op.match_conditions or ()):
+                namespaces.add(namespace[: op.max_depth] if op.max_depth is not None else namespace)
+        return sorted(namespaces)[op.offset : op.offset + op.limit]
+
+
+def _check_namespace(namespace: tuple[str, ...]) -> None:
+    if not namespace:
+        raise ValueError("Namespace cannot be empty.")
+    for label in namespace:
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"Namespace labels must be non-empty strings, got {namespace!r}")
+        if "." in label:
+            raise ValueError(f"Namespace labels cannot contain periods ('.'): {namespace!r}")
+
+
+def _holds(record: Mapping[str, Any]) -> bool:
+    """Whether this version is current (a later put did not supersede it)."""
+    until = record.get("valid_until")
+    return until is None or parse_time(until) > _now()  # type: ignore[operator]
+
+
+def _expired(record: Mapping[str, Any]) -> bool:
+    expires = record["meta"][FIELD].get("expires_at")
+    return expires is not None and datetime.fromisoformat(expires) <= _now()
+
+
+def _text(value: Mapping[str, Any], fields: list[tuple[str, Any]]) -> str:
+    parts: list[str] = []
+    for name, path in fields:
+        if name == "$":
+            parts.append(json.dumps(value, ensure_ascii=False, sort_keys=True))
+        else:
+            parts.extend(str(t) for t in get_text_at_path(value, path) if t)
+    return "\n".join(p for p in parts if p.strip())
+
+
+def _item(record: Mapping[str, Any], cls: type, score: float | None = None) -> Any:
+    lg = record["meta"][FIELD]
+    fields = {
+        "namespace": tuple(lg["namespace"]),
+        "key": lg["key"],
+        "value": lg["value"],
+        "created_at": datetime.fromisoformat(lg["created_at"]),
+        "updated_at": parse_time(record["recorded_at"]),
+    }
+    if cls is SearchItem:
+        return SearchItem(score=score, **fields)
+    return Item(**fields)
+
+
+def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    pairs = zip(namespace, path) if condition.match_type == "prefix" else zip(reversed(namespace), reversed(path))
+    if condition.match_type not in ("prefix", "suffix"):
+        raise ValueError(f"Unsupported match type: {condition.match_type}")
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+def _compare(value: Any, condition: Any) -> bool:
+    """LangGraph's filter on a value field: equality, nested objects, `$eq $ne $gt $gte $lt $lte`."""
+    if isinstance(condition, Mapping):
+        if any(str(k).startswith("$") for k in condition):
+            return all(_operator(value, op, operand) for op, operand in condition.items())
+        return isinstance(value, Mapping) and all(_compare(value.get(k), v) for k, v in condition.items())
+    return value == condition
+
+
+def _operator(value: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return value == operand
+    if op == "$ne":
+        return value != operand
+    if value is None:
+        return False
+    try:
+        a, b = float(value), float(operand)
+    except (TypeError, ValueError):
+        return False
+    comparisons = {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}
+    if op not in comparisons:
+        raise ValueError(f"Unsupported operator: {op}")
+    return comparisons[op]
+
+
+__all__ = ["AtlasStore"]

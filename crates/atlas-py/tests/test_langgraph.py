@@ -1,0 +1,129 @@
+"""`atlas.langgraph.AtlasStore` against LangGraph itself: the store protocol (get, put, search
+with a query and filters, list_namespaces, delete, TTL) and a compiled graph whose node reads
+and writes the store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph", reason="LangGraph is not installed")
+
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.store.base import BaseStore, Item, SearchItem  # noqa: E402
+
+import atlas  # noqa: E402
+from atlas.langgraph import AtlasStore  # noqa: E402
+
+
+@pytest.fixture()
+def store(tmp_path: Path):
+    s = AtlasStore(tmp_path / "store.db")
+    yield s
+    s.memory.close()
+
+
+def test_put_get_overwrite_delete(store):
+    assert isinstance(store, BaseStore)
+    assert store.get(("users", "ann"), "prefs") is None
+    store.put(("users", "ann"), "prefs", {"food": "pho", "colour": "green"})
+    item = store.get(("users", "ann"), "prefs")
+    assert isinstance(item, Item)
+    assert (item.namespace, item.key, item.value) == (("users", "ann"), "prefs", {"food": "pho", "colour": "green"})
+    created = item.created_at
+    time.sleep(0.01)
+    store.put(("users", "ann"), "prefs", {"food": "ramen", "colour": "green"})
+    again = store.get(("users", "ann"), "prefs")
+    assert again.value["food"] == "ramen"
+    assert again.created_at == created and again.updated_at > again.created_at
+    # The old version is history in ATLAS, never an item.
+    assert len(store.search(("users", "ann"))) == 1
+    store.put(("users", "bob"), "prefs", {"food": "pizza"})
+    store.delete(("users", "ann"), "prefs")
+    assert store.get(("users", "ann"), "prefs") is None
+    assert store.get(("users", "bob"), "prefs").value == {"food": "pizza"}
+    with pytest.raises(ValueError):
+        store.put(("users", "a.b"), "k", {"x": 1})
+
+
+def test_search_by_query_filter_prefix_and_pages(store):
+    store.put(("memories", "ann"), "1", {"text": "Ann moved to Lisbon last spring", "kind": "place", "n": 1})
+    store.put(("memories", "ann"), "2", {"text": "Ann plays the cello on Sundays", "kind": "hobby", "n": 2})
+    store.put(("memories", "ann", "work"), "3", {"text": "Ann works at a bakery in Lisbon", "kind": "job", "n": 3})
+    store.put(("memories", "bob"), "4", {"text": "Bob lives in Lisbon too", "kind": "place", "n": 4})
+    hits = store.search(("memories", "ann"), query="which city does Ann live in?", limit=3)
+    assert all(isinstance(h, SearchItem) and h.namespace[:2] == ("memories", "ann") for h in hits)
+    assert hits[0].key in {"1", "3"} and hits[0].score is not None
+    assert {h.key for h in hits} == {"1", "2", "3"}
+    places = store.search(("memories",), query="Lisbon", filter={"kind": "place"})
+    assert sorted(h.key for h in places) == ["1", "4"]
+    big = store.search(("memories",), filter={"n": {"$gte": 3}})
+    assert sorted(h.key for h in big) == ["3", "4"]
+    everything = store.search(("memories",), limit=10)
+    assert len(everything) == 4
+    page = store.search(("memories",), limit=2, offset=2)
+    assert [h.key for h in page] == [h.key for h in everything[2:4]]
+    assert store.list_namespaces() == [("memories", "ann"), ("memories", "ann", "work"), ("memories", "bob")]
+    assert store.list_namespaces(prefix=("memories", "ann")) == [("memories", "ann"), ("memories", "ann", "work")]
+    assert store.list_namespaces(suffix=("work",)) == [("memories", "ann", "work")]
+    assert store.list_namespaces(max_depth=1) == [("memories",)]
+
+
+def test_index_fields_and_unindexed_items(tmp_path):
+    store = AtlasStore(tmp_path / "indexed.db", index={"fields": ["title"]})
+    store.put(("docs",), "a", {"title": "Quarterly billing report", "body": "numbers"})
+    store.put(("docs",), "b", {"title": "Team offsite", "body": "billing is not discussed"}, index=False)
+    found = [h.key for h in store.search(("docs",), query="billing report")]
+    assert found == ["a"]
+    assert {h.key for h in store.search(("docs",))} == {"a", "b"}
+    store.memory.close()
+
+
+def test_ttl_expires_items(store):
+    store.put(("tmp",), "short", {"x": 1}, ttl=0.001)
+    store.put(("tmp",), "long", {"x": 2}, ttl=60)
+    time.sleep(0.1)
+    assert store.get(("tmp",), "short") is None
+    assert store.get(("tmp",), "long").value == {"x": 2}
+    assert [h.key for h in store.search(("tmp",))] == ["long"]
+
+
+def test_async_batch(store):
+    async def main():
+        await store.aput(("a",), "k", {"v": 1})
+        got = await store.aget(("a",), "k")
+        assert got.value == {"v": 1}
+        hits = await store.asearch(("a",), query="v")
+        assert [h.key for h in hits] == ["k"]
+
+    asyncio.run(main())
+
+
+def test_a_compiled_graph_remembers_across_threads_in_the_store(tmp_path):
+    class State(TypedDict):
+        user: str
+        message: str
+        reply: str
+
+    def remember_and_recall(state: State, *, store: BaseStore) -> dict:
+        namespace = ("memories", state["user"])
+        store.put(namespace, str(len(store.search(namespace, limit=100))), {"text": state["message"]})
+        hits = store.search(namespace, query=state["message"], limit=3)
+        return {"reply": " | ".join(h.value["text"] for h in hits)}
+
+    builder = StateGraph(State)
+    builder.add_node("memory", remember_and_recall)
+    builder.add_edge(START, "memory")
+    builder.add_edge("memory", END)
+    with atlas.Memory(tmp_path / "graph.db") as memory:
+        graph = builder.compile(store=AtlasStore(memory=memory))
+        graph.invoke({"user": "ann", "message": "I adopted a cat named Miso", "reply": ""})
+        graph.invoke({"user": "bob", "message": "I am allergic to cats", "reply": ""})
+        out = graph.invoke({"user": "ann", "message": "what is my pet called?", "reply": ""})
+        assert "Miso" in out["reply"] and "allergic" not in out["reply"]
+        # The same items are ATLAS memories: recall and explain see them.
+        assert memory.recall("Miso", scope={"agent": "langgraph"})[0].text.endswith("Miso\"}")
