@@ -69,6 +69,13 @@ pub enum Which {
         #[arg(long, default_value_t = 32)]
         readers: usize,
     },
+    /// The Python package against Rust in the same run: recall p50, 8 threads against one,
+    /// `add` against the CLI's `remember` (builds the wheel).
+    Python {
+        /// Memories in the benchmark space.
+        #[arg(long, default_value_t = 100_000)]
+        size: usize,
+    },
     /// `remember` latency and `import` throughput (embedding deferred: no embedder).
     Ingest {
         /// Store sizes, in episodes.
@@ -101,6 +108,7 @@ pub fn run(which: Which) -> Result<()> {
         }
         Which::Embed { rss_sentences, turns, data } => crate::bench_embed::run(rss_sentences, turns, &data),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
+        Which::Python { size } => crate::bench_python::run(size),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url, ann_size } => {
             let qdrant = match (store.as_str(), qdrant_url) {

@@ -5,6 +5,7 @@
 mod bench;
 mod bench_ann;
 mod bench_embed;
+mod bench_python;
 mod bench_recall;
 mod bench_serve;
 mod clients;

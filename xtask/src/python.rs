@@ -8,7 +8,7 @@ use atlas_embed_onnx::assets;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn crate_dir() -> PathBuf {
+pub fn crate_dir() -> PathBuf {
     crate::root().join("crates").join("atlas-py")
 }
 
@@ -78,25 +78,9 @@ const SUITES: [(&str, &[&str], Option<&str>); 3] = [
 pub fn tests() -> Result<()> {
     let wheel = wheel()?;
     for (name, files, framework) in SUITES {
-        let venv = crate::target_dir().join(format!("python-tests-{name}"));
-        if venv.exists() {
-            std::fs::remove_dir_all(&venv).with_context(|| venv.display().to_string())?;
-        }
-        let system_python = std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into());
-        run(Command::new(&system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
-        let python = venv.join("bin").join("python");
-        for requirements in std::iter::once("test-requirements.txt").chain(framework) {
-            run(
-                Command::new(&python)
-                    .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
-                    .arg(crate_dir().join(requirements)),
-                &format!("pip install -r {requirements}"),
-            )?;
-        }
-        run(
-            Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]).arg(&wheel),
-            "pip install the wheel",
-        )?;
+        let requirements: Vec<&str> = std::iter::once("test-requirements.txt").chain(framework).collect();
+        let python = fresh_venv(&format!("python-tests-{name}"), &requirements, &wheel)?;
+        let venv = python.parent().and_then(Path::parent).expect("a venv's python is in bin/").to_path_buf();
         let tests: Vec<PathBuf> = files.iter().map(|f| crate_dir().join("tests").join(f)).collect();
         println!("$ {} -m pytest ({name}) {}", python.display(), files.join(" "));
         run(
@@ -111,6 +95,31 @@ pub fn tests() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A new virtual environment target/`name` holding `requirements` (files of this crate, each
+/// hash-checked) and `wheel`; returns its Python.
+pub fn fresh_venv(name: &str, requirements: &[&str], wheel: &Path) -> Result<PathBuf> {
+    let venv = crate::target_dir().join(name);
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv).with_context(|| venv.display().to_string())?;
+    }
+    let system_python = std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into());
+    run(Command::new(&system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
+    let python = venv.join("bin").join("python");
+    for requirements in requirements {
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
+                .arg(crate_dir().join(requirements)),
+            &format!("pip install -r {requirements}"),
+        )?;
+    }
+    run(
+        Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]).arg(wheel),
+        "pip install the wheel",
+    )?;
+    Ok(python)
 }
 
 /// The atlas wheels in `dir` (none when it does not exist).

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 pyo3::create_exception!(
     atlas,
@@ -43,15 +43,32 @@ pyo3::create_exception!(atlas, EmbeddingError, AtlasError, "The embedding model 
 pyo3::create_exception!(atlas, ConfigError, AtlasError, "The configuration is wrong.");
 
 /// The one async runtime of the process: every space's calls and background work run on it.
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .thread_name("atlas")
-            .enable_all()
-            .build()
-            .expect("a tokio runtime for the atlas module")
-    })
+/// [`shutdown`] takes it at interpreter exit; a later call builds another.
+static RUNTIME: Mutex<Option<tokio::runtime::Runtime>> = Mutex::new(None);
+
+fn runtime() -> tokio::runtime::Handle {
+    let mut runtime = RUNTIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    runtime
+        .get_or_insert_with(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .thread_name("atlas")
+                .enable_all()
+                .build()
+                .expect("a tokio runtime for the atlas module")
+        })
+        .handle()
+        .clone()
+}
+
+/// Stops the runtime, waiting (up to 10 s) for work under way: a batch of vectors being
+/// embedded finishes and is stored before the process's libraries are torn down. The package
+/// registers it with `atexit`.
+#[pyfunction]
+fn shutdown(py: Python<'_>) {
+    let taken = RUNTIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(runtime) = taken {
+        py.detach(move || runtime.shutdown_timeout(std::time::Duration::from_secs(10)));
+    }
 }
 
 /// `{"error": {"code", "message", "field", "location"}}` as the exception of its code.
@@ -325,6 +342,21 @@ impl Space {
         })
     }
 
+    /// The benchmark's baseline (`cargo xtask bench python`): the wall time in milliseconds of
+    /// each recall of `queries` (k hits) run in Rust, with no Python between calls.
+    fn _recall_timings(&self, py: Python<'_>, queries: Vec<String>, k: usize) -> PyResult<Vec<f64>> {
+        self.run(py, move |atlas| async move {
+            let mut timings = Vec::with_capacity(queries.len());
+            for query in queries {
+                let request = atlas_runtime::RecallRequest { query, k, ..atlas_runtime::RecallRequest::default() };
+                let started = std::time::Instant::now();
+                atlas.recall(request).await.map_err(atlas_err)?;
+                timings.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(timings)
+        })
+    }
+
     /// Embeds every memory still waiting for a vector now; how many.
     fn flush_vectors(&self, py: Python<'_>) -> PyResult<usize> {
         self.run(py, |atlas| async move { atlas.flush_vectors(None).await.map_err(atlas_err) })
@@ -362,6 +394,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Space>()?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add("AtlasError", py.get_type::<AtlasError>())?;
     m.add("InvalidInput", py.get_type::<InvalidInput>())?;
     m.add("NotFound", py.get_type::<NotFound>())?;

@@ -12,6 +12,7 @@ and `atlas.agents.AtlasSession` an OpenAI Agents SDK session (docs/PYTHON.md).
 
 from __future__ import annotations
 
+import atexit as _atexit
 import os as _os
 import sys as _sys
 
@@ -31,9 +32,14 @@ from ._native import (  # noqa: E402
     StorageError,
     __version__,
 )
+from ._native import shutdown as _shutdown  # noqa: E402
 from ._async import AsyncMemory  # noqa: E402
 from ._memory import Memory  # noqa: E402
 from ._types import Hit, Recall, Scope  # noqa: E402
+
+# Work under way in the background (a batch being embedded) ends before the interpreter's
+# libraries are torn down, not in the middle of it.
+_atexit.register(_shutdown)
 
 __all__ = [
     "AsyncMemory",
