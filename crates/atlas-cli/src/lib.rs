@@ -782,7 +782,14 @@ async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) 
     let left = atlas.pending_vectors().await?;
     if embedded > 0 || left > 0 {
         // Under --json the acknowledgment above stays the one document on standard output.
-        let line = embedded_message(embedded, left, started.elapsed().as_secs_f64());
+        let line = if atlas.embedder().is_none() {
+            // Nothing here embeds: say so, not that another process claimed them.
+            format!(
+                "{left} memories wait for a vector: this configuration has no embedder (embedder = \"none\"); a process with one embeds them (`atlas embed-pending`)"
+            )
+        } else {
+            embedded_message(embedded, left, started.elapsed().as_secs_f64())
+        };
         if json {
             eprintln!("{line}");
         } else {

@@ -680,3 +680,13 @@ fn import_reads_standard_input() {
     let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
     assert_eq!(stats["memories"], 3);
 }
+
+#[test]
+fn an_import_without_an_embedder_says_why_its_memories_wait_for_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("text-only.db");
+    let file = write(dir.path(), "turns.jsonl", TURNS);
+    let said = ok(atlas_text_only(&db, &["import", file.to_str().unwrap()]));
+    assert!(said.contains("3 memories wait for a vector") && said.contains("no embedder"), "{said}");
+    assert!(!said.contains("claimed by another process"), "{said}");
+}
