@@ -305,3 +305,29 @@ def test_times_without_a_zone_are_utc(memory):
     hit = memory.recall("naive time")[0]
     assert hit.time == naive.replace(tzinfo=timezone.utc)
     assert memory.recall("naive time", since=naive + timedelta(seconds=1)).hits == []
+
+
+def test_works_offline_once_the_model_is_cached(tmp_path):
+    # ATLAS_FETCH=0 forbids any download: the cached, verified model and library must serve.
+    script = (
+        "import atlas, sys\n"
+        "m = atlas.Memory(sys.argv[1])\n"
+        "m.add('I keep bees on the roof', user_id='ann')\n"
+        "hit = m.recall('what insects does she look after?', k=1)[0]\n"
+        "assert hit.ranks.get('vector') == 1, hit\n"
+        "print(m.stats()['embedder'])\n"
+    )
+    env = dict(os.environ, ATLAS_FETCH="0")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "offline.db")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), "the embedder is named"
+
+
+def test_importing_atlas_imports_no_framework():
+    done = subprocess.run(
+        [sys.executable, "-c", "import atlas, sys; print(sorted(m for m in ('langgraph', 'agents') if m in sys.modules))"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
