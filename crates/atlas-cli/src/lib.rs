@@ -648,7 +648,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Recover { id } => {
             let how = atlas.recover(id).await?.ok_or(atlas_domain::AtlasError::NotFound(id))?;
-            output::print_line(json, serde_json::json!({"recovered": id.0, "how": how}), || match how {
+            output::print_line(json, atlas_runtime::wire::recovered_value(id, how), || match how {
                 atlas_runtime::forgetting::Recovered::Undeleted => format!("recovered memory {id}"),
                 atlas_runtime::forgetting::Recovered::FromArchive => format!("restored memory {id} from the archive"),
                 atlas_runtime::forgetting::Recovered::AlreadyLive => format!("memory {id} was not forgotten"),
@@ -657,7 +657,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Feedback { id, useful, .. } => {
             let m = atlas.feedback(id, useful).await?;
-            let value = serde_json::json!({"id": id.0, "useful": useful, "lifecycle": m.lifecycle});
+            let value = atlas_runtime::wire::feedback_value(&m, useful);
             output::print_line(json, value, || {
                 let verdict = if useful { "useful" } else { "irrelevant" };
                 format!("memory {id} marked {verdict} ({} uses)", m.lifecycle.uses)

@@ -299,14 +299,14 @@ impl Space {
         let how = self.run(py, move |atlas| async move {
             atlas.recover(id).await.map_err(atlas_err)?.ok_or_else(|| atlas_err(Error::NotFound(id)))
         })?;
-        to_py(py, &json!({"recovered": id.0, "how": how}))
+        to_py(py, &atlas_runtime::wire::recovered_value(id, how))
     }
 
     /// Whether a recalled memory was useful (resets its decay; for a fact, an SM-2 review).
     fn feedback(&self, py: Python<'_>, id: i64, useful: bool) -> PyResult<Py<PyAny>> {
         let id = memory_id(id)?;
         let memory = self.run(py, move |atlas| async move { atlas.feedback(id, useful).await.map_err(atlas_err) })?;
-        to_py(py, &json!({"id": id.0, "useful": useful, "lifecycle": memory.lifecycle}))
+        to_py(py, &atlas_runtime::wire::feedback_value(&memory, useful))
     }
 
     /// Imports a JSON Lines file (memories, or a full export) all or nothing, once per content
@@ -317,12 +317,7 @@ impl Space {
             let options = ImportOptions { again, caller: Caller::All };
             atlas.import_file(&path, options, None).await.map_err(atlas_err)
         })?;
-        to_py(
-            py,
-            &json!({"imported": imported.ids.len(), "ids": imported.ids, "replayed": imported.replayed,
-                    "restored": imported.restored, "renumbered": imported.renumbered,
-                    "vectors": imported.vectors, "recorded_at": imported.recorded_at.to_rfc3339()}),
-        )
+        to_py(py, &atlas_runtime::wire::imported_value(&imported))
     }
 
     /// Writes a full export (ids, edges, context; with `vectors`, every vector) to `path`,

@@ -4,7 +4,8 @@
 
 use crate::agents::{ExperienceHit, StrategyHit};
 use crate::context::Context;
-use crate::{MemoryDetail, Recall, Stats};
+use crate::forgetting::Recovered;
+use crate::{Imported, MemoryDetail, Recall, Stats};
 use atlas_domain::{AtlasError, jsonl};
 use serde_json::{Value, json};
 
@@ -132,4 +133,21 @@ pub fn explanation_value(e: &crate::Explanation) -> Value {
            "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities),
            "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle},
            "judgments": e.judgments})
+}
+
+/// What an import stored: how many, their ids, and whether it was a replay, a restore, renumbered.
+pub fn imported_value(imported: &Imported) -> Value {
+    json!({"imported": imported.ids.len(), "ids": imported.ids, "replayed": imported.replayed,
+           "restored": imported.restored, "renumbered": imported.renumbered,
+           "vectors": imported.vectors, "recorded_at": imported.recorded_at.to_rfc3339()})
+}
+
+/// A memory brought back, and how (undeleted, from the archive, or never forgotten).
+pub fn recovered_value(id: atlas_domain::MemoryId, how: Recovered) -> Value {
+    json!({"recovered": id.0, "how": how})
+}
+
+/// Feedback on a recalled memory, with the lifecycle it left.
+pub fn feedback_value(memory: &atlas_domain::Memory, useful: bool) -> Value {
+    json!({"id": memory.id.0, "useful": useful, "lifecycle": memory.lifecycle})
 }

@@ -232,9 +232,7 @@ async fn import(
     let options = ImportOptions { again, caller };
     let imported = state.atlas.import_file_named(spooled.file.path(), &origin, options, None).await?;
     let status = if imported.replayed { StatusCode::OK } else { StatusCode::CREATED };
-    let value = json!({"imported": imported.ids.len(), "ids": imported.ids, "replayed": imported.replayed,
-                       "restored": imported.restored, "renumbered": imported.renumbered,
-                       "vectors": imported.vectors, "recorded_at": imported.recorded_at.to_rfc3339()});
+    let value = atlas_runtime::wire::imported_value(&imported);
     Ok((status, axum::Json(value)).into_response())
 }
 
