@@ -76,6 +76,15 @@ pub enum Which {
         #[arg(long, default_value_t = 100_000)]
         size: usize,
     },
+    /// The inspector's first paint of every view in headless Chromium, on a synthetic space of
+    /// `size` memories with the demo fixtures consolidated into it, or on `--db` as it is.
+    Inspector {
+        #[arg(long, default_value_t = 100_000)]
+        size: usize,
+        /// A populated space to measure instead (read only: the views are opened, nothing changed).
+        #[arg(long)]
+        db: Option<std::path::PathBuf>,
+    },
     /// `remember` latency and `import` throughput (embedding deferred: no embedder).
     Ingest {
         /// Store sizes, in episodes.
@@ -109,6 +118,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Embed { rss_sentences, turns, data } => crate::bench_embed::run(rss_sentences, turns, &data),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::Python { size } => crate::bench_python::run(size),
+        Which::Inspector { size, db } => crate::inspector::bench(db, size),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url, ann_size } => {
             let qdrant = match (store.as_str(), qdrant_url) {

@@ -12,6 +12,7 @@ mod clients;
 mod english;
 mod eval;
 mod fixtures;
+mod inspector;
 mod peak_rss;
 mod python;
 mod qdrant_migration;
@@ -44,6 +45,9 @@ enum Task {
     Wheel,
     /// Installs the wheel into a fresh virtual environment and runs its pytest suites.
     PythonTests,
+    /// The memory inspector in headless Chromium against a live `atlas ui` (screenshots in
+    /// target/inspector-shots).
+    InspectorTests,
     /// Imports the demo conversation into a fresh database and answers the demo questions.
     Demo,
     /// Schema migrations of a database file.
@@ -100,6 +104,7 @@ fn main() -> Result<()> {
         Task::QdrantSuite => qdrant_tests(),
         Task::Wheel => python::wheel().map(drop),
         Task::PythonTests => python::tests(),
+        Task::InspectorTests => inspector::tests(),
         Task::Demo => demo(),
         Task::Migrate { action } => migrate(action),
         Task::MigrateToQdrant(args) => qdrant_migration::to_qdrant(args),
@@ -116,7 +121,7 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
@@ -185,6 +190,7 @@ fn ci() -> Result<()> {
     test()?;
     clients::run()?;
     python::tests()?;
+    inspector::tests()?;
     qdrant_tests()
 }
 

@@ -185,6 +185,16 @@ enum Command {
         #[arg(long, value_name = "ORIGIN")]
         allowed_origin: Vec<String>,
     },
+    /// The memory inspector (docs/INSPECTOR.md): serves the API and its web page on a loopback
+    /// port and prints the page's address. `atlas serve` serves the same page at `/`.
+    Ui {
+        /// Loopback address to listen on (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Also open the page in the desktop's browser.
+        #[arg(long)]
+        open: bool,
+    },
     /// Access keys of a served space: `keys add --user U [--agent A] --role read|write|admin`,
     /// `keys list`, `keys revoke ID` (docs/SERVER.md).
     Keys {
@@ -382,7 +392,9 @@ struct RecallArgs {
 }
 
 /// `atlas serve`: refuses an open address without a token, then serves until interrupted.
-async fn serve(atlas: Atlas, listen: &str, mut options: atlas_server::ServerOptions) -> Result<()> {
+/// Serves `atlas` on `listen`; `ui` (whether to open a browser) prints the inspector's address
+/// first, on standard output, for a script or a person to open.
+async fn serve(atlas: Atlas, listen: &str, mut options: atlas_server::ServerOptions, ui: Option<bool>) -> Result<()> {
     let addr: std::net::SocketAddr =
         listen.parse().map_err(|e| anyhow!("--listen: {listen:?} is not an address like 127.0.0.1:7431 ({e})"))?;
     let has_keys = atlas.keys().await?.iter().any(AccessKey::is_live);
@@ -398,9 +410,22 @@ async fn serve(atlas: Atlas, listen: &str, mut options: atlas_server::ServerOpti
     options.check_host = atlas_server::is_loopback(&addr) || !options.allowed_hosts.is_empty();
     options.require_token = !atlas_server::is_loopback(&addr);
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = listener.local_addr().with_context(|| format!("cannot read the address bound for {addr}"))?;
     let atlas = Arc::new(atlas);
     atlas.start_sleep_cycle();
     eprintln!("atlas serving {} on http://{addr} (docs/SERVER.md)", atlas.config().db.display());
+    if let Some(open) = ui {
+        let url = format!("http://{addr}/");
+        println!("{url}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        if open {
+            let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+            if let Err(e) = std::process::Command::new(opener).arg(&url).spawn() {
+                eprintln!("could not open a browser ({opener}: {e}); open {url} yourself");
+            }
+        }
+    }
     let app = atlas_server::router(Arc::clone(&atlas), options.clone());
     axum_serve(listener, app, &options).await?;
     atlas.end_session();
@@ -452,7 +477,9 @@ where
     };
     // A server answers many clients at once: every core; a one-shot command needs one thread.
     let runtime = match cli.command {
-        Command::Serve { .. } | Command::Mcp => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        Command::Serve { .. } | Command::Ui { .. } | Command::Mcp => {
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()
+        }
         _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
     };
     match runtime {
@@ -611,7 +638,17 @@ async fn run(cli: Cli) -> Result<()> {
                 allowed_origins: allowed_origin,
                 ..atlas_server::ServerOptions::default()
             };
-            serve(atlas, &listen, options).await
+            serve(atlas, &listen, options, None).await
+        }
+        Command::Ui { listen, open } => {
+            let addr: std::net::SocketAddr =
+                listen.parse().map_err(|e| anyhow!("--listen: {listen:?} is not an address like 127.0.0.1:0 ({e})"))?;
+            if !atlas_server::is_loopback(&addr) {
+                return Err(anyhow!("--listen: `atlas ui` listens on loopback only; use `atlas serve` with a token"));
+            }
+            let token = std::env::var("ATLAS_TOKEN").ok().filter(|t| !t.is_empty());
+            let options = atlas_server::ServerOptions { token, ..atlas_server::ServerOptions::default() };
+            serve(atlas, &listen, options, Some(open)).await
         }
         Command::Context { task, budget, session, scope } => {
             let mut scope = parse_scope(&scope)?;

@@ -1,5 +1,5 @@
 //! The filter every recall signal applies: scope, kind, event time and validity; soft-deleted
-//! memories never pass.
+//! memories never pass, unless a listing asks for them alone (`forgotten`).
 
 use crate::{Memory, MemoryKind, Scope, Timestamp};
 
@@ -16,11 +16,14 @@ pub struct RecallFilter {
     pub until: Option<Timestamp>,
     /// Only memories valid at this time; `None` ignores validity.
     pub valid_at: Option<Timestamp>,
+    /// Only soft-deleted memories (what `recover` can bring back) instead of live ones: for
+    /// listings of what was forgotten; recall never sets it.
+    pub forgotten: bool,
 }
 
 impl RecallFilter {
     pub fn admits(&self, m: &Memory) -> bool {
-        !m.lifecycle.is_deleted()
+        m.lifecycle.is_deleted() == self.forgotten
             && self.scope.admits(&m.scope)
             && (self.kinds.is_empty() || self.kinds.contains(&m.kind()))
             && self.since.is_none_or(|s| m.event_time >= s)

@@ -390,7 +390,7 @@ impl Drop for ArchiveWriter {
 }
 
 /// Reads an archive file back; a line that does not parse is an error naming file and line.
-fn read_archive(path: &Path) -> Result<Vec<StoredMemory>> {
+pub(crate) fn read_archive(path: &Path) -> Result<Vec<StoredMemory>> {
     let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
     let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
     let mut items = Vec::new();

@@ -12,6 +12,7 @@ pub mod context;
 mod editing;
 pub mod forgetting;
 mod import_pieces;
+pub mod inspect;
 pub mod keys;
 pub mod migrate;
 mod recall;

@@ -218,6 +218,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         since: request.since,
         until: request.until,
         valid_at: Some(request.as_of.unwrap_or(now)),
+        forgotten: false,
     };
     let candidates = request.k.max(config.candidates);
     let query_terms = terms(&request.query);

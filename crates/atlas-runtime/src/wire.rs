@@ -151,3 +151,80 @@ pub fn recovered_value(id: atlas_domain::MemoryId, how: Recovered) -> Value {
 pub fn feedback_value(memory: &atlas_domain::Memory, useful: bool) -> Value {
     json!({"id": memory.id.0, "useful": useful, "lifecycle": memory.lifecycle})
 }
+
+/// A memory as a listing shows it: its record, its validity (and a fact's confidence), its
+/// lifecycle, and how it is ageing now: its strength, whether it decays at all, whether the
+/// decay pass would let it go, when a reviewed fact is due again.
+pub fn listed_value(m: &atlas_domain::Memory, at: atlas_domain::Timestamp) -> Value {
+    use atlas_domain::policy::decay;
+    let mut line = jsonl::to_line(m);
+    line["valid_from"] = Value::from(m.validity.valid_from.to_rfc3339());
+    line["valid_until"] = m.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
+    if let atlas_domain::Body::Fact { confidence, .. } = &m.body {
+        line["confidence"] = Value::from(f64::from(*confidence));
+    }
+    let strength = decay::strength_at(m, at);
+    let aging = decay::aging_of(m);
+    line["lifecycle"] = serde_json::to_value(m.lifecycle).expect("a lifecycle serialises");
+    line["decay"] = json!({"strength": strength, "decays": aging != decay::Aging::Never,
+                           "fading": decay::fades(strength, aging),
+                           "next_review": decay::next_review(m).map(|t| t.to_rfc3339())});
+    line
+}
+
+/// A page of a listing, and the cursor of the next (null after the last).
+pub fn page_value(page: &crate::inspect::Page, at: atlas_domain::Timestamp) -> Value {
+    json!({"memories": page.memories.iter().map(|m| listed_value(m, at)).collect::<Vec<_>>(),
+           "next": page.next.map(|c| c.to_string())})
+}
+
+/// What is known of an entity: its entity memories and every fact about it, oldest first.
+pub fn entity_value(view: &crate::inspect::EntityView, at: atlas_domain::Timestamp) -> Value {
+    let list = |ms: &[atlas_domain::Memory]| ms.iter().map(|m| listed_value(m, at)).collect::<Vec<_>>();
+    json!({"name": view.name, "entities": list(&view.entities), "facts": list(&view.facts)})
+}
+
+/// Sessions newest first (summarised, then open ones on the first page) and the next cursor.
+pub fn sessions_value(sessions: &crate::inspect::Sessions) -> Value {
+    let row = |r: &crate::inspect::SessionRow| {
+        json!({"session": r.scope.session, "user": r.scope.user, "agent": r.scope.agent,
+               "last_turn": r.last_turn.map(|t| t.to_rfc3339()),
+               "summary": r.summary.as_ref().map(jsonl::to_line)})
+    };
+    json!({"sessions": sessions.sessions.iter().map(row).collect::<Vec<_>>(),
+           "open": sessions.open.iter().map(row).collect::<Vec<_>>(),
+           "next": sessions.next.map(|c| c.to_string())})
+}
+
+/// A session's turns in spoken order, each with the ids of the facts found in it, the facts,
+/// its summary and the cursor of earlier turns.
+pub fn session_value(view: &crate::inspect::SessionView, at: atlas_domain::Timestamp) -> Value {
+    let turns: Vec<Value> = view
+        .turns
+        .iter()
+        .map(|m| {
+            let mut line = jsonl::to_line(m);
+            line["facts"] = view.found.get(&m.id).map_or_else(Vec::new, |ids| ids.iter().map(|i| i.0).collect()).into();
+            line
+        })
+        .collect();
+    json!({"session": view.scope.session, "user": view.scope.user, "agent": view.scope.agent,
+           "summary": view.summary.as_ref().map(jsonl::to_line), "turns": turns,
+           "facts": view.facts.iter().map(|m| listed_value(m, at)).collect::<Vec<_>>(),
+           "earlier": view.earlier.map(|c| c.to_string())})
+}
+
+/// What the archive holds: memories (each with its file) and the files with their counts.
+pub fn archived_value(archived: &crate::inspect::Archived) -> Value {
+    let memories: Vec<Value> = archived
+        .memories
+        .iter()
+        .map(|(file, m)| {
+            let mut line = jsonl::to_line(m);
+            line["archive"] = Value::from(file.as_str());
+            line
+        })
+        .collect();
+    let files: Vec<Value> = archived.files.iter().map(|(f, n)| json!({"file": f, "memories": n})).collect();
+    json!({"memories": memories, "files": files})
+}

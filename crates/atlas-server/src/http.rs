@@ -2,7 +2,8 @@
 //! server nested at `/mcp`, and one guard around everything, in this order: the `Host` (against
 //! DNS rebinding) and `Origin` (against pages of other sites) checks, the caller (the bearer
 //! token or a tenant's key, [`crate::auth`]), JSON bodies only (against cross-site form posts),
-//! the body read within the timeout and the limit (413) before a slot is taken, a bound on
+//! the body read within the timeout and the limit (413) before a slot is taken (the inspector's
+//! page, which holds no data, is answered after the Host and Origin checks, without a key), a bound on
 //! requests in flight that answers 503 with `Retry-After` instead of queueing, and the
 //! timeout of reads (a write that has begun finishes: a 503 means nothing was stored).
 //! `/healthz` and `/metrics` never wait for a slot. Errors are `{"error": {"code", "message",
@@ -286,6 +287,8 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
     let route = ROUTES.iter().find(|r| r.method == method.as_str() && route_matches(r.path, &path));
     let name = if path == "/mcp" || path.starts_with("/mcp/") {
         Some("mcp")
+    } else if method == Method::GET && crate::inspector::serves(&path) {
+        Some("inspector")
     } else {
         route.map(|r| r.tool.as_ref().map_or(op_name(r.op), |t| t.name))
     };
@@ -324,6 +327,12 @@ pub fn op_name(op: Op) -> &'static str {
         Op::Export => "export",
         Op::RememberMany => "remember_many",
         Op::RecallMany => "recall_many",
+        Op::List => "list_memories",
+        Op::Entity => "entity",
+        Op::Sessions => "sessions",
+        Op::Session => "session",
+        Op::Cycles => "cycles",
+        Op::Archived => "archive",
         _ => ROUTES.iter().find(|r| r.op == op).and_then(|r| r.tool.as_ref()).map_or("unknown", |t| t.name),
     }
 }
@@ -485,6 +494,10 @@ async fn guarded(
     let op = route.map(|r| r.op);
     if op == Some(Op::Health) {
         return next.run(request).await;
+    }
+    if request.method() == Method::GET && route.is_none() && crate::inspector::serves(request.uri().path()) {
+        // The page holds no data: it asks for the key and sends it with each call.
+        return crate::inspector::answer(request.uri().path());
     }
     let caller = match authenticate(
         &state.keys,

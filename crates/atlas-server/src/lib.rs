@@ -11,9 +11,11 @@
 //!   loopback server.
 //! - [`mcp`]: the same operations as MCP tools (rmcp), over stdio (`atlas mcp`) and at `/mcp`.
 //! - [`openapi`]: `/openapi.json`, generated from the table and the argument types.
+//! - [`inspector`]: the memory inspector, a page at `/` over the same API.
 
 pub mod auth;
 pub mod http;
+pub mod inspector;
 pub mod mcp;
 pub mod openapi;
 pub mod ops;
@@ -51,6 +53,17 @@ pub enum Op {
     StrategyOutcome,
     Concepts,
     ConceptOutcome,
+    /// A page of memories newest first under a filter (what a person browses).
+    List,
+    Recover,
+    Feedback,
+    /// Every fact about an entity, current and past.
+    Entity,
+    Sessions,
+    /// One session's turns with the facts found in them.
+    Session,
+    Cycles,
+    Archived,
 }
 
 /// One operation: its route, and its MCP tool when an agent calls it.
@@ -138,6 +151,48 @@ pub const ROUTES: &[Route] = &[
         "forget",
         mcp::FORGET,
     ),
+    route(
+        "POST",
+        "/v1/memories/list",
+        Op::List,
+        "A page of memories newest first under a filter (scope, kinds, times, as of, forgotten), with the next page's cursor.",
+    ),
+    tool(
+        "POST",
+        "/v1/memories/{id}/recover",
+        Op::Recover,
+        "Bring back a memory forgotten softly or archived.",
+        "recover",
+        mcp::RECOVER,
+    ),
+    tool(
+        "POST",
+        "/v1/memories/{id}/feedback",
+        Op::Feedback,
+        "Say whether a recalled memory was useful: used memories fade slower, useless ones faster.",
+        "feedback",
+        mcp::FEEDBACK,
+    ),
+    route(
+        "POST",
+        "/v1/entity",
+        Op::Entity,
+        "Every fact about an entity, current and past, with its validity, and its entity memories.",
+    ),
+    route(
+        "POST",
+        "/v1/sessions",
+        Op::Sessions,
+        "Sessions newest first: summarised ones by page, and recent ones with no summary yet.",
+    ),
+    route(
+        "POST",
+        "/v1/sessions/turns",
+        Op::Session,
+        "A session's turns in spoken order, the facts found in them and its summary.",
+    ),
+    route("GET", "/v1/cycles", Op::Cycles, "The reports of the last sleep cycles, newest first."),
+    route("GET", "/v1/archive", Op::Archived, "What the archive holds: archived memories and the files."),
     tool("GET", "/v1/stats", Op::Stats, "Counts and sizes of the memory space.", "stats", mcp::STATS),
     tool(
         "POST",
@@ -229,6 +284,8 @@ pub fn writes(op: Op) -> bool {
             | Op::Learn
             | Op::StrategyOutcome
             | Op::ConceptOutcome
+            | Op::Recover
+            | Op::Feedback
     )
 }
 

@@ -53,6 +53,12 @@ pub const FORGET: &str = "Forget one memory by id. By default softly: recall sto
 recovered. Use `hard: true` only when the user asks for the data to be erased: it is removed from every \
 table, index and archive and cannot come back.";
 
+pub const RECOVER: &str = "Bring back a memory that was forgotten softly (or archived since): recall returns it \
+again. Use it when the user says something forgotten still matters.";
+
+pub const FEEDBACK: &str = "Say whether a memory you recalled was useful (`useful: true`) or not. Useful memories \
+are reinforced and fade slower; a fact's review schedule follows the answers.";
+
 pub const STATS: &str = "Counts and sizes of the memory space: memories by kind, edges, vectors still being \
 computed, bytes on disk, the embedding model.";
 

@@ -69,9 +69,16 @@ pub fn document() -> Value {
             operation["parameters"] = Value::from(parameters);
         }
         let body = match route.op {
-            Op::Health | Op::Metrics | Op::OpenApi | Op::Export | Op::Get | Op::Explain | Op::Forget | Op::Stats => {
-                None
-            }
+            Op::Health
+            | Op::Metrics
+            | Op::OpenApi
+            | Op::Export
+            | Op::Get
+            | Op::Explain
+            | Op::Forget
+            | Op::Stats
+            | Op::Cycles
+            | Op::Archived => None,
             Op::Import => Some(json!({"application/x-ndjson": {"schema": {"type": "string",
                 "description": "JSON Lines: one memory per line, or a full export (header, memories, trailer)"}}})),
             op => {
@@ -84,7 +91,9 @@ pub fn document() -> Value {
             }
         };
         if let Some(content) = body {
-            operation["requestBody"] = json!({"required": route.op != Op::Consolidate, "content": content});
+            // Operations whose every argument has a default take an empty body.
+            let required = !matches!(route.op, Op::Consolidate | Op::List | Op::Sessions | Op::Recover);
+            operation["requestBody"] = json!({"required": required, "content": content});
         }
         let (status, content) = match route.op {
             Op::Metrics => ("200", json!({"text/plain": {"schema": {"type": "string"}}})),

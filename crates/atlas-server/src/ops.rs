@@ -281,6 +281,94 @@ pub struct TrajectoryArgs {
     pub learn: bool,
 }
 
+/// Most memories one page of a listing may hold.
+pub const MAX_PAGE: usize = 500;
+
+/// A page of memories newest first, for a person browsing the space.
+#[derive(Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// Only memories of this user, agent or session.
+    pub scope: Option<ScopeArgs>,
+    /// Only these kinds (every kind when absent).
+    #[serde(default)]
+    pub kind: Vec<String>,
+    /// Only memories from this time on (RFC 3339).
+    pub since: Option<String>,
+    /// Only memories before this time (RFC 3339).
+    pub until: Option<String>,
+    /// Only memories that held at this time (RFC 3339): facts replaced since come back as
+    /// they were, later ones are left out.
+    pub as_of: Option<String>,
+    /// Only memories forgotten softly (what `recover` brings back) instead of live ones.
+    #[serde(default)]
+    pub forgotten: bool,
+    /// The `next` cursor of the previous page.
+    pub before: Option<String>,
+    /// How many memories a page holds (50 by default, at most 500).
+    #[serde(default = "default_page")]
+    pub limit: usize,
+}
+
+fn default_page() -> usize {
+    50
+}
+
+/// Whether a recalled memory was useful.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackArgs {
+    /// The memory's id.
+    pub id: i64,
+    /// Whether it helped: used memories are reinforced, useless ones fade faster.
+    pub useful: bool,
+}
+
+/// An entity by name.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntityArgs {
+    /// Its name as said ("Caroline", "the Lisbon office"); case and spacing do not matter.
+    pub name: String,
+    /// The user and agent whose memories speak of it.
+    pub scope: Option<ScopeArgs>,
+}
+
+/// Sessions of a user or agent, newest first.
+#[derive(Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsArgs {
+    pub scope: Option<ScopeArgs>,
+    /// The `next` cursor of the previous page.
+    pub before: Option<String>,
+    /// How many sessions a page holds (20 by default, at most 500).
+    #[serde(default = "default_sessions")]
+    pub limit: usize,
+}
+
+fn default_sessions() -> usize {
+    20
+}
+
+/// One session's turns.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionArgs {
+    /// The session's name.
+    pub session: String,
+    /// Its user and agent.
+    pub scope: Option<ScopeArgs>,
+    /// The `earlier` cursor of the previous page (the latest turns when absent).
+    pub before: Option<String>,
+    /// How many turns a page holds (100 by default, at most 500).
+    #[serde(default = "default_turns")]
+    pub limit: usize,
+}
+
+fn default_turns() -> usize {
+    100
+}
+
 /// The JSON Schema of an operation's arguments (subschemas inlined, so that it stands alone in
 /// an MCP tool and in an OpenAPI document).
 pub fn schema_of(op: Op) -> Value {
@@ -291,14 +379,19 @@ pub fn schema_of(op: Op) -> Value {
         Op::RememberMany => generator.into_root_schema_for::<RememberBatchArgs>(),
         Op::Recall => generator.into_root_schema_for::<RecallArgs>(),
         Op::RecallMany => generator.into_root_schema_for::<RecallBatchArgs>(),
-        Op::Get | Op::Explain => generator.into_root_schema_for::<IdArgs>(),
+        Op::Get | Op::Explain | Op::Recover => generator.into_root_schema_for::<IdArgs>(),
+        Op::List => generator.into_root_schema_for::<ListArgs>(),
+        Op::Feedback => generator.into_root_schema_for::<FeedbackArgs>(),
+        Op::Entity => generator.into_root_schema_for::<EntityArgs>(),
+        Op::Sessions => generator.into_root_schema_for::<SessionsArgs>(),
+        Op::Session => generator.into_root_schema_for::<SessionArgs>(),
         Op::Forget => generator.into_root_schema_for::<ForgetArgs>(),
         Op::Context => generator.into_root_schema_for::<ContextArgs>(),
         Op::Consolidate => generator.into_root_schema_for::<ConsolidateArgs>(),
         Op::Experiences | Op::Strategies | Op::Concepts => generator.into_root_schema_for::<TaskArgs>(),
         Op::StrategyOutcome | Op::ConceptOutcome => generator.into_root_schema_for::<OutcomeArgs>(),
         Op::Learn => generator.into_root_schema_for::<TrajectoryArgs>(),
-        Op::Stats | Op::Health | Op::Metrics | Op::OpenApi | Op::Import | Op::Export => {
+        Op::Stats | Op::Health | Op::Metrics | Op::OpenApi | Op::Import | Op::Export | Op::Cycles | Op::Archived => {
             generator.into_root_schema_for::<NoArgs>()
         }
     };
@@ -340,10 +433,12 @@ fn needs(op: Op) -> Needs {
         Op::Health | Op::OpenApi => Needs::Role(Role::Read),
         Op::Recall | Op::RecallMany | Op::Get | Op::Explain | Op::Context | Op::Export => Needs::Role(Role::Read),
         Op::Experiences | Op::Strategies | Op::Concepts => Needs::Role(Role::Read),
+        Op::List | Op::Entity | Op::Sessions | Op::Session | Op::Archived => Needs::Role(Role::Read),
+        Op::Recover | Op::Feedback => Needs::Role(Role::Write),
         Op::Remember | Op::RememberMany | Op::Import | Op::Forget | Op::Learn => Needs::Role(Role::Write),
         Op::StrategyOutcome | Op::ConceptOutcome => Needs::Role(Role::Write),
         // Counts and cycles over every tenant's memories.
-        Op::Stats | Op::Metrics | Op::Consolidate => Needs::WholeSpace,
+        Op::Stats | Op::Metrics | Op::Consolidate | Op::Cycles => Needs::WholeSpace,
     }
 }
 
@@ -514,6 +609,69 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
             Ok(serde_json::to_value(concept).expect("a concept serialises"))
         }
         Op::Learn => learn(atlas, caller, args(arguments)?).await,
+        Op::List => list(atlas, caller, args(arguments)?).await,
+        Op::Recover => {
+            let id = memory_id(args::<IdArgs>(arguments)?.id)?;
+            // Only the caller's own: a memory still in the store is checked there, an archived
+            // one by the archive's copy.
+            let own = match atlas.get(id).await? {
+                Some(detail) => caller.sees(&detail.memory.scope),
+                None => atlas
+                    .archived(usize::MAX, |m| m.id == id)
+                    .await?
+                    .memories
+                    .iter()
+                    .any(|(_, m)| caller.sees(&m.scope)),
+            };
+            if !own {
+                return Err(AtlasError::NotFound(id).into());
+            }
+            match atlas.recover(id).await? {
+                Some(how) => Ok(wire::recovered_value(id, how)),
+                None => Err(AtlasError::NotFound(id).into()),
+            }
+        }
+        Op::Feedback => {
+            let FeedbackArgs { id, useful } = args(arguments)?;
+            let id = own_memory(atlas, caller, id).await?.memory.id;
+            let memory = atlas.feedback(id, useful).await.map_err(|e| ApiError::from(e).or_field("id"))?;
+            Ok(wire::feedback_value(&memory, useful))
+        }
+        Op::Entity => {
+            let EntityArgs { name, scope: s } = args(arguments)?;
+            not_blank("name", &name)?;
+            let view =
+                atlas.entity(&name, confined(caller, s, "")?).await.map_err(|e| ApiError::from(e).or_field("name"))?;
+            Ok(wire::entity_value(&view, atlas_runtime::now()))
+        }
+        Op::Sessions => {
+            let SessionsArgs { scope: s, before, limit } = args(arguments)?;
+            at_most("limit", limit, MAX_PAGE)?;
+            let sessions = atlas.sessions(confined(caller, s, "")?, cursor(before)?, limit).await?;
+            Ok(wire::sessions_value(&sessions))
+        }
+        Op::Session => {
+            let SessionArgs { session, scope: s, before, limit } = args(arguments)?;
+            not_blank("session", &session)?;
+            at_most("limit", limit, MAX_PAGE)?;
+            let mut scope = confined(caller, s, "")?;
+            scope.session = Some(session);
+            let view = atlas.session(scope, cursor(before)?, limit).await?;
+            Ok(wire::session_value(&view, atlas_runtime::now()))
+        }
+        Op::Cycles => {
+            args::<NoArgs>(arguments)?;
+            Ok(json!({"cycles": atlas.cycles(RECENT_CYCLES).await?}))
+        }
+        Op::Archived => {
+            args::<NoArgs>(arguments)?;
+            let mut archived = atlas.archived(MAX_PAGE, |m| caller.sees(&m.scope)).await?;
+            if *caller != Caller::All {
+                // A file holds every tenant's memories: its name and size are not a tenant's to see.
+                archived.files.clear();
+            }
+            Ok(wire::archived_value(&archived))
+        }
         Op::Metrics | Op::OpenApi | Op::Import | Op::Export => {
             unreachable!("{op:?} answers in its transport, not in JSON")
         }
@@ -621,6 +779,33 @@ fn tenant_view(caller: &Caller, mut value: Value) -> Value {
         o.remove("pending_vectors");
     }
     value
+}
+
+/// How many cycle reports the cycles route returns.
+const RECENT_CYCLES: usize = 20;
+
+fn cursor(before: Option<String>) -> Result<Option<atlas_runtime::inspect::Cursor>, ApiError> {
+    before.map(|b| atlas_runtime::inspect::Cursor::parse(&b).map_err(|m| ApiError::invalid("before", m))).transpose()
+}
+
+async fn list(atlas: &Atlas, caller: &Caller, request: ListArgs) -> OpResult {
+    at_most("limit", request.limit, MAX_PAGE)?;
+    let kinds = request
+        .kind
+        .iter()
+        .enumerate()
+        .map(|(i, k)| k.parse::<MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter = atlas_domain::RecallFilter {
+        scope: confined(caller, request.scope, "")?,
+        kinds,
+        since: time("since", request.since)?,
+        until: time("until", request.until)?,
+        valid_at: time("as_of", request.as_of)?,
+        forgotten: request.forgotten,
+    };
+    let page = atlas.list(filter, cursor(request.before)?, request.limit).await?;
+    Ok(wire::page_value(&page, atlas_runtime::now()))
 }
 
 async fn learn(atlas: &Atlas, caller: &Caller, request: TrajectoryArgs) -> OpResult {

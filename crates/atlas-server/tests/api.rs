@@ -340,3 +340,91 @@ async fn import_export_batch_recall_and_the_agent_routes() {
     let (status, body, _) = api.call("POST", "/v1/experiences", Some(json!({"trajectory": {"task": "no id"}}))).await;
     assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("trajectory.id")), "{body}");
 }
+
+#[tokio::test]
+async fn the_inspector_page_needs_no_key_but_its_data_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions { token: Some("secret".into()), ..ServerOptions::default() };
+    let api = start(dir.path(), options).await;
+    for path in ["/", "/search?q=x", "/memory/3", "/entity/Ann%20Lee", "/session/a%2Fb", "/health", "/assets/app.js"] {
+        let (status, body, headers) = api.raw("GET", path, None, None, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["x-frame-options"], "DENY");
+        let text = body.as_str().unwrap();
+        assert!(!text.contains("secret"), "the page holds no key");
+        if path == "/assets/app.js" {
+            assert!(headers["content-type"].to_str().unwrap().starts_with("text/javascript"));
+            assert!(!text.contains("innerHTML"), "memory texts enter the page as text only");
+        } else {
+            assert!(text.starts_with("<!doctype html>") && !text.contains("<script>"), "no inline script");
+        }
+    }
+    let (status, _, _) = api.raw("GET", "/", None, None, &[("host", "attacker.example")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a page under a foreign Host (DNS rebinding) is refused");
+    let (status, _, _) = api.raw("POST", "/v1/memories/list", Some("{}".into()), None, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the data behind it needs the key");
+    let (status, body, _) = api.raw("GET", "/assets/missing.js", None, None, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "nothing else is served without a key: {body}");
+}
+
+#[tokio::test]
+async fn the_inspectors_routes_page_list_and_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let memories: Vec<Value> = (0..7)
+        .map(|i| json!({"text": format!("turn {i}"), "session": "s1", "scope": {"user": "ann"}, "time": "2024-01-01T00:00:00Z"}))
+        .collect();
+    let (_, body, _) = api.call("POST", "/v1/remember", Some(json!({"memories": memories}))).await;
+    let ids: Vec<i64> = body["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let (mut seen, mut before) = (Vec::new(), Value::Null);
+    loop {
+        let (status, page, _) = api
+            .call("POST", "/v1/memories/list", Some(json!({"limit": 3, "before": before, "scope": {"user": "ann"}})))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let page_ids: Vec<i64> =
+            page["memories"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+        assert!(page["memories"][0]["decay"]["strength"].is_f64(), "{page}");
+        seen.extend(page_ids);
+        before = page["next"].clone();
+        if before.is_null() {
+            break;
+        }
+    }
+    let mut newest_first = ids.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first, "seven memories of one time, three a page, none twice or missing");
+
+    let (status, body, _) = api.call("POST", "/v1/memories/list", Some(json!({"before": "soon"}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("before")), "{body}");
+    let (status, body, _) = api.call("POST", "/v1/memories/list", Some(json!({"limit": 501}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("limit")), "{body}");
+
+    api.call("DELETE", &format!("/v1/memories/{}", ids[2]), None).await;
+    let (_, body, _) = api.call("POST", "/v1/memories/list", Some(json!({"forgotten": true}))).await;
+    assert_eq!(body["memories"][0]["id"].as_i64(), Some(ids[2]), "{body}");
+    let (status, body, _) = api.call("POST", &format!("/v1/memories/{}/recover", ids[2]), None).await;
+    assert_eq!((status, body["how"].as_str()), (StatusCode::OK, Some("undeleted")), "{body}");
+    let (_, body, _) = api.call("POST", "/v1/memories/list", Some(json!({"forgotten": true}))).await;
+    assert_eq!(body["memories"].as_array().map(Vec::len), Some(0), "{body}");
+    let (status, body, _) =
+        api.call("POST", &format!("/v1/memories/{}/feedback", ids[0]), Some(json!({"useful": true}))).await;
+    assert_eq!((status, body["lifecycle"]["uses"].as_u64()), (StatusCode::OK, Some(1)), "{body}");
+    let (status, body, _) = api.call("POST", &format!("/v1/memories/{}/feedback", ids[0]), Some(json!({}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("useful")), "{body}");
+
+    let (status, body, _) =
+        api.call("POST", "/v1/sessions/turns", Some(json!({"session": "s1", "scope": {"user": "ann"}}))).await;
+    assert_eq!((status, body["turns"].as_array().map(Vec::len)), (StatusCode::OK, Some(7)), "{body}");
+    let (status, body, _) = api.call("POST", "/v1/sessions", Some(json!({"scope": {"user": "ann"}}))).await;
+    assert_eq!((status, body["open"][0]["session"].as_str()), (StatusCode::OK, Some("s1")), "{body}");
+    let (status, body, _) = api.call("POST", "/v1/entity", Some(json!({"name": "  "}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("name")), "{body}");
+    let (status, body, _) = api.call("GET", "/v1/cycles", None).await;
+    assert_eq!((status, body["cycles"].is_array()), (StatusCode::OK, true), "{body}");
+    let (status, body, _) = api.call("GET", "/v1/archive", None).await;
+    assert_eq!((status, body["memories"].is_array()), (StatusCode::OK, true), "{body}");
+}

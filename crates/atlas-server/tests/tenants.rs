@@ -65,6 +65,25 @@ enum Step {
     Stats,
     Consolidate,
     OtherScope,
+    /// The inspector's listings: a page of memories (live or forgotten), sessions, one
+    /// session's turns (both tenants import into a session of the same name), an entity, the
+    /// archive.
+    List {
+        forgotten: bool,
+    },
+    Sessions,
+    SessionTurns,
+    Entity,
+    Archive,
+    Cycles,
+    Recover {
+        own: bool,
+        pick: usize,
+    },
+    Feedback {
+        own: bool,
+        pick: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -88,6 +107,14 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Step::Stats),
         Just(Step::Consolidate),
         Just(Step::OtherScope),
+        any::<bool>().prop_map(|forgotten| Step::List { forgotten }),
+        Just(Step::Sessions),
+        Just(Step::SessionTurns),
+        Just(Step::Entity),
+        Just(Step::Archive),
+        Just(Step::Cycles),
+        (any::<bool>(), any::<usize>()).prop_map(|(own, pick)| Step::Recover { own, pick }),
+        (any::<bool>(), any::<usize>()).prop_map(|(own, pick)| Step::Feedback { own, pick }),
     ]
 }
 
@@ -247,6 +274,56 @@ async fn run(steps: Vec<(usize, Step)>) -> Result<(), TestCaseError> {
                 let answer = call("POST", format!("/v1/{kind}/{id}/outcome"), Some(json!({"success": true}))).await;
                 if !*own {
                     prop_assert_eq!(answer.0, StatusCode::NOT_FOUND, "{}", answer.1);
+                }
+                answer
+            }
+            Step::List { forgotten } => {
+                let answer =
+                    call("POST", "/v1/memories/list".into(), Some(json!({"forgotten": forgotten, "limit": 500}))).await;
+                prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+                answer
+            }
+            Step::Sessions => {
+                let answer = call("POST", "/v1/sessions".into(), Some(json!({}))).await;
+                prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+                answer
+            }
+            Step::SessionTurns => {
+                let answer = call("POST", "/v1/sessions/turns".into(), Some(json!({"session": "i"}))).await;
+                prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+                answer
+            }
+            Step::Entity => {
+                let answer = call("POST", "/v1/entity".into(), Some(json!({"name": "garden"}))).await;
+                prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+                answer
+            }
+            Step::Archive => {
+                let answer = call("GET", "/v1/archive".into(), None).await;
+                prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+                prop_assert!(answer.1["files"].as_array().is_some_and(Vec::is_empty), "no file names: {}", answer.1);
+                answer
+            }
+            Step::Cycles => {
+                let answer = call("GET", "/v1/cycles".into(), None).await;
+                prop_assert_eq!(answer.0, StatusCode::FORBIDDEN, "{}", answer.1);
+                answer
+            }
+            Step::Recover { own, pick } | Step::Feedback { own, pick } => {
+                let Some(id) = ledger.pick(tenant, *own, *pick) else { continue };
+                let answer = if matches!(step, Step::Recover { .. }) {
+                    let answer = call("POST", format!("/v1/memories/{id}/recover"), None).await;
+                    if *own && answer.0 == StatusCode::OK {
+                        ledger.soft.remove(&id);
+                    }
+                    answer
+                } else {
+                    call("POST", format!("/v1/memories/{id}/feedback"), Some(json!({"useful": true}))).await
+                };
+                if !*own || ledger.hard.contains(&id) {
+                    prop_assert_eq!(answer.0, StatusCode::NOT_FOUND, "{}", answer.1);
+                } else {
+                    prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
                 }
                 answer
             }

@@ -28,8 +28,8 @@ pub fn of_kind(kind: MemoryKind) -> Filter {
     Filter { must: vec![keyword(field::KIND, kind.as_str())], must_not: vec![pending()], ..Filter::default() }
 }
 
-/// The conditions of `filter`, all of which must hold, and never a soft-deleted memory (nor one
-/// of a write under way).
+/// The conditions of `filter`, all of which must hold, and never a soft-deleted memory (only
+/// those, when the filter lists what was forgotten), nor one of a write under way.
 pub fn to_qdrant(filter: &RecallFilter) -> Filter {
     let mut must: Vec<Condition> = Vec::new();
     for (key, value) in [
@@ -58,6 +58,10 @@ pub fn to_qdrant(filter: &RecallFilter) -> Filter {
         must.push(Condition::range(field::VALID_FROM, Range { lte: Some(at), ..Range::default() }));
         // Open validity is stored as `payload::OPEN_END`, so one range covers it.
         must.push(Condition::range(field::VALID_UNTIL, Range { gt: Some(at), ..Range::default() }));
+    }
+    if filter.forgotten {
+        must.push(soft_deleted());
+        return Filter { must, must_not: vec![pending()], ..Filter::default() };
     }
     Filter { must, must_not: vec![soft_deleted(), pending()], ..Filter::default() }
 }
@@ -102,6 +106,7 @@ mod tests {
             since: Some(Timestamp(10)),
             until: Some(Timestamp(20)),
             valid_at: Some(Timestamp(15)),
+            forgotten: false,
         };
         let got = conditions(&to_qdrant(&filter));
         assert_eq!(

@@ -17,7 +17,8 @@ pub const MEMORY_COLUMNS: &str = "m.id, m.text, m.scope_user, m.scope_agent, m.s
 
 /// `filter` as a boolean SQL expression over alias `m`, with its positional parameters.
 pub fn filter_clause(filter: &RecallFilter) -> (String, Vec<Value>) {
-    let mut parts: Vec<String> = vec!["m.deleted_at IS NULL".into()];
+    let deleted = if filter.forgotten { "m.deleted_at IS NOT NULL" } else { "m.deleted_at IS NULL" };
+    let mut parts: Vec<String> = vec![deleted.into()];
     let mut params: Vec<Value> = Vec::new();
     for (column, value) in [
         ("m.scope_user", &filter.scope.user),

@@ -87,6 +87,14 @@ pub fn strength_at(m: &Memory, now: Timestamp) -> f64 {
     strength(initial_strength(m), aging_of(m), days)
 }
 
+/// When a reviewed fact is due again: its SM-2 interval after its last use (or its recording);
+/// `None` before its first review.
+pub fn next_review(m: &Memory) -> Option<Timestamp> {
+    let review = m.lifecycle.review?;
+    let since = m.lifecycle.last_used.unwrap_or(m.recorded_at).max(m.recorded_at);
+    Some(Timestamp(since.millis().saturating_add((review.interval_days * 86_400_000.0) as i64)))
+}
+
 /// Whether a memory of this strength is soft-deleted by the decay pass.
 pub fn fades(strength: f64, aging: Aging) -> bool {
     aging != Aging::Never && strength < SOFT_DELETE_BELOW
@@ -199,6 +207,21 @@ mod tests {
         fn reinforcement_never_lowers(s in 0.0f64..=1.0, boost in -1.0f64..2.0) {
             let r = reinforce(s, boost);
             prop_assert!(r >= s && r <= 1.0);
+        }
+
+        #[test]
+        fn a_review_falls_due_at_least_a_day_after_the_last_use(
+            recorded in 0i64..4_000_000_000_000, used in proptest::option::of(0i64..4_000_000_000_000),
+            qualities in proptest::collection::vec(0u8..=5, 1..20),
+        ) {
+            let mut m = fact("observed", 0.9);
+            m.recorded_at = Timestamp(recorded);
+            m.lifecycle.last_used = used.map(Timestamp);
+            prop_assert_eq!(next_review(&m), None, "never reviewed: nothing due");
+            m.lifecycle.review = Some(qualities.into_iter().fold(Review::default(), review));
+            let due = next_review(&m).unwrap();
+            let since = used.unwrap_or(recorded).max(recorded);
+            prop_assert!(due.millis() >= since + 86_400_000 - 1, "{due:?} before a day after {since}");
         }
 
         #[test]

@@ -316,7 +316,13 @@ pub fn latest_is_newest_first_under_the_filter<S: Store>(make: Make<S>) {
         assert!(store.latest(s1.clone(), 0).await.unwrap().is_empty());
         let deleted = Lifecycle { deleted_at: Some(Timestamp(99)), ..Lifecycle::default() };
         store.update(vec![Update { id: ids[4], lifecycle: deleted, body: None }]).await.unwrap();
-        assert_eq!(store.latest(s1, 1).await.unwrap()[0].id, ids[1], "never a forgotten memory");
+        assert_eq!(store.latest(s1.clone(), 1).await.unwrap()[0].id, ids[1], "never a forgotten memory");
+        let forgotten = RecallFilter { forgotten: true, ..s1.clone() };
+        let listed = store.latest(forgotten.clone(), 10).await.unwrap();
+        assert_eq!(listed.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[4]], "only what was forgotten");
+        assert!(listed[0].lifecycle.is_deleted());
+        let elsewhere = RecallFilter { scope: Scope { session: Some("s2".into()), ..Scope::default() }, ..forgotten };
+        assert!(store.latest(elsewhere, 10).await.unwrap().is_empty(), "the rest of the filter still holds");
     });
 }
 
