@@ -44,14 +44,19 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
-/// What is known of an entity: the entity memories of that name, and every fact about it,
-/// current and past, oldest first (each with its validity, so that any date can be read off).
+/// What is known of an entity: the entity memories of that name, every fact about it, current
+/// and past, oldest first (each with its validity, so that any date can be read off), and the
+/// latest memories that name it, oldest first.
 #[derive(Debug, Clone)]
 pub struct EntityView {
     pub name: String,
     pub entities: Vec<Memory>,
     pub facts: Vec<Memory>,
+    pub mentions: Vec<Memory>,
 }
+
+/// How many of the latest memories naming an entity its view shows.
+const MENTIONS: usize = 50;
 
 /// A session as listed: its scope, its current summary when it has one, its last turn.
 #[derive(Debug, Clone)]
@@ -138,14 +143,37 @@ impl Atlas {
             return Err(AtlasError::invalid("name", "field \"name\": an entity's name has letters or digits"));
         }
         let Some(consolidator) = &self.parts.consolidator else {
-            return Ok(EntityView { name: name.to_owned(), entities: Vec::new(), facts: Vec::new() });
+            return Ok(EntityView {
+                name: name.to_owned(),
+                entities: Vec::new(),
+                facts: Vec::new(),
+                mentions: Vec::new(),
+            });
         };
         let scope = Scope { session: None, ..scope };
         let known = consolidator.known(vec![key.clone()], vec![key], scope).await?;
         let (entities, mut facts): (Vec<Memory>, Vec<Memory>) =
             known.into_iter().partition(|m| m.kind() == MemoryKind::Entity);
         facts.sort_by_key(|m| (m.validity.valid_from, m.id));
-        Ok(EntityView { name: name.to_owned(), entities, facts })
+        let ids: Vec<MemoryId> = entities.iter().map(|m| m.id).collect();
+        let mut named: Vec<MemoryId> = self
+            .parts
+            .store
+            .edges_of_many(ids.clone())
+            .await?
+            .into_values()
+            .flatten()
+            .filter(|e| e.kind == EdgeKind::Entity)
+            .map(|e| if ids.contains(&e.src) { e.dst } else { e.src })
+            .filter(|id| !ids.contains(id))
+            .collect();
+        named.sort_unstable_by(|a, b| b.cmp(a));
+        named.dedup();
+        named.truncate(MENTIONS);
+        let mut mentions: Vec<Memory> =
+            self.parts.store.get_many(named).await?.into_iter().filter(|m| !m.lifecycle.is_deleted()).collect();
+        mentions.sort_by_key(|m| (m.event_time, m.id));
+        Ok(EntityView { name: name.to_owned(), entities, facts, mentions })
     }
 
     /// Sessions within `scope` (its user and agent), newest first: a page of the summarised

@@ -178,10 +178,12 @@ pub fn page_value(page: &crate::inspect::Page, at: atlas_domain::Timestamp) -> V
            "next": page.next.map(|c| c.to_string())})
 }
 
-/// What is known of an entity: its entity memories and every fact about it, oldest first.
+/// What is known of an entity: its entity memories, every fact about it and the latest
+/// memories that name it, oldest first.
 pub fn entity_value(view: &crate::inspect::EntityView, at: atlas_domain::Timestamp) -> Value {
     let list = |ms: &[atlas_domain::Memory]| ms.iter().map(|m| listed_value(m, at)).collect::<Vec<_>>();
-    json!({"name": view.name, "entities": list(&view.entities), "facts": list(&view.facts)})
+    json!({"name": view.name, "entities": list(&view.entities), "facts": list(&view.facts),
+           "mentions": view.mentions.iter().map(jsonl::to_line).collect::<Vec<_>>()})
 }
 
 /// Sessions newest first (summarised, then open ones on the first page) and the next cursor.

@@ -135,6 +135,9 @@ async fn an_entity_shows_every_version_and_a_session_where_its_facts_came_from()
     assert_eq!(objects, ["running on Python 3.11", "migrated to Rust"], "oldest first");
     assert!(view.facts[0].validity.valid_until.is_some() && view.facts[1].validity.valid_until.is_none());
     assert_eq!(view.entities.len(), 1);
+    let mentioned: Vec<MemoryId> = view.mentions.iter().map(|m| m.id).collect();
+    assert!(view.facts.iter().all(|f| mentioned.contains(&f.id)), "its facts name it: {:?}", view.mentions);
+    assert!(view.mentions.windows(2).all(|w| w[0].event_time <= w[1].event_time), "oldest first");
     let elsewhere = atlas.entity("checkout-service", Scope { user: Some("bob".into()), ..Scope::default() }).await;
     assert!(elsewhere.unwrap().facts.is_empty(), "another user's entity of that name is another entity");
 

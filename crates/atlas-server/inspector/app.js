@@ -414,21 +414,26 @@ async function viewEntity([name], params) {
   const scope = { user: params.get('user') || undefined, agent: params.get('agent') || undefined };
   const view = await api('POST', '/v1/entity', { name, scope: scope.user || scope.agent ? scope : undefined });
   const out = [h('h1', {}, 'Entity: ', name)];
-  out.push(h('p', { class: 'muted' }, scope.user ? `user ${scope.user}` : 'no user', scope.agent ? ` · agent ${scope.agent}` : '',
-    ` · ${view.facts.length} fact versions`, view.entities.length ? [' · ', view.entities.map((e) => memoryLink(e, 'entity #' + e.id))] : ''));
-  if (!view.facts.length) {
+  out.push(h('p', { class: 'muted' }, [scope.user ? `user ${scope.user}` : 'no user', scope.agent ? `agent ${scope.agent}` : null,
+    `${view.facts.length} fact versions`, `${view.mentions.length} latest mentions`].filter(Boolean).join(' · '),
+    view.entities.length ? [' · ', view.entities.map((e) => memoryLink(e, 'entity #' + e.id))] : ''));
+  if (!view.facts.length && !view.mentions.length) {
     out.push(h('p', { class: 'muted' }, 'Nothing is known about this name in this scope.'));
     return out;
   }
-  const starts = view.facts.map((f) => Date.parse(f.valid_from));
-  const lo = Math.min(...starts), hi = Date.now();
+  // The slider spans what is known, and its right end is now: nothing changes after the last event.
+  const starts = view.facts.map((f) => Date.parse(f.valid_from)).concat(view.mentions.map((m) => Date.parse(m.time)));
+  const ends = view.facts.filter((f) => f.valid_until).map((f) => Date.parse(f.valid_until));
+  const lo = Math.min(...starts), hi = Math.max(...starts, ...ends) + DAY;
   const initial = params.get('as_of') ? Date.parse(params.get('as_of')) : hi;
   const label = h('b', { id: 'as-of-label' });
   const slider = h('input', { type: 'range', id: 'as-of', min: lo, max: hi, step: Math.max(1, Math.floor((hi - lo) / 1000)), value: isNaN(initial) ? hi : initial });
   const body = h('div', { id: 'entity-facts' });
+  const mentions = h('div', { id: 'mentions' });
   const draw = () => {
-    const at = Number(slider.value);
-    label.textContent = at >= hi ? 'now' : when(new Date(at).toISOString());
+    const atNow = Number(slider.value) >= hi - Number(slider.step);
+    const at = atNow ? Infinity : Number(slider.value);
+    label.textContent = atNow ? 'now' : when(new Date(at).toISOString());
     const groups = new Map();
     for (const f of view.facts) {
       const key = f.body.predicate;
@@ -441,18 +446,21 @@ async function viewEntity([name], params) {
       return h('div', { class: 'card predicate', 'data-predicate': predicate },
         h('div', { class: 'row' }, h('b', {}, predicate), h('span', { class: 'held' },
           current.length ? current.map((f, i) => [i ? ', ' : '', memoryLink(f, f.body.object)]) : h('span', { class: 'muted' }, 'nothing held then'))),
-        timeline(facts, current.length ? current[0].id : null, at),
+        timeline(facts, current.length ? current[0].id : null, atNow ? null : at),
         h('div', { class: 'chips muted' }, 'History: ', facts.map((f) => h('span', {}, f.body.object, ' (', day(f.valid_from), ' → ', f.valid_until ? day(f.valid_until) : 'now', ')'))));
     }));
+    const said = view.mentions.filter((m) => Date.parse(m.time) <= at);
+    mentions.replaceChildren(h('h2', {}, `Mentioned in (${said.length} by then)`), ...said.slice(-20).reverse().map((m) =>
+      h('div', { class: 'turn' }, h('span', { class: 'muted' }, when(m.time)), h('b', {}, m.speaker || m.kind), h('div', { class: 'text' }, memoryLink(m)))));
   };
   slider.addEventListener('input', () => {
     draw();
     const p = new URLSearchParams(location.search);
-    if (Number(slider.value) >= hi) p.delete('as_of'); else p.set('as_of', new Date(Number(slider.value)).toISOString());
+    if (Number(slider.value) >= hi - Number(slider.step)) p.delete('as_of'); else p.set('as_of', new Date(Number(slider.value)).toISOString());
     history.replaceState(null, '', location.pathname + (p.toString() ? '?' + p : ''));
   });
   draw();
-  out.push(h('div', { class: 'slider card' }, 'As of ', label, slider), body);
+  out.push(h('div', { class: 'slider card' }, 'As of ', label, slider), body, mentions);
   return out;
 }
 
@@ -481,7 +489,8 @@ async function viewSession([session], params) {
   const scope = { user: params.get('user') || undefined, agent: params.get('agent') || undefined };
   const view = await api('POST', '/v1/sessions/turns', { session, scope: scope.user || scope.agent ? scope : undefined, before: params.get('before') || undefined });
   const facts = new Map(view.facts.map((f) => [f.id, f]));
-  const out = [h('h1', {}, 'Session: ', session), h('p', { class: 'muted' }, view.user ? `user ${view.user}` : '', view.agent ? ` · agent ${view.agent}` : '', ` · ${view.turns.length} turns shown · ${view.facts.length} facts found in them`)];
+  const out = [h('h1', {}, 'Session: ', session), h('p', { class: 'muted' }, [view.user ? `user ${view.user}` : null, view.agent ? `agent ${view.agent}` : null,
+    `${view.turns.length} turns shown`, `${view.facts.length} facts found in them`].filter(Boolean).join(' · '))];
   out.push(view.summary ? h('div', { class: 'card', id: 'summary' }, h('b', {}, 'Summary '), memoryLink(view.summary, '#' + view.summary.id), h('div', { class: 'text' }, view.summary.text)) : h('p', { class: 'muted' }, 'No summary yet (written when the session ends).'));
   if (view.earlier) out.push(h('p', {}, link(location.pathname + query({ ...Object.fromEntries(params), before: view.earlier }), '← Earlier turns')));
   out.push(h('div', { id: 'turns' }, view.turns.map((t) => h('div', { class: 'turn' + (t.facts.length ? ' found' : '') },

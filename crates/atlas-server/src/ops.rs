@@ -742,16 +742,20 @@ async fn remember(
     }
 }
 
+/// The kinds a request names, each checked (`kind[i]` names a bad one).
+fn kinds(names: &[String]) -> Result<Vec<MemoryKind>, ApiError> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, k)| k.parse::<MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
+        .collect()
+}
+
 /// A recall's request within the caller's tenant, checked whole; and whether to explain.
 fn recall_request(caller: &Caller, request: RecallArgs) -> Result<(RecallRequest, bool), ApiError> {
     not_blank("query", &request.query)?;
     at_most("k", request.k, MAX_K)?;
-    let kinds = request
-        .kind
-        .iter()
-        .enumerate()
-        .map(|(i, k)| k.parse::<MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let kinds = kinds(&request.kind)?;
     let recall = RecallRequest {
         query: request.query,
         k: request.k,
@@ -790,15 +794,9 @@ fn cursor(before: Option<String>) -> Result<Option<atlas_runtime::inspect::Curso
 
 async fn list(atlas: &Atlas, caller: &Caller, request: ListArgs) -> OpResult {
     at_most("limit", request.limit, MAX_PAGE)?;
-    let kinds = request
-        .kind
-        .iter()
-        .enumerate()
-        .map(|(i, k)| k.parse::<MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
-        .collect::<Result<Vec<_>, _>>()?;
     let filter = atlas_domain::RecallFilter {
         scope: confined(caller, request.scope, "")?,
-        kinds,
+        kinds: kinds(&request.kind)?,
         since: time("since", request.since)?,
         until: time("until", request.until)?,
         valid_at: time("as_of", request.as_of)?,

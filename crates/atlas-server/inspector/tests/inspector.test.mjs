@@ -69,7 +69,7 @@ async function page(key = TOKEN) {
 
 async function shoot(p, name, view, path) {
   paints[name] = await open(p, server.url, path, view);
-  await p.screenshot({ path: join(SHOTS, name + '.png'), fullPage: true });
+  await p.screenshot({ path: join(SHOTS, name + '.png') });
 }
 
 async function currentFact() {
@@ -137,7 +137,7 @@ test('a fact\'s timeline shows every version, and the entity\'s as-of slider mov
   await p.locator('#as-of').evaluate((el, t) => { el.value = String(t); el.dispatchEvent(new Event('input')); }, Date.parse('2024-04-20T00:00:00Z'));
   assert.match(await held(), /Rust/);
   assert.match(p.url(), /as_of=2024-04-20/);
-  await p.screenshot({ path: join(SHOTS, 'entity-as-of.png'), fullPage: true });
+  await p.screenshot({ path: join(SHOTS, 'entity-as-of.png') });
   await p.reload();
   await p.waitForSelector('body[data-ready="entity"]');
   assert.match(await held(), /Rust/, 'the address keeps the date');
