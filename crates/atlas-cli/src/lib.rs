@@ -871,10 +871,18 @@ async fn embed(config: &Config, batch: &std::path::Path, json: bool) -> Result<(
     let embedder = atlas_runtime::open_embedder(config)
         .await?
         .ok_or_else(|| anyhow!("embed needs an embedder; this configuration has embedder = \"none\""))?;
-    let text = std::fs::read_to_string(batch).with_context(|| format!("cannot read {shown}"))?;
-    let items = parse_lines(&text, &shown, ["id", "text"])?;
+    // Every line is checked before the first vector is written; then the file is read again a
+    // piece at a time, so that what is held does not grow with it.
+    for row in stream_lines(batch, &shown, ["id", "text"])? {
+        row?;
+    }
+    let mut rows = stream_lines(batch, &shown, ["id", "text"])?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for chunk in items.chunks(256) {
+    loop {
+        let chunk: Vec<(String, [String; 2])> = rows.by_ref().take(256).collect::<Result<_>>()?;
+        if chunk.is_empty() {
+            break;
+        }
         let vectors = embedder.embed(chunk.iter().map(|(_, [_, text])| text.clone()).collect()).await?;
         for ((_, [id, _]), vector) in chunk.iter().zip(vectors) {
             if json {
@@ -992,27 +1000,55 @@ fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> R
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
         let at = format!("{origin}:{}", i + 1);
-        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow!("{at}: not valid JSON ({e})"))?;
-        let field = |name: &str| -> Result<String> {
-            match value.get(name) {
-                Some(serde_json::Value::String(s)) => Ok(s.clone()),
-                Some(serde_json::Value::Number(n)) if name == "id" => Ok(n.to_string()),
-                Some(_) => Err(anyhow!("{at}: field \"{name}\": expected a string")),
-                None => Err(anyhow!("{at}: field \"{name}\": missing")),
-            }
-        };
-        let mut row: [String; N] = std::array::from_fn(|_| String::new());
-        for (slot, name) in row.iter_mut().zip(fields) {
-            *slot = field(name)?;
+        if let Some(row) = parse_line(line, &at, fields)? {
+            out.push((at, row));
         }
-        out.push((at, row));
     }
     Ok(out)
+}
+
+/// One JSON line's string `fields` (`id` may be a number); `None` for a blank line. Errors name
+/// `at` (`file:line`) and the field.
+fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result<Option<[String; N]>> {
+    let line = line.trim();
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow!("{at}: not valid JSON ({e})"))?;
+    let field = |name: &str| -> Result<String> {
+        match value.get(name) {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            Some(serde_json::Value::Number(n)) if name == "id" => Ok(n.to_string()),
+            Some(_) => Err(anyhow!("{at}: field \"{name}\": expected a string")),
+            None => Err(anyhow!("{at}: field \"{name}\": missing")),
+        }
+    };
+    let mut row: [String; N] = std::array::from_fn(|_| String::new());
+    for (slot, name) in row.iter_mut().zip(fields) {
+        *slot = field(name)?;
+    }
+    Ok(Some(row))
+}
+
+/// The rows of a JSON Lines file read a line at a time, as [`parse_lines`] reads a whole text.
+fn stream_lines<const N: usize>(
+    path: &std::path::Path,
+    origin: &str,
+    fields: [&'static str; N],
+) -> Result<impl Iterator<Item = Result<(String, [String; N])>>> {
+    use std::io::BufRead as _;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {origin}"))?;
+    let origin = origin.to_owned();
+    let rows = std::io::BufReader::new(file).lines().enumerate().filter_map(move |(i, line)| {
+        let at = format!("{origin}:{}", i + 1);
+        let row = line.with_context(|| format!("cannot read {at}")).and_then(|line| {
+            let line = if i == 0 { line.strip_prefix('\u{feff}').unwrap_or(&line).to_owned() } else { line };
+            parse_line(&line, &at, fields)
+        });
+        row.transpose().map(|row| row.map(|row| (at, row)))
+    });
+    Ok(rows)
 }
 
 pub(crate) fn parse_scope(pairs: &[String]) -> Result<Scope> {

@@ -293,6 +293,15 @@ fn embed_prints_one_unit_vector_per_line() {
     let bad = write(dir.path(), "bad.jsonl", "{\"id\": \"a\"}\n");
     let err = failed(atlas(&dir.path().join("x.db"), &["embed", "--batch", bad.to_str().unwrap()]));
     assert!(err.contains("bad.jsonl:1") && err.contains("field \"text\""), "{err}");
+    // The file is read a piece at a time, but every line is checked before a vector is written.
+    let mut late = "\u{feff}".to_owned();
+    late.extend((0..300).map(|i| format!("{{\"id\": {i}, \"text\": \"turn {i}\"}}\n")));
+    late.push_str("{\"id\": 300, \"text\": 5}\n");
+    let late = write(dir.path(), "late.jsonl", &late);
+    let out = atlas(&dir.path().join("x.db"), &["embed", "--batch", late.to_str().unwrap()]);
+    assert!(!out.status.success() && out.stdout.is_empty(), "nothing written before the bad line is found");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("late.jsonl:301") && err.contains("expected a string"), "{err}");
 }
 
 /// A stand-in ONNX Runtime library built here with the C compiler: it answers the version
