@@ -3,11 +3,12 @@
 //! script of the Python package (atlas-py).
 
 mod agent_memory;
+mod embed;
 mod keys;
 mod output;
+mod serve;
 
 use anyhow::{Context, Result, anyhow};
-use atlas_domain::access::AccessKey;
 use atlas_domain::{MemoryId, MemoryKind, Scope, Timestamp};
 use atlas_runtime::{Atlas, Config, ImportOptions, RecallRequest, Remember};
 use clap::{Args, Parser, Subcommand};
@@ -392,65 +393,6 @@ struct RecallArgs {
 }
 
 /// `atlas serve`: refuses an open address without a token, then serves until interrupted.
-/// Serves `atlas` on `listen`; `ui` (whether to open a browser) prints the inspector's address
-/// first, on standard output, for a script or a person to open.
-async fn serve(atlas: Atlas, listen: &str, mut options: atlas_server::ServerOptions, ui: Option<bool>) -> Result<()> {
-    let addr: std::net::SocketAddr =
-        listen.parse().map_err(|e| anyhow!("--listen: {listen:?} is not an address like 127.0.0.1:7431 ({e})"))?;
-    let has_keys = atlas.keys().await?.iter().any(AccessKey::is_live);
-    if !atlas_server::is_loopback(&addr) && options.token.is_none() && !has_keys {
-        return Err(anyhow!(
-            "refusing to listen on {addr} without a token: anyone who can reach it could read and change \
-             this memory; give one with --token-file FILE or ATLAS_TOKEN, add keys with `atlas keys add`, \
-             or listen on 127.0.0.1"
-        ));
-    }
-    // On loopback the Host check stops DNS rebinding; beyond it the tokens guard, and the Host
-    // is checked only against the names given with --allowed-host.
-    options.check_host = atlas_server::is_loopback(&addr) || !options.allowed_hosts.is_empty();
-    options.require_token = !atlas_server::is_loopback(&addr);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    let addr = listener.local_addr().with_context(|| format!("cannot read the address bound for {addr}"))?;
-    let atlas = Arc::new(atlas);
-    atlas.start_sleep_cycle();
-    eprintln!("atlas serving {} on http://{addr} (docs/SERVER.md)", atlas.config().db.display());
-    if let Some(open) = ui {
-        let url = format!("http://{addr}/");
-        println!("{url}");
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
-        if open {
-            let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-            if let Err(e) = std::process::Command::new(opener).arg(&url).spawn() {
-                eprintln!("could not open a browser ({opener}: {e}); open {url} yourself");
-            }
-        }
-    }
-    let app = atlas_server::router(Arc::clone(&atlas), options.clone());
-    axum_serve(listener, app, &options).await?;
-    atlas.end_session();
-    Ok(())
-}
-
-async fn axum_serve(
-    listener: tokio::net::TcpListener,
-    app: atlas_server::Router,
-    options: &atlas_server::ServerOptions,
-) -> Result<()> {
-    // SIGINT or SIGTERM: stop accepting, let requests in flight finish (every 2xx write is
-    // committed before its answer), then return.
-    atlas_server::serve(listener, app, options, async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    })
-    .await
-    .context("the server stopped")
-}
-
 /// Runs the command line `args` (the program's name first) to its end and returns its exit
 /// status: 0 on success, 1 on an error (reported on standard error, or as JSON with `--json`),
 /// 2 for a command line clap refuses (after printing why; `--help` and `--version` exit 0).
@@ -541,7 +483,7 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
     );
     match &cli.command {
-        Command::Embed { batch } => return embed(&config, batch, json).await,
+        Command::Embed { batch } => return embed::embed(&config, batch, json).await,
         Command::Reembed { all } => return reembed(config, *all, json).await,
         _ => {}
     }
@@ -638,7 +580,7 @@ async fn run(cli: Cli) -> Result<()> {
                 allowed_origins: allowed_origin,
                 ..atlas_server::ServerOptions::default()
             };
-            serve(atlas, &listen, options, None).await
+            serve::serve(atlas, &listen, options, None).await
         }
         Command::Ui { listen, open } => {
             let addr: std::net::SocketAddr =
@@ -648,7 +590,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
             let token = std::env::var("ATLAS_TOKEN").ok().filter(|t| !t.is_empty());
             let options = atlas_server::ServerOptions { token, ..atlas_server::ServerOptions::default() };
-            serve(atlas, &listen, options, Some(open)).await
+            serve::serve(atlas, &listen, options, Some(open)).await
         }
         Command::Context { task, budget, session, scope } => {
             let mut scope = parse_scope(&scope)?;
@@ -866,37 +808,6 @@ fn embedded_message(embedded: usize, left: u64, secs: f64) -> String {
     line
 }
 
-async fn embed(config: &Config, batch: &std::path::Path, json: bool) -> Result<()> {
-    let shown = batch.display().to_string();
-    let embedder = atlas_runtime::open_embedder(config)
-        .await?
-        .ok_or_else(|| anyhow!("embed needs an embedder; this configuration has embedder = \"none\""))?;
-    // Every line is checked before the first vector is written; then the file is read again a
-    // piece at a time, so that what is held does not grow with it.
-    for row in stream_lines(batch, &shown, ["id", "text"])? {
-        row?;
-    }
-    let mut rows = stream_lines(batch, &shown, ["id", "text"])?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    loop {
-        let chunk: Vec<(String, [String; 2])> = rows.by_ref().take(256).collect::<Result<_>>()?;
-        if chunk.is_empty() {
-            break;
-        }
-        let vectors = embedder.embed(chunk.iter().map(|(_, [_, text])| text.clone()).collect()).await?;
-        for ((_, [id, _]), vector) in chunk.iter().zip(vectors) {
-            if json {
-                writeln!(out, "{}", serde_json::json!({"id": id, "vector": vector}))?;
-            } else {
-                let head: Vec<String> = vector.iter().take(4).map(|x| format!("{x:.4}")).collect();
-                writeln!(out, "{id}: [{}, …] ({} dimensions)", head.join(", "), vector.len())?;
-            }
-        }
-    }
-    out.flush()?;
-    Ok(())
-}
-
 async fn reembed(config: Config, all: bool, json: bool) -> Result<()> {
     let started = Instant::now();
     let bar = progress_bar(0);
@@ -1010,7 +921,7 @@ fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> R
 
 /// One JSON line's string `fields` (`id` may be a number); `None` for a blank line. Errors name
 /// `at` (`file:line`) and the field.
-fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result<Option<[String; N]>> {
+pub(crate) fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result<Option<[String; N]>> {
     let line = line.trim();
     if line.is_empty() {
         return Ok(None);
@@ -1029,26 +940,6 @@ fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result
         *slot = field(name)?;
     }
     Ok(Some(row))
-}
-
-/// The rows of a JSON Lines file read a line at a time, as [`parse_lines`] reads a whole text.
-fn stream_lines<const N: usize>(
-    path: &std::path::Path,
-    origin: &str,
-    fields: [&'static str; N],
-) -> Result<impl Iterator<Item = Result<(String, [String; N])>>> {
-    use std::io::BufRead as _;
-    let file = std::fs::File::open(path).with_context(|| format!("cannot read {origin}"))?;
-    let origin = origin.to_owned();
-    let rows = std::io::BufReader::new(file).lines().enumerate().filter_map(move |(i, line)| {
-        let at = format!("{origin}:{}", i + 1);
-        let row = line.with_context(|| format!("cannot read {at}")).and_then(|line| {
-            let line = if i == 0 { line.strip_prefix('\u{feff}').unwrap_or(&line).to_owned() } else { line };
-            parse_line(&line, &at, fields)
-        });
-        row.transpose().map(|row| row.map(|row| (at, row)))
-    });
-    Ok(rows)
 }
 
 pub(crate) fn parse_scope(pairs: &[String]) -> Result<Scope> {
