@@ -61,8 +61,8 @@ pub const ATTENTION_BUDGET: usize = 32 * 64 * 64;
 /// The most tokens (rows × width) one model call may hold: the feed-forward layers' activations
 /// take 1,536 floats per token, several alive at once, so 2,048 tokens (32 texts of 64) held
 /// 60 MB of a 107 MB heap (heaptrack). At 512 a process embedding 10,000 mixed texts peaked at
-/// 125 MB against 158 at 1,024, and ran faster (smaller calls stay in cache). Like the
-/// attention budget it changes no vector.
+/// 125 MB against 158 at 1,024, and took 141 s against 167 (one after the other; why it is
+/// faster was not measured). Like the attention budget it changes no vector.
 pub const TOKEN_BUDGET: usize = 512;
 
 /// Hands the pages ONNX Runtime freed back to the system. Every sub-batch has its own shape, so
