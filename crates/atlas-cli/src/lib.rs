@@ -4,6 +4,7 @@
 
 mod agent_memory;
 mod embed;
+mod files;
 mod keys;
 mod output;
 mod serve;
@@ -109,14 +110,28 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Write a full export (ids, edges, context) that `import` restores exactly.
+    /// Write a full export (ids, edges, context) that `import` restores exactly, or with
+    /// `--format cypher` the graph as Cypher statements (docs/FILES.md).
     Export {
         /// Write here instead of standard output.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
-        /// Include every memory's vector, so that a restore need not re-embed.
+        /// Include every memory's vector, so that a restore need not re-embed (jsonl only).
         #[arg(long)]
         vectors: bool,
+        #[arg(long, value_enum, default_value_t)]
+        format: files::ExportFormat,
+    },
+    /// The markdown bank: what the space believes, as files a person reads, edits and versions
+    /// (docs/FILES.md).
+    Bank {
+        #[command(subcommand)]
+        action: files::BankAction,
+    },
+    /// A folder of markdown documents, kept searchable as sections of kind `doc`.
+    Docs {
+        #[command(subcommand)]
+        action: files::DocsAction,
     },
     /// Embed every memory still waiting for a vector, with a progress bar.
     EmbedPending,
@@ -481,6 +496,8 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Experience { action: ExperienceAction::Store { .. } }
             | Command::Strategy { action: StrategyAction::Add { .. } | StrategyAction::Write { .. } }
             | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
+            | Command::Bank { action: files::BankAction::Rebuild { .. } }
+            | Command::Docs { .. }
     );
     match &cli.command {
         Command::Embed { batch } => return embed::embed(&config, batch, json).await,
@@ -687,7 +704,15 @@ async fn run(cli: Cli) -> Result<()> {
             output::print_stats(atlas.config(), &stats, json);
             Ok(())
         }
-        Command::Export { out, vectors } => {
+        Command::Export { out, format: files::ExportFormat::Cypher, vectors } => {
+            if vectors {
+                return Err(anyhow!("--vectors: a Cypher export carries no vectors (use --format jsonl)"));
+            }
+            files::export_cypher(&atlas, out).await
+        }
+        Command::Bank { action } => files::bank(&atlas, action, json).await,
+        Command::Docs { action } => files::docs(&atlas, action, json).await,
+        Command::Export { out, vectors, format: files::ExportFormat::Jsonl } => {
             let count = match &out {
                 Some(path) => {
                     let file =

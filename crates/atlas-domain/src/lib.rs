@@ -5,6 +5,7 @@
 //! in [`ports`]; `atlas-runtime` composes them.
 
 pub mod access;
+pub mod cypher;
 pub mod edge;
 pub mod error;
 pub mod filter;

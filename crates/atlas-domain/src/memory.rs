@@ -25,10 +25,12 @@ pub enum MemoryKind {
     Strategy,
     /// What a closed session was about, written by the sleep cycle for context assembly.
     Summary,
+    /// A section of a project document (`atlas docs sync`), kept by its content hash.
+    Doc,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 8] = [
+    pub const ALL: [MemoryKind; 9] = [
         MemoryKind::Episode,
         MemoryKind::Fact,
         MemoryKind::Entity,
@@ -37,6 +39,7 @@ impl MemoryKind {
         MemoryKind::Concept,
         MemoryKind::Strategy,
         MemoryKind::Summary,
+        MemoryKind::Doc,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +52,7 @@ impl MemoryKind {
             MemoryKind::Concept => "concept",
             MemoryKind::Strategy => "strategy",
             MemoryKind::Summary => "summary",
+            MemoryKind::Doc => "doc",
         }
     }
 }
@@ -134,6 +138,17 @@ pub enum Body {
         /// summary, which supersedes this one.
         turns: u32,
     },
+    Doc {
+        /// The document's path below the synced folder (`/`-separated).
+        path: String,
+        /// The section's level-2 heading (empty for the text before the first).
+        heading: String,
+        /// Which section of that heading, when one document repeats it (0 for the first).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        occurrence: u32,
+        /// The sha256 of the section's text: an unchanged section is left as it is.
+        hash: String,
+    },
 }
 
 /// Where a concept comes from.
@@ -198,6 +213,7 @@ impl Body {
             Body::Concept { .. } => MemoryKind::Concept,
             Body::Strategy { .. } => MemoryKind::Strategy,
             Body::Summary { .. } => MemoryKind::Summary,
+            Body::Doc { .. } => MemoryKind::Doc,
         }
     }
 

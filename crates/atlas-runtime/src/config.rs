@@ -29,6 +29,7 @@ pub struct Config {
     pub consolidation: ConsolidationConfig,
     pub forgetting: ForgettingConfig,
     pub llm: LlmConfig,
+    pub bank: BankConfig,
     /// How long a write (and opening the file) waits for another process's lock, in ms; long
     /// enough by default for a million-memory import of another process to commit.
     pub busy_timeout_ms: u64,
@@ -286,6 +287,15 @@ impl Default for ConsolidationConfig {
     }
 }
 
+/// The markdown bank (docs/FILES.md).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BankConfig {
+    /// When set, every sleep cycle writes the bank into this folder after it commits (whole
+    /// pages, all of a cycle's changes or none), so that `git diff` shows what it learned.
+    pub dir: Option<PathBuf>,
+}
+
 /// Decay and the archive (`atlas decay`, `atlas archive`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -393,6 +403,7 @@ impl Default for Config {
             recall: RecallConfig::default(),
             consolidation: ConsolidationConfig::default(),
             forgetting: ForgettingConfig::default(),
+            bank: BankConfig::default(),
             llm: LlmConfig::default(),
             busy_timeout_ms: 60_000,
             create: true,

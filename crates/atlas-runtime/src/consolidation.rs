@@ -868,7 +868,13 @@ impl Sleeper {
     }
 
     /// Starts the task once; later calls do nothing.
-    pub fn start(&self, parts: Arc<Parts>, config: ConsolidationConfig, decay_every_hours: f64) {
+    pub fn start(
+        &self,
+        parts: Arc<Parts>,
+        config: ConsolidationConfig,
+        decay_every_hours: f64,
+        bank_dir: Option<std::path::PathBuf>,
+    ) {
         let mut task = self.task.lock().expect("sleeper lock");
         if task.is_some() {
             return;
@@ -894,7 +900,14 @@ impl Sleeper {
                 // Full batches follow each other; a cycle that deferred or failed anything
                 // waits for the next occasion, so a model's budget is never run through.
                 loop {
-                    match run_cycle(&parts, &config, crate::now()).await {
+                    let outcome = run_cycle(&parts, &config, crate::now()).await;
+                    if outcome.is_ok()
+                        && let Some(dir) = &bank_dir
+                        && let Err(e) = crate::bank::write(&parts, dir).await
+                    {
+                        tracing::warn!(error = %e, bank = %dir.display(), "writing the bank after a sleep cycle failed; the next cycle writes it whole");
+                    }
+                    match outcome {
                         Ok(r) if r.episodes_seen >= config.batch && r.deferred == 0 && r.failed == 0 => continue,
                         Ok(_) => break,
                         Err(e) => {

@@ -5,12 +5,15 @@
 pub mod agents;
 mod background;
 mod backup;
+pub mod bank;
 pub mod concepts;
 pub mod config;
 pub mod consolidation;
 pub mod context;
+mod docs;
 mod editing;
 pub mod forgetting;
+mod graph_export;
 mod import_pieces;
 pub mod inspect;
 pub mod keys;
@@ -21,7 +24,9 @@ pub mod wire;
 pub use backup::{ImportOptions, Imported, import_key, parse_trajectories, tenant_label};
 pub use config::Config;
 pub use consolidation::CycleReport;
+pub use docs::DocsSynced;
 pub use editing::Revised;
+pub use graph_export::GraphExported;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
 use atlas_domain::policy::limits::validate;
@@ -368,6 +373,7 @@ impl Atlas {
                 Arc::clone(&self.parts),
                 self.config.consolidation.clone(),
                 self.config.forgetting.decay_every_hours,
+                self.config.bank.dir.clone(),
             );
         }
     }
@@ -380,14 +386,26 @@ impl Atlas {
     /// Runs one sleep cycle now (see [`consolidation`]): rules, and the model where one is
     /// configured, within its call budget.
     pub async fn consolidate(&self) -> Result<CycleReport> {
-        consolidation::run_cycle(&self.parts, &self.config.consolidation, now()).await
+        let report = consolidation::run_cycle(&self.parts, &self.config.consolidation, now()).await?;
+        self.write_configured_bank().await?;
+        Ok(report)
+    }
+
+    /// With `[bank] dir` set, writes the bank after a cycle (its changes land whole).
+    async fn write_configured_bank(&self) -> Result<()> {
+        if let Some(dir) = &self.config.bank.dir {
+            bank::write(&self.parts, dir).await?;
+        }
+        Ok(())
     }
 
     /// [`Atlas::consolidate`] with every session closed now: each gets its summary, however
     /// recently it was spoken in (what `end_session` does in the background).
     pub async fn consolidate_ending_sessions(&self) -> Result<CycleReport> {
         let config = config::ConsolidationConfig { session_idle_secs: 0, ..self.config.consolidation.clone() };
-        consolidation::run_cycle(&self.parts, &config, now()).await
+        let report = consolidation::run_cycle(&self.parts, &config, now()).await?;
+        self.write_configured_bank().await?;
+        Ok(report)
     }
 
     /// The reports of the last `limit` cycles, newest first.

@@ -209,9 +209,13 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         // Entities are the graph's nodes, a name each: they link memories and are searched only
         // when asked for by kind (a bare name would top every full-text list and skew fusion).
         // Session summaries are for context assembly: they restate turns that recall already
-        // finds, so they too come only when asked for.
+        // finds, so they too come only when asked for. So do a project's documents (`atlas docs
+        // sync`): reference text, not what the agent lived through.
         kinds: if request.kinds.is_empty() {
-            MemoryKind::ALL.into_iter().filter(|k| !matches!(k, MemoryKind::Entity | MemoryKind::Summary)).collect()
+            MemoryKind::ALL
+                .into_iter()
+                .filter(|k| !matches!(k, MemoryKind::Entity | MemoryKind::Summary | MemoryKind::Doc))
+                .collect()
         } else {
             request.kinds
         },

@@ -210,7 +210,7 @@ function keyForm() {
 
 // ---- Search -----------------------------------------------------------------------------
 
-const KINDS = ['episode', 'fact', 'summary', 'core', 'entity', 'experience', 'strategy', 'concept'];
+const KINDS = ['episode', 'fact', 'summary', 'core', 'entity', 'experience', 'strategy', 'concept', 'doc'];
 
 function filterFields(params, extra) {
   const field = (name, label, attrs) =>

@@ -52,13 +52,15 @@ pub fn strength(initial: f64, aging: Aging, days: f64) -> f64 {
     }
 }
 
-/// How `m` ages: episodes, entities, core memory, session summaries and world facts (`tag:W`) never; opinions
+/// How `m` ages: episodes, entities, core memory, session summaries, documents and world facts (`tag:W`) never; opinions
 /// (`tag:O`) linearly; other facts on the Ebbinghaus curve, slowed by their SM-2 interval and
 /// hastened once superseded; procedural memories on a slower curve.
 pub fn aging_of(m: &Memory) -> Aging {
     let origin = m.meta.get("origin").and_then(serde_json::Value::as_str);
     match m.kind() {
-        MemoryKind::Episode | MemoryKind::Entity | MemoryKind::Core | MemoryKind::Summary => Aging::Never,
+        MemoryKind::Episode | MemoryKind::Entity | MemoryKind::Core | MemoryKind::Summary | MemoryKind::Doc => {
+            Aging::Never
+        }
         MemoryKind::Fact => match origin {
             Some("tag:W") => Aging::Never,
             Some("tag:O") => Aging::Linear { per_day: OPINION_DECAY_PER_DAY },

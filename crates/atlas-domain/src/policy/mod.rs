@@ -6,11 +6,13 @@
 //! clusters, strategy success rates and ranking), and the Concept library's program structure
 //! and compression.
 
+pub mod bank;
 pub mod concepts;
 pub mod consolidation;
 pub mod context;
 pub mod decay;
 pub mod dialectic;
+pub mod documents;
 pub mod embedding;
 pub mod experience;
 pub mod fusion;

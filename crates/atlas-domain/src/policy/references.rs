@@ -20,7 +20,8 @@ pub fn body_references(body: &Body) -> Vec<(&'static str, MemoryId)> {
         | Body::Core { .. }
         | Body::Experience { .. }
         | Body::Strategy { .. }
-        | Body::Summary { .. } => Vec::new(),
+        | Body::Summary { .. }
+        | Body::Doc { .. } => Vec::new(),
     }
 }
 
@@ -41,7 +42,8 @@ fn map_body(
         | Body::Core { .. }
         | Body::Experience { .. }
         | Body::Strategy { .. }
-        | Body::Summary { .. } => Ok(()),
+        | Body::Summary { .. }
+        | Body::Doc { .. } => Ok(()),
     }
 }
 
