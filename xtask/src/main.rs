@@ -37,7 +37,8 @@ enum Task {
     /// The test suite alone (nextest when installed, else cargo test).
     Test,
     /// Real clients against ATLAS: the official MCP Python SDK over stdio and streamable HTTP,
-    /// and schemathesis against the OpenAPI document of a live `atlas serve`.
+    /// schemathesis against the OpenAPI document of a live `atlas serve`, and the Cypher export
+    /// loaded into an embedded Cypher engine (Ladybug).
     Clients,
     /// The Qdrant conformance suite against `QDRANT_URL` or a Qdrant started for it.
     QdrantSuite,
