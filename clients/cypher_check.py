@@ -82,7 +82,8 @@ def main():
     edges = [e for e in edges if e["src"] in kinds and e["dst"] in kinds]
     want_nodes = collections.Counter(LABELS[k] for k in kinds.values())
     want_edges = collections.Counter(EDGE_TYPES[e["kind"]] for e in edges)
-    if not want_nodes.get("Fact") or not want_nodes.get("Entity") or not want_edges.get("SUPERSEDES"):
+    demo = len(sys.argv) <= 3
+    if not want_nodes.get("Entity") or (demo and not (want_nodes.get("Fact") and want_edges.get("SUPERSEDES"))):
         fail(f"the space has too little to check: {dict(want_nodes)} {dict(want_edges)}")
 
     text = cypher_file.read_text()

@@ -476,7 +476,10 @@ fn render_page(key: &PageKey, entity: Option<&Memory>, items: &[&StoredMemory], 
     for (label, value, id) in &now {
         out.push_str(&format!("- {}: {} ^{}\n", encode_label(label), encode_value(value), id.0));
     }
-    out.push_str("\n## History\n\n");
+    if !now.is_empty() {
+        out.push('\n');
+    }
+    out.push_str("## History\n\n");
     let mut history: Vec<&Memory> = items.iter().map(|s| &s.memory).collect();
     history.sort_by(|a, b| {
         label_value(a)
