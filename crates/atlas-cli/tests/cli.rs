@@ -699,3 +699,68 @@ fn an_import_without_an_embedder_says_why_its_memories_wait_for_vectors() {
     assert!(said.contains("3 memories wait for a vector") && said.contains("no embedder"), "{said}");
     assert!(!said.contains("claimed by another process"), "{said}");
 }
+
+/// The commands of docs/FILES.md through the binary: a bank written, edited, synced (a bad line
+/// named with its file and line in the JSON error), rebuilt into a new file; documents synced;
+/// the graph as Cypher.
+#[test]
+fn bank_docs_and_cypher_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let changes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo/changes.jsonl");
+    ok(atlas_text_only(&db, &["import", changes.to_str().unwrap()]));
+    ok(atlas_text_only(&db, &["consolidate", "--end-sessions"]));
+    let bank = dir.path().join("bank");
+    let bank_arg = bank.to_str().unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["--json", "bank", "write", bank_arg]))).unwrap();
+    assert!(first["changed"].as_u64().unwrap() > 3, "{first}");
+    let again: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["--json", "bank", "write", bank_arg]))).unwrap();
+    assert_eq!(again["changed"], 0);
+
+    let page = bank.join("user-ann/entities/checkout-service.md");
+    let text = std::fs::read_to_string(&page).unwrap();
+    std::fs::write(&page, text.replace("## Now\n\n", "## Now\n\n- owner\n")).unwrap();
+    let out = atlas_text_only(&db, &["--json", "bank", "sync", bank_arg]);
+    assert!(!out.status.success());
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let location = error["error"]["location"].as_str().unwrap_or_default().to_owned();
+    let line = text.lines().position(|l| l == "## Now").unwrap() + 3;
+    assert!(location.ends_with(&format!("user-ann/entities/checkout-service.md:{line}")), "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("expected \"label: value\""), "{error}");
+    std::fs::write(&page, text.replace("## Now\n\n", "## Now\n\n- owner: the payments team\n")).unwrap();
+    let synced: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["--json", "bank", "sync", bank_arg]))).unwrap();
+    assert_eq!(synced["added"], 1, "{synced}");
+
+    let rebuilt = dir.path().join("rebuilt.db");
+    let out = ok(atlas_text_only(&rebuilt, &["bank", "rebuild", bank_arg]));
+    assert!(out.contains("rebuilt"), "{out}");
+    let owner = |db: &Path| {
+        let out = ok(atlas_text_only(
+            db,
+            &["--json", "recall", "who owns the checkout service", "--kind", "fact", "--k", "1"],
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (v["hits"][0]["id"].clone(), v["hits"][0]["text"].clone())
+    };
+    assert_eq!(owner(&rebuilt), owner(&db));
+
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(docs.join("runbook.md"), "# Runbook\n\n## Paging\n\nPage the payments team first.\n").unwrap();
+    let s: serde_json::Value =
+        serde_json::from_str(&ok(atlas_text_only(&db, &["--json", "docs", "sync", docs.to_str().unwrap()]))).unwrap();
+    assert_eq!((s["files"].as_u64(), s["added"].as_u64()), (Some(1), Some(1)));
+    let found = ok(atlas_text_only(&db, &["--json", "recall", "page the payments team", "--kind", "doc", "--k", "1"]));
+    assert!(found.contains("## Paging"), "{found}");
+
+    let cypher = dir.path().join("graph.cypher");
+    let out = atlas_text_only(&db, &["export", "--format", "cypher", "--out", cypher.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&cypher).unwrap();
+    assert!(text.contains("CREATE (:Fact {") && text.contains("[:SUPERSEDES {"));
+    let refused = failed(atlas_text_only(&db, &["export", "--format", "cypher", "--vectors"]));
+    assert!(refused.contains("--vectors"), "{refused}");
+}

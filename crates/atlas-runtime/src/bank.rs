@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 const STAGING: &str = ".atlas-staging";
 /// The committed journal of a staged write.
 const JOURNAL: &str = "JOURNAL";
+/// The file whose lock one process holds while it reads or writes the bank: the sleep cycle of
+/// a server and a person's `atlas bank sync` never interleave.
+const LOCK: &str = ".atlas-lock";
 /// How many memories one read of the store returns.
 const PIECE: usize = 1_000;
 
@@ -56,6 +59,9 @@ async fn snapshot(parts: &Parts) -> Result<Vec<StoredMemory>> {
         for mut item in piece {
             item.vector = None;
             if !bank::keeps(&item.memory) {
+                // An episode holds what links it to a belief (a fact consolidated before the
+                // episode's id was given); the turns' own chain is not the bank's.
+                item.edges.retain(|e| e.kind != EdgeKind::Temporal);
                 if item.edges.is_empty() {
                     continue;
                 }
@@ -72,12 +78,44 @@ async fn snapshot(parts: &Parts) -> Result<Vec<StoredMemory>> {
 /// Writes the space's beliefs into `dir` (created if missing), changing only the pages whose
 /// bytes differ and removing pages of the bank that are no longer produced.
 pub async fn write(parts: &Parts, dir: &Path) -> Result<BankWritten> {
+    let lock = lock(dir, true).await?;
+    let written = write_locked(parts, dir).await;
+    drop(lock);
+    written
+}
+
+/// [`write`] by a caller that holds the bank's lock.
+async fn write_locked(parts: &Parts, dir: &Path) -> Result<BankWritten> {
     let items = snapshot(parts).await?;
     let files = bank::render(&items);
     let dir = dir.to_owned();
     tokio::task::spawn_blocking(move || write_files(&dir, &files))
         .await
         .map_err(|e| AtlasError::Storage(format!("bank write task: {e}")))?
+}
+
+/// Takes the bank's lock, waiting for another process to let it go; `create` makes a missing
+/// folder (a write), else a missing folder is an error (a sync or rebuild reads one).
+async fn lock(dir: &Path, create: bool) -> Result<std::fs::File> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || {
+        if create {
+            std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        } else if !dir.is_dir() {
+            return Err(AtlasError::invalid(dir.display().to_string(), "no such folder"));
+        }
+        let path = dir.join(LOCK);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_error(&path, e))?;
+        file.lock().map_err(|e| io_error(&path, e))?;
+        Ok(file)
+    })
+    .await
+    .map_err(|e| AtlasError::Storage(format!("bank lock task: {e}")))?
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> AtlasError {
@@ -269,6 +307,7 @@ impl Atlas {
         let Some(consolidator) = self.parts.consolidator.clone() else {
             return Err(AtlasError::Config("this store keeps no history, so a bank cannot be synced into it".into()));
         };
+        let _lock = lock(dir, false).await?;
         let owned = dir.to_owned();
         let parsed = tokio::task::spawn_blocking(move || read_bank(&owned))
             .await
@@ -336,7 +375,7 @@ impl Atlas {
             self.parts.store.update(updates).await?;
         }
         self.background.wake();
-        synced.written = write(&self.parts, dir).await?;
+        synced.written = write_locked(&self.parts, dir).await?;
         Ok(synced)
     }
 
@@ -346,6 +385,7 @@ impl Atlas {
     /// from are not in a bank, so those links are left out. Vectors are computed afterwards,
     /// like any restore's.
     pub async fn bank_rebuild(&self, dir: &Path) -> Result<usize> {
+        let _lock = lock(dir, false).await?;
         let owned: PathBuf = dir.to_owned();
         let parsed = tokio::task::spawn_blocking(move || read_bank(&owned))
             .await

@@ -267,6 +267,25 @@ async fn every_sleep_cycle_writes_the_configured_bank() {
     assert!(text.contains("rolled back to Python after the latency spike"), "{text}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_and_syncs_at_once_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = sqlite(&dir.path().join("a.db"), Config::default()).await;
+    demo(&atlas).await;
+    let bank = dir.path().join("bank");
+    atlas.bank_write(&bank).await.unwrap();
+    let written = read_tree(&bank);
+    let (a, b, c) = tokio::join!(atlas.bank_write(&bank), atlas.bank_sync(&bank), atlas.bank_write(&bank));
+    a.unwrap();
+    b.unwrap();
+    c.unwrap();
+    assert_eq!(read_tree(&bank), written);
+    assert!(!bank.join(".atlas-staging").exists());
+    let missing = atlas.bank_sync(&dir.path().join("nowhere")).await.unwrap_err().to_string();
+    assert!(missing.contains("no such folder"), "{missing}");
+    assert!(!dir.path().join("nowhere").exists());
+}
+
 #[tokio::test]
 async fn a_bank_write_cut_short_lands_whole_or_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
