@@ -418,6 +418,22 @@ pub struct Consolidation {
     pub at: Timestamp,
 }
 
+impl Consolidation {
+    /// A batch that changes nothing yet, to be filled in: learned at `at`, with no report.
+    pub fn empty(at: Timestamp) -> Self {
+        Consolidation {
+            memories: Vec::new(),
+            edges: Vec::new(),
+            revisions: Vec::new(),
+            unlinked: Vec::new(),
+            processed: Vec::new(),
+            failed: Vec::new(),
+            report: serde_json::Value::Null,
+            at,
+        }
+    }
+}
+
 /// A session the sleep cycle should summarise: its last turn was said before the cycle's
 /// cut-off, and it has no current summary covering all its turns.
 #[derive(Debug, Clone, PartialEq)]

@@ -122,42 +122,9 @@ fn io_error(path: &Path, e: std::io::Error) -> AtlasError {
     AtlasError::Storage(format!("{}: {e}", path.display()))
 }
 
-/// The bank's files as they are: every `.md` below `dir` (not in hidden folders), by path.
+/// The bank's files as they are.
 fn read_files(dir: &Path) -> Result<Vec<BankFile>> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(folder) = stack.pop() {
-        let entries = std::fs::read_dir(&folder).map_err(|e| io_error(&folder, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| io_error(&folder, e))?;
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let kind = entry.file_type().map_err(|e| io_error(&path, e))?;
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() && name.ends_with(".md") {
-                let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
-                let relative = relative(dir, &path);
-                let text =
-                    String::from_utf8(bytes).map_err(|_| AtlasError::invalid(relative.clone(), "not UTF-8 text"))?;
-                files.push(BankFile { path: relative, text });
-            }
-        }
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
-}
-
-fn relative(dir: &Path, path: &Path) -> String {
-    path.strip_prefix(dir)
-        .unwrap_or(path)
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join("/")
+    Ok(crate::markdown_files::read(dir)?.into_iter().map(|f| BankFile { path: f.path, text: f.text }).collect())
 }
 
 /// Whether a file is a page this bank owns (so that a write may remove it): its front matter
@@ -322,14 +289,8 @@ impl Atlas {
             BankSynced { edited: edited.len(), added: added.len(), forgotten: removed.len(), ..Default::default() };
         if !edited.is_empty() || !added.is_empty() {
             let mut batch = Consolidation {
-                memories: Vec::new(),
-                edges: Vec::new(),
-                revisions: Vec::new(),
-                unlinked: Vec::new(),
-                processed: Vec::new(),
-                failed: Vec::new(),
                 report: serde_json::json!({"bank_sync": {"edited": edited.len(), "added": added.len(), "forgotten": removed.len()}}),
-                at,
+                ..Consolidation::empty(at)
             };
             let link = |src: usize, dst: atlas_domain::MemoryId, kind: EdgeKind| NewEdge {
                 src: MemoryRef::New(src),

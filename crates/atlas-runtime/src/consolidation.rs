@@ -392,20 +392,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
     })?;
     let episodes = store.unprocessed(config.batch.max(1), config.max_attempts, config.retry_after_ms, now).await?;
     let mut report = CycleReport { episodes_seen: episodes.len(), ..CycleReport::default() };
-    let mut plan = Plan {
-        batch: Consolidation {
-            memories: Vec::new(),
-            edges: Vec::new(),
-            revisions: Vec::new(),
-            unlinked: Vec::new(),
-            processed: Vec::new(),
-            failed: Vec::new(),
-            report: Value::Null,
-            at: now,
-        },
-        known: Vec::new(),
-        now,
-    };
+    let mut plan = Plan { batch: Consolidation::empty(now), known: Vec::new(), now };
     // Each user and agent has its own facts and entities.
     let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Memory>> = BTreeMap::new();
     for e in episodes {

@@ -38,57 +38,22 @@ struct Found {
 }
 
 fn read_sections(dir: &Path) -> Result<(usize, Vec<Found>)> {
-    let io = |p: &Path, e: std::io::Error| AtlasError::Storage(format!("{}: {e}", p.display()));
+    let files = crate::markdown_files::read(dir)?;
     let mut found = Vec::new();
-    let mut files = 0;
-    let mut stack = vec![dir.to_owned()];
-    if !dir.is_dir() {
-        return Err(AtlasError::invalid(dir.display().to_string(), "not a folder"));
-    }
-    while let Some(folder) = stack.pop() {
-        for entry in std::fs::read_dir(&folder).map_err(|e| io(&folder, e))? {
-            let entry = entry.map_err(|e| io(&folder, e))?;
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let kind = entry.file_type().map_err(|e| io(&path, e))?;
-            if kind.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if !(kind.is_file() && name.ends_with(".md")) {
-                continue;
-            }
-            let relative: String = path
-                .strip_prefix(dir)
-                .unwrap_or(&path)
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/");
-            let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
-            let text = String::from_utf8(bytes).map_err(|e| {
-                let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|b| **b == b'\n').count();
-                AtlasError::invalid(format!("{}:{line}", path.display()), "not UTF-8 text")
-            })?;
-            files += 1;
-            for s in sections(&text) {
-                let hash = Sha256::digest(s.text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-                found.push(Found {
-                    path: relative.clone(),
-                    heading: s.heading,
-                    occurrence: s.occurrence,
-                    line: s.line,
-                    text: s.text,
-                    hash,
-                });
-            }
+    for file in &files {
+        for s in sections(&file.text) {
+            let hash = Sha256::digest(s.text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+            found.push(Found {
+                path: file.path.clone(),
+                heading: s.heading,
+                occurrence: s.occurrence,
+                line: s.line,
+                text: s.text,
+                hash,
+            });
         }
     }
-    found.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
-    Ok((files, found))
+    Ok((files.len(), found))
 }
 
 impl Atlas {
@@ -115,16 +80,7 @@ impl Atlas {
             }
         }
         let mut synced = DocsSynced { files, ..DocsSynced::default() };
-        let mut batch = Consolidation {
-            memories: Vec::new(),
-            edges: Vec::new(),
-            revisions: Vec::new(),
-            unlinked: Vec::new(),
-            processed: Vec::new(),
-            failed: Vec::new(),
-            report: serde_json::Value::Null,
-            at,
-        };
+        let mut batch = Consolidation::empty(at);
         for f in found {
             let key = (f.path.clone(), f.heading.clone(), f.occurrence);
             let previous = current.remove(&key);

@@ -84,11 +84,8 @@ impl Atlas {
             memories: vec![memory],
             edges: vec![edge],
             revisions: vec![Revision { id, valid_from: None, valid_until: Some(at), confidence: None }],
-            unlinked: Vec::new(),
-            processed: Vec::new(),
-            failed: Vec::new(),
             report: serde_json::json!({"revision": {"of": id.0}}),
-            at,
+            ..Consolidation::empty(at)
         };
         let new_id = consolidator
             .apply(batch)

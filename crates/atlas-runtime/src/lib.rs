@@ -17,6 +17,7 @@ mod graph_export;
 mod import_pieces;
 pub mod inspect;
 pub mod keys;
+mod markdown_files;
 pub mod migrate;
 mod recall;
 pub mod wire;

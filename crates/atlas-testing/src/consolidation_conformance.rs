@@ -71,16 +71,7 @@ fn fact(subject: &str, predicate: &str, object: &str, user: &str, t: i64) -> New
 }
 
 fn batch(at: i64) -> Consolidation {
-    Consolidation {
-        memories: Vec::new(),
-        edges: Vec::new(),
-        revisions: Vec::new(),
-        unlinked: Vec::new(),
-        processed: Vec::new(),
-        failed: Vec::new(),
-        report: serde_json::json!({"at": at}),
-        at: Timestamp(at),
-    }
+    Consolidation { report: serde_json::json!({"at": at}), ..Consolidation::empty(Timestamp(at)) }
 }
 
 fn edge(src: MemoryRef, dst: MemoryRef, kind: EdgeKind, t: i64) -> NewEdge {

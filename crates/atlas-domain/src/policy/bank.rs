@@ -227,12 +227,10 @@ fn ends_with_anchor(text: &str) -> bool {
 fn split_anchor(line: &str) -> (&str, Option<MemoryId>) {
     if let Some(pos) = line.rfind(" ^") {
         let digits = &line[pos + 2..];
-        if !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && let Ok(n) = digits.parse::<i64>()
-            && n > 0
+        if digits.bytes().all(|b| b.is_ascii_digit())
+            && let Some(id) = anchor_id(digits)
         {
-            return (&line[..pos], Some(MemoryId(n)));
+            return (&line[..pos], Some(id));
         }
     }
     (line, None)
@@ -721,11 +719,7 @@ fn read_page(file: &BankFile, bank: &mut Bank, edges: &mut Vec<Edge>) -> Result<
         let (raw, line) = front
             .get("entity")
             .ok_or_else(|| bad(at(1), "field \"entity\": missing (an entity page names its entity's id)"))?;
-        let id = raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .map(MemoryId)
+        let id = anchor_id(raw)
             .ok_or_else(|| bad(at(*line), format!("field \"entity\": expected a memory id, got {raw:?}")))?;
         let said = front.time(path, "said")?.ok_or_else(|| bad(at(1), "field \"said\": missing"))?;
         let learned = front.time(path, "learned")?.ok_or_else(|| bad(at(1), "field \"learned\": missing"))?;
@@ -774,6 +768,11 @@ struct PageContext<'a> {
     entity: Option<MemoryId>,
 }
 
+/// The memory id written after a `^`.
+fn anchor_id(digits: &str) -> Option<MemoryId> {
+    digits.parse::<i64>().ok().filter(|v| *v > 0).map(MemoryId)
+}
+
 fn parse_validity(raw: &str) -> std::result::Result<Validity, String> {
     let (from, until) =
         raw.split_once('→').ok_or_else(|| format!("expected \"FROM → UNTIL\" or \"FROM → now\", got {raw:?}"))?;
@@ -794,12 +793,7 @@ fn parse_ids(raw: &str, anchored: bool) -> std::result::Result<Vec<MemoryId>, St
             } else {
                 part
             };
-            digits
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .map(MemoryId)
-                .ok_or_else(|| format!("expected a memory id, got {part:?}"))
+            anchor_id(digits).ok_or_else(|| format!("expected a memory id, got {part:?}"))
         })
         .collect()
 }
@@ -883,11 +877,7 @@ fn read_lines(
                     })?;
                     let (digits, rest) =
                         item.split_once(' ').ok_or_else(|| bad(at(n), "expected \"- ^ID label: value\""))?;
-                    let id = digits
-                        .parse::<i64>()
-                        .ok()
-                        .filter(|v| *v > 0)
-                        .map(MemoryId)
+                    let id = anchor_id(digits)
                         .ok_or_else(|| bad(at(n), format!("expected a memory id after ^, got {digits:?}")))?;
                     let (label, value) = parse_label_value(rest).map_err(|m| bad(at(n), m))?;
                     entries.push(Entry { line: n, id, label, value, details: BTreeMap::new() });
@@ -1043,12 +1033,8 @@ fn read_records(
             .strip_prefix("## ^")
             .ok_or_else(|| bad(at(n), format!("expected \"## ^ID title\" followed by a json block, got {line:?}")))?;
         let digits = heading.split(' ').next().unwrap_or_default();
-        let id = digits
-            .parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .map(MemoryId)
-            .ok_or_else(|| bad(at(n), format!("expected a memory id after ^, got {digits:?}")))?;
+        let id =
+            anchor_id(digits).ok_or_else(|| bad(at(n), format!("expected a memory id after ^, got {digits:?}")))?;
         while i < body.len() && body[i].trim().is_empty() {
             i += 1;
         }
