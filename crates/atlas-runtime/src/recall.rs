@@ -5,6 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
+use atlas_domain::policy::long_text::{per_turn, words};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
 use atlas_domain::policy::redundancy::collapse;
@@ -233,12 +234,20 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let text = async {
         if query_terms.is_empty() {
             let note = Some("the query has no searchable words".to_owned());
-            return Ok((Vec::new(), SignalReport { signal: Signal::Text, used: false, note }));
+            return Ok((Vec::new(), Vec::new(), SignalReport { signal: Signal::Text, used: false, note }));
         }
         let t = Instant::now();
-        let hits = parts.text.search_text(query_terms.clone(), filter.clone(), candidates).await?;
+        let mut hits = parts.text.search_text(query_terms.clone(), filter.clone(), candidates).await?;
+        // A long memory's match is read per turn of its length (policy::long_text); the records
+        // are read here, while the query is embedded, and serve the fetch after fusion too.
+        let found = parts.store.get_many(hits.iter().map(|h| h.id).collect()).await?;
+        let lengths: HashMap<MemoryId, usize> = found.iter().map(|m| (m.id, words(&m.text))).collect();
+        for hit in &mut hits {
+            hit.score = per_turn(hit.score, lengths.get(&hit.id).copied().unwrap_or(0));
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         record(&text_us, t);
-        Ok::<_, AtlasError>((hits, SignalReport { signal: Signal::Text, used: true, note: None }))
+        Ok::<_, AtlasError>((hits, found, SignalReport { signal: Signal::Text, used: true, note: None }))
     };
     let vector = async {
         let Some(embedder) = &parts.embedder else {
@@ -260,7 +269,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         let note = (!pending?.is_empty()).then(|| "some memories are still waiting for their vectors".to_owned());
         Ok::<_, AtlasError>((hits?, SignalReport { signal: Signal::Vector, used: true, note }))
     };
-    let ((text_hits, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
+    let ((text_hits, text_memories, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
     let fusion_started = Instant::now();
 
     let lists = [
@@ -296,16 +305,17 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // Memories the filter refuses (an entity or a session summary the walk passed through) do
     // not take a place: the window grows until it holds that many the filter admits.
     let want = request.k * 2 + reachable;
-    let mut memories: HashMap<_, _> = HashMap::with_capacity(want);
+    let mut memories: HashMap<_, _> = text_memories.into_iter().map(|m| (m.id, m)).collect();
     let (mut admitted, mut next) = (0, 0);
     while admitted < want && next < fused.len() {
         let end = (next + want - admitted).min(fused.len());
         let window: Vec<_> = fused[next..end].iter().map(|f| f.id).collect();
         next = end;
-        for m in parts.store.get_many(window).await? {
-            admitted += usize::from(filter.admits(&m));
-            memories.insert(m.id, m);
+        let unread: Vec<_> = window.iter().filter(|id| !memories.contains_key(id)).copied().collect();
+        if !unread.is_empty() {
+            memories.extend(parts.store.get_many(unread).await?.into_iter().map(|m| (m.id, m)));
         }
+        admitted += window.iter().filter(|id| memories.get(id).is_some_and(|m| filter.admits(m))).count();
     }
     // A memory forgotten between search and fetch is simply absent.
     let mut hits: Vec<Hit> = fused

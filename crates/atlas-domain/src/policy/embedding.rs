@@ -2,6 +2,7 @@
 //! embeddings compare.
 
 use crate::Memory;
+use crate::policy::long_text::{TURN_WORDS, words};
 
 /// A memory as one line: an episode with a speaker is `"Speaker: text"`, since who said it is
 /// part of what it means and questions name people ("what did Caroline research?"). Measured on
@@ -28,7 +29,7 @@ pub fn speaker_line(speaker: Option<&str>, text: &str) -> String {
 /// assistant answers are longer. Measured with the same model, dense only (docs/EVAL.md): on
 /// BEAM any part of a long predecessor lowers recall@10 (own line 0.583; with its first 24 words
 /// 0.543, 64 words 0.526), while on LoCoMo the context is what finds replies (0.425 → 0.547).
-pub const CONTEXT_MAX_WORDS: usize = 100;
+pub const CONTEXT_MAX_WORDS: usize = TURN_WORDS;
 
 /// What a memory carries of the turn before it (`predecessor` is that turn's [`line`]): all of
 /// it when it is a conversational turn of at most [`CONTEXT_MAX_WORDS`] words, else nothing.
@@ -91,10 +92,6 @@ pub fn without_role(line: &str) -> &str {
         Some((speaker, rest)) if is_role(speaker) => rest,
         _ => line,
     }
-}
-
-fn words(text: &str) -> usize {
-    text.split_whitespace().count()
 }
 
 /// What a vector search looks for: the query's direction away from `mean`, the mean of the

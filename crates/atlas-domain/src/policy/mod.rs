@@ -1,4 +1,4 @@
-//! Pure policies: query normalisation, rank fusion, recency, near-duplicate collapse, id
+//! Pure policies: query normalisation, rank fusion, what a long memory's text match is worth, recency, near-duplicate collapse, id
 //! references and their renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
@@ -17,6 +17,7 @@ pub mod embedding;
 pub mod experience;
 pub mod fusion;
 pub mod limits;
+pub mod long_text;
 pub mod program;
 pub mod query;
 pub mod recency;
