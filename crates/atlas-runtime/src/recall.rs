@@ -5,7 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
-use atlas_domain::policy::long_text::{per_turn, words};
+use atlas_domain::policy::long_text::{TURN_WORDS, per_turn, words};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
 use atlas_domain::policy::redundancy::collapse;
@@ -277,6 +277,8 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         RankedList { signal: Signal::Vector, weight: config.vector_weight, hits: vector_hits },
     ];
     let mut fused = fuse(&lists, config.fusion, config.rrf_k);
+    // Records read so far (full text's candidates), and later what spreading and the fetch need.
+    let mut memories: HashMap<_, _> = text_memories.into_iter().map(|m| (m.id, m)).collect();
     let mut signals = vec![text_report, vector_report];
     let spreading = config.context_weight > 0.0 || config.graph_weight > 0.0;
     if spreading && request.k > 0 {
@@ -289,6 +291,20 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         for (id, around) in walk_around(parts.store.as_ref(), &ids, reach, depth, at).await? {
             turns.insert(id, around.turns);
             linked.insert(id, around.linked);
+        }
+        // Context is for turns of conversation: a reply that means little alone gets its share
+        // from the question that was found. A long message beside a hit (an assistant's answer,
+        // a pasted document) is a memory of its own, found by its own words and vector; credited
+        // with its neighbour's score it would surround every hit in the top k.
+        let mut unread: Vec<MemoryId> =
+            turns.values().flatten().map(|(id, _)| *id).filter(|id| !memories.contains_key(id)).collect();
+        unread.sort_unstable();
+        unread.dedup();
+        if !unread.is_empty() {
+            memories.extend(parts.store.get_many(unread).await?.into_iter().map(|m| (m.id, m)));
+        }
+        for near in turns.values_mut() {
+            near.retain(|(id, _)| memories.get(id).is_some_and(|m| words(&m.text) <= TURN_WORDS));
         }
         if config.context_weight > 0.0 {
             fused = spread(fused, &turns, from, config.context_weight, config.context_decay, Signal::Context);
@@ -305,7 +321,6 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // Memories the filter refuses (an entity or a session summary the walk passed through) do
     // not take a place: the window grows until it holds that many the filter admits.
     let want = request.k * 2 + reachable;
-    let mut memories: HashMap<_, _> = text_memories.into_iter().map(|m| (m.id, m)).collect();
     let (mut admitted, mut next) = (0, 0);
     while admitted < want && next < fused.len() {
         let end = (next + want - admitted).min(fused.len());
