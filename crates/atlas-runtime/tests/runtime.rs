@@ -504,6 +504,51 @@ async fn replies_are_found_by_their_question_and_context_spreads_to_neighbours()
     assert_eq!(found.len(), 2, "without spreading: the question and its reply only");
 }
 
+/// A long message beside a hit is a memory of its own: it takes no share of the hit's score,
+/// while the short reply on the other side still does.
+#[tokio::test]
+async fn context_spreads_to_turns_not_to_long_messages() {
+    let (atlas, _) = fake_atlas(None).await;
+    let long =
+        format!("Here is everything about glazes. {}", "Glazes melt at high heat and coat the clay. ".repeat(15));
+    let before = atlas.remember(say(&long, "s1")).await.unwrap();
+    let question = atlas.remember(say("What did you think of the new pottery studio downtown?", "s1")).await.unwrap();
+    let after = atlas.remember(say("Guess where I went after work yesterday!", "s1")).await.unwrap();
+    atlas.remember(say("unrelated: the printer is out of toner", "s2")).await.unwrap();
+    let recall = atlas.recall(query("pottery studio", 5)).await.unwrap();
+    let ids: Vec<_> = recall.hits.iter().map(|h| h.memory.id).collect();
+    assert_eq!(ids[0], question, "{ids:?}");
+    let spread = recall.hits.iter().find(|h| h.memory.id == after).expect("the short turn after the hit");
+    assert_eq!(spread.signals[&Signal::Context].rank, 1, "spread from the best hit");
+    assert!(!ids.contains(&before), "the long message before it gets no share: {ids:?}");
+}
+
+/// Full text reads a long memory's match per turn of its length: the store's BM25 puts the long
+/// answer that repeats the query's word first, recall puts the short turn about it first.
+#[tokio::test]
+async fn a_long_memory_is_matched_per_turn_of_its_length() {
+    use atlas_domain::policy::long_text::{TURN_WORDS, per_turn, words};
+    use atlas_domain::ports::TextIndex;
+    let (atlas, store) = fake_atlas(None).await;
+    let long = format!("The kiln log: {} {}", "kiln ".repeat(40), "and so on ".repeat(100));
+    assert!(words(&long) > 3 * TURN_WORDS);
+    let turn = atlas.remember(say("the kiln reached cone six", "s1")).await.unwrap();
+    let answer = atlas.remember(say(&long, "s2")).await.unwrap();
+    for t in ["the printer is out of toner", "lunch is at noon", "we moved the meeting"] {
+        atlas.remember(say(t, "s3")).await.unwrap();
+    }
+    let filter = atlas_domain::RecallFilter::default();
+    let raw = store.search_text(vec!["kiln".into()], filter, 10).await.unwrap();
+    assert_eq!(raw[0].id, answer, "plain BM25 ranks the long answer first: {raw:?}");
+    let recall = atlas.recall(query("kiln", 2)).await.unwrap();
+    assert_eq!(recall.hits[0].memory.id, turn);
+    let text = |id| recall.hits.iter().find(|h| h.memory.id == id).unwrap().signals[&Signal::Text];
+    let bm25 = |id| raw.iter().find(|h| h.id == id).unwrap().score;
+    assert_eq!(text(turn).raw, bm25(turn), "a turn keeps its score");
+    assert_eq!(text(answer).raw, per_turn(bm25(answer), words(&long)));
+    assert_eq!((text(turn).rank, text(answer).rank), (1, 2));
+}
+
 #[tokio::test]
 async fn context_never_crosses_the_filter() {
     let (atlas, _) = fake_atlas(None).await;
