@@ -31,7 +31,6 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_short_context",
         sql: include_str!("../../../migrations/0010_short_context.sql"),
     },
-    Migration { version: 11, name: "0011_role_lines", sql: include_str!("../../../migrations/0011_role_lines.sql") },
 ];
 
 /// The newest schema this build understands.

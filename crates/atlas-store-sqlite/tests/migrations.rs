@@ -83,38 +83,6 @@ async fn a_schema_9_database_drops_long_contexts_and_embeds_those_memories_again
     assert!(found.is_empty(), "the full-text index forgot the long context: {found:?}");
 }
 
-/// Schema 11 queues for embedding again what is now embedded without a role word: an episode
-/// whose speaker is a role, and one whose context starts with a role's label; names stay.
-#[tokio::test]
-async fn a_schema_10_database_embeds_role_lines_again() {
-    use atlas_domain::{NewMemory, Scope, Timestamp};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v10.db");
-    let in_s = Scope { session: Some("s".into()), ..Scope::default() };
-    let turn = |text: &str, speaker: Option<&str>, t: i64| {
-        NewMemory::episode(text, in_s.clone(), speaker.map(str::to_owned), Timestamp(t), Timestamp(t))
-    };
-    {
-        let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
-        let turns = vec![
-            turn("hello", Some("User"), 1),
-            turn("reply", Some("Ann"), 2),
-            turn("later", Some("Bo"), 3),
-            turn("a note", None, 4),
-        ];
-        store.insert(turns, None).await.unwrap();
-        assert_eq!(store.get(MemoryId(2)).await.unwrap().unwrap().context.as_deref(), Some("User: hello"));
-    }
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DELETE FROM vector_queue; PRAGMA user_version = 10;").unwrap();
-    drop(conn);
-
-    let store = SqliteStore::open(&path, &SqliteOptions::default()).unwrap();
-    assert_eq!(store.stats().await.unwrap().schema_version, Some(latest_version()));
-    let queued: Vec<MemoryId> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
-    assert_eq!(queued, vec![MemoryId(1), MemoryId(2)], "the role's turn and the turn after it, no other");
-}
-
 /// The sleep cycle's state survives the upgrade: what was processed stays processed, what failed
 /// keeps its attempts, the ledger keeps its cycles, and the new lifecycle starts empty.
 #[tokio::test]

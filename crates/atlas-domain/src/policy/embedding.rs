@@ -53,44 +53,12 @@ pub const WINDOW_WORDS: usize = 150;
 /// Measured (docs/EVAL.md): on LoCoMo dev, whose turns always fit, the context takes R@10 from
 /// 0.775 to 0.822 with the full-text context column; on BEAM, where they often do not, own words
 /// first and long turns not carried take R@10 from 0.380 to 0.560.
-///
-/// Both lines name their speaker only when it is a name ([`is_role`]): see [`named_line`].
 pub fn embedding_text(memory: &Memory) -> String {
-    let own = named_line(memory.body.speaker(), &memory.text);
-    match memory.context.as_deref().filter(|c| carried(c)).map(without_role) {
+    let own = line(memory);
+    match memory.context.as_deref().filter(|c| carried(c)) {
         Some(context) if words(context) + words(&own) <= WINDOW_WORDS => format!("{context}\n{own}"),
         Some(context) => format!("{own}\n{context}"),
         None => own,
-    }
-}
-
-/// The roles of the chat APIs and agent frameworks (OpenAI's and Anthropic's `user`,
-/// `assistant`, `system`, `developer`, `tool`, `function`; LangChain's `human`, `ai`), which an
-/// agent's turns carry as their speaker where a conversation between people carries names.
-pub const ROLES: [&str; 8] = ["user", "assistant", "system", "developer", "tool", "function", "human", "ai"];
-
-/// Whether `speaker` is a conversation role ([`ROLES`], any case) rather than a name.
-pub fn is_role(speaker: &str) -> bool {
-    ROLES.iter().any(|role| speaker.trim().eq_ignore_ascii_case(role))
-}
-
-/// [`speaker_line`] for the embedder: the speaker is part of the line when it is a name, which
-/// questions use ("what did Caroline research?"), and left out when it is a role: questions say
-/// "I" and "you", never "user", so a role word means nothing to them, while it adds one shared
-/// direction to every vector of that role (half the space) and draws the whole space toward
-/// questions that happen to sit near it. Measured with the same model, dense only on BEAM dev
-/// (docs/EVAL.md): R@10 0.605 on the bare messages, 0.571 as "user: …" / "assistant: …";
-/// LoCoMo's speakers are names and keep them.
-pub fn named_line(speaker: Option<&str>, text: &str) -> String {
-    speaker_line(speaker.filter(|s| !is_role(s)), text)
-}
-
-/// A stored [`line`] (a context) as [`named_line`] would have written it: a leading role label
-/// (`"user: "`) is dropped, anything else is kept as it is.
-pub fn without_role(line: &str) -> &str {
-    match line.split_once(": ") {
-        Some((speaker, rest)) if is_role(speaker) => rest,
-        _ => line,
     }
 }
 
@@ -165,32 +133,7 @@ mod tests {
         let mut reply = NewMemory::episode("Yes", Scope::default(), Some("user".into()), Timestamp(1), Timestamp(1))
             .with_id(MemoryId(2));
         reply.context = Some(long);
-        assert_eq!(embedding_text(&reply), "Yes");
-    }
-
-    #[test]
-    fn roles_are_not_embedded_names_are() {
-        let mut answer =
-            NewMemory::episode("Use a B-tree", Scope::default(), Some("Assistant".into()), Timestamp(1), Timestamp(1))
-                .with_id(MemoryId(2));
-        answer.context = context_from("user: Which index?");
-        assert_eq!(embedding_text(&answer), "Which index?\nUse a B-tree");
-        answer.body = Body::Episode { speaker: Some("Userbot".into()) };
-        answer.context = context_from("Ann: user: is a prefix");
-        assert_eq!(embedding_text(&answer), "Ann: user: is a prefix\nUserbot: Use a B-tree");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn a_role_label_is_dropped_whole_and_nothing_else_is(
-            speaker in "[A-Za-z]{1,10}",
-            text in "\\PC{0,60}",
-        ) {
-            let line = speaker_line(Some(&speaker), &text);
-            let expected = if is_role(&speaker) { text.as_str() } else { line.as_str() };
-            proptest::prop_assert_eq!(without_role(&line), expected);
-            proptest::prop_assert_eq!(named_line(Some(&speaker), &text), expected.to_owned());
-        }
+        assert_eq!(embedding_text(&reply), "user: Yes");
     }
 
     proptest::proptest! {
