@@ -354,8 +354,9 @@ pub struct RecallConfig {
     /// listed as its duplicates; above 1 nothing folds.
     pub duplicate_threshold: f64,
     /// Search vectors with the query's direction away from the space's mean vector
-    /// ([`atlas_domain::policy::embedding::away_from_mean`]): a trade, BEAM dev R@10 0.632 →
-    /// 0.641 against LoCoMo dev 0.824 → 0.815 (docs/EVAL.md). Off by default.
+    /// ([`atlas_domain::policy::embedding::away_from_mean`]): helps spaces of long messages
+    /// (BEAM dev R@10 0.560 → 0.603), costs short chat turns (LoCoMo dev 0.833 → 0.809;
+    /// docs/EVAL.md). Off by default.
     pub centre_query: bool,
     /// At most this long (ms) a recall spends embedding memories still waiting for a vector
     /// before it answers (0: none); what is left waits for the background task or
