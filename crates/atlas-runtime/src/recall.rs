@@ -167,6 +167,21 @@ async fn walk_around(
     Ok(around)
 }
 
+/// Reads the records of `ids` not in `memories` yet, in one call (a forgotten one stays absent).
+async fn read_missing(
+    store: &dyn MemoryStore,
+    memories: &mut HashMap<MemoryId, Memory>,
+    ids: impl Iterator<Item = MemoryId>,
+) -> Result<()> {
+    let mut unread: Vec<MemoryId> = ids.filter(|id| !memories.contains_key(id)).collect();
+    unread.sort_unstable();
+    unread.dedup();
+    if !unread.is_empty() {
+        memories.extend(store.get_many(unread).await?.into_iter().map(|m| (m.id, m)));
+    }
+    Ok(())
+}
+
 /// Adds each hit's recency boost (explained as the `recency` signal) and re-sorts.
 fn add_recency(hits: &mut [Hit], now: Timestamp, config: &RecallConfig) {
     let half_life_ms = config.recency_half_life_days * 86_400_000.0;
@@ -296,13 +311,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         // from the question that was found. A long message beside a hit (an assistant's answer,
         // a pasted document) is a memory of its own, found by its own words and vector; credited
         // with its neighbour's score it would surround every hit in the top k.
-        let mut unread: Vec<MemoryId> =
-            turns.values().flatten().map(|(id, _)| *id).filter(|id| !memories.contains_key(id)).collect();
-        unread.sort_unstable();
-        unread.dedup();
-        if !unread.is_empty() {
-            memories.extend(parts.store.get_many(unread).await?.into_iter().map(|m| (m.id, m)));
-        }
+        read_missing(parts.store.as_ref(), &mut memories, turns.values().flatten().map(|(id, _)| *id)).await?;
         for near in turns.values_mut() {
             near.retain(|(id, _)| memories.get(id).is_some_and(|m| words(&m.text) <= TURN_WORDS));
         }
@@ -326,10 +335,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         let end = (next + want - admitted).min(fused.len());
         let window: Vec<_> = fused[next..end].iter().map(|f| f.id).collect();
         next = end;
-        let unread: Vec<_> = window.iter().filter(|id| !memories.contains_key(id)).copied().collect();
-        if !unread.is_empty() {
-            memories.extend(parts.store.get_many(unread).await?.into_iter().map(|m| (m.id, m)));
-        }
+        read_missing(parts.store.as_ref(), &mut memories, window.iter().copied()).await?;
         admitted += window.iter().filter(|id| memories.get(id).is_some_and(|m| filter.admits(m))).count();
     }
     // A memory forgotten between search and fetch is simply absent.
