@@ -54,14 +54,15 @@ pub fn print_recall(batch: Option<(&str, &str)>, recall: &Recall, json: bool, ex
             let ids: Vec<String> = h.duplicates.iter().map(|d| d.to_string()).collect();
             format!(" [also said as memory {}]", ids.join(", "))
         };
+        // A long memory shows the part that matched (`get ID` prints all of it).
+        let said = h.passage.map_or_else(|| m.text.clone(), |p| p.quote(&m.text));
         println!(
-            "{:>3}. [{:.4}] memory {} ({}, {}) {who}{}  ({}){duplicates}",
+            "{:>3}. [{:.4}] memory {} ({}, {}) {who}{said}  ({}){duplicates}",
             i + 1,
             h.score,
             m.id,
             m.kind(),
             m.event_time,
-            m.text,
             ranks.join(", ")
         );
     }

@@ -6,7 +6,7 @@
 use crate::recall::RecallRequest;
 use crate::{Atlas, now};
 use atlas_domain::policy::context::{Section, assemble, scaled};
-use atlas_domain::policy::embedding::line;
+use atlas_domain::policy::embedding::{line, speaker_line};
 use atlas_domain::{Body, MemoryKind, RecallFilter, Result, Scope};
 use serde::Serialize;
 
@@ -109,12 +109,16 @@ impl Atlas {
             None => Vec::new(),
         };
         retrieved.extend(
-            self.recall(episodes)
-                .await?
-                .hits
-                .into_iter()
-                .filter(|h| !recent.iter().any(|r| r.id == h.memory.id))
-                .map(|h| format!("[{}] {}", h.memory.event_time, line(&h.memory))),
+            self.recall(episodes).await?.hits.into_iter().filter(|h| !recent.iter().any(|r| r.id == h.memory.id)).map(
+                |h| {
+                    // A long memory is quoted where the task matched it, a turn's length of it.
+                    let said = match &h.passage {
+                        Some(passage) => speaker_line(h.memory.body.speaker(), &passage.quote(&h.memory.text)),
+                        None => line(&h.memory),
+                    };
+                    format!("[{}] {said}", h.memory.event_time)
+                },
+            ),
         );
 
         // Newest first, so that a small budget keeps the latest turns; shown oldest first.

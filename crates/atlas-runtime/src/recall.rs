@@ -5,7 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
-use atlas_domain::policy::long_text::{TURN_WORDS, per_turn, words};
+use atlas_domain::policy::long_text::{Passage, TURN_WORDS, matched_passage, per_turn, words};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
 use atlas_domain::policy::redundancy::collapse;
@@ -52,6 +52,9 @@ pub struct Hit {
     pub duplicates: Vec<MemoryId>,
     /// For a consolidated memory (a fact), the episodes it came from.
     pub sources: Vec<Memory>,
+    /// For a memory longer than a turn, the part of it the query matched
+    /// (`policy::long_text::matched_passage`); `None` when all of it did.
+    pub passage: Option<Passage>,
 }
 
 impl Hit {
@@ -348,6 +351,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
                 signals: f.signals,
                 duplicates: vec![],
                 sources: vec![],
+                passage: None,
             })
         })
         .filter(|h| filter.admits(&h.memory))
@@ -360,6 +364,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         .into_iter()
         .map(|(mut hit, folded)| {
             hit.duplicates = folded.iter().map(|f| f.memory.id).collect();
+            hit.passage = matched_passage(&hit.memory.text, &query_terms);
             hit
         })
         .collect();

@@ -35,6 +35,12 @@ pub fn recall_value(recall: &Recall, explain: bool) -> Value {
             if !h.sources.is_empty() {
                 line["sources"] = h.sources.iter().map(jsonl::to_line).collect();
             }
+            if let Some(passage) = &h.passage {
+                // Offsets in characters (Unicode scalar values), as Python and JavaScript slice.
+                let chars = |byte: usize| h.memory.text[..byte].chars().count();
+                line["passage"] = json!({"start": chars(passage.start), "end": chars(passage.end),
+                                         "text": passage.of(&h.memory.text)});
+            }
             if explain {
                 let detail: serde_json::Map<String, Value> = h
                     .signals

@@ -549,6 +549,55 @@ async fn a_long_memory_is_matched_per_turn_of_its_length() {
     assert_eq!((text(turn).rank, text(answer).rank), (1, 2));
 }
 
+/// A long memory is found by words far past what the embedding model reads, and the hit says
+/// which part matched: the wire quotes it (offsets in characters) and `context` quotes only it.
+/// On the fake store and on SQLite (FTS5's own stemmer: "craze" finds "crazed").
+#[tokio::test]
+async fn a_long_memory_is_found_past_its_opening_and_quotes_the_part_that_matched() {
+    let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(16)))).await;
+    long_memory_quotes_the_part_that_matched(atlas).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_long_memory_is_found_past_its_opening_and_quotes_the_part_that_matched() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sqlite_config(&dir);
+    let store = Arc::new(atlas_store_sqlite_open(&config));
+    let parts = Parts::from_store(store, Some(Arc::new(HashEmbedder::new(16))));
+    long_memory_quotes_the_part_that_matched(Atlas::from_parts(parts, config).await.unwrap()).await;
+}
+
+async fn long_memory_quotes_the_part_that_matched(atlas: Atlas) {
+    use atlas_domain::policy::long_text::{TURN_WORDS, words};
+    let opening = "Über die Glasur: a long note on café pottery, ".repeat(20);
+    let body = "the studio was quiet and the shelves were full of bowls ".repeat(60);
+    let long = format!("{opening}{body}Later the Zanzibar glaze crazed in the second firing. {body}");
+    assert!(words(&long[..long.find("Zanzibar").unwrap()]) > 8 * TURN_WORDS, "far past 256 tokens");
+    let id = atlas.remember(say(&long, "s1")).await.unwrap();
+    atlas.remember(say("the kiln reached cone six", "s2")).await.unwrap();
+    atlas.remember(say("Zanzibar is an island", "s3")).await.unwrap();
+
+    let recall = atlas.recall(query("why did the Zanzibar glaze craze?", 5)).await.unwrap();
+    let hit = recall.hits.iter().find(|h| h.memory.id == id).expect("recalled");
+    assert!(hit.signals.contains_key(&Signal::Text), "found by its words past the opening: {:?}", hit.signals);
+    let passage = hit.passage.expect("a long memory says which part matched");
+    assert!(passage.of(&long).contains("Zanzibar glaze crazed"), "{}", passage.of(&long));
+    assert_eq!(words(passage.of(&long)), TURN_WORDS);
+    let short = recall.hits.iter().find(|h| h.memory.text == "Zanzibar is an island").unwrap();
+    assert_eq!(short.passage, None, "a turn matched whole");
+
+    let wire = atlas_runtime::wire::recall_value(&recall, false);
+    let line = wire["hits"].as_array().unwrap().iter().find(|h| h["id"] == id.0).unwrap();
+    let (start, end) = (line["passage"]["start"].as_u64().unwrap(), line["passage"]["end"].as_u64().unwrap());
+    let sliced: String = long.chars().skip(start as usize).take((end - start) as usize).collect();
+    assert_eq!(sliced, line["passage"]["text"].as_str().unwrap(), "character offsets, past the umlauts");
+    assert_eq!(sliced, passage.of(&long));
+
+    let context = atlas.context("why did the Zanzibar glaze craze?", 4_000, Scope::default()).await.unwrap().text();
+    assert!(context.contains(&format!("Ada: … {} …", passage.of(&long))), "{context}");
+    assert!(!context.contains(&opening), "the rest of the long memory is not quoted");
+}
+
 #[tokio::test]
 async fn context_never_crosses_the_filter() {
     let (atlas, _) = fake_atlas(None).await;

@@ -1,4 +1,5 @@
-//! How long a memory is, and what a full-text match in a long one is worth.
+//! How long a memory is, what a full-text match in a long one is worth, and which part of it
+//! matched.
 //!
 //! BM25 (k1 = 1.2, b = 0.75, as FTS5 scores it) normalises a document's term counts by its
 //! length only in part: a 600-word answer that touches a question's words here and there keeps
@@ -11,6 +12,12 @@
 //! scored as BM25 scores it. Measured (docs/EVAL.md): on BEAM dev full text alone R@10 0.433 →
 //! 0.52 (plain BM25 0.447), fused R@10 +0.09 before spreading; LoCoMo dev, whose turns are all
 //! shorter (at most 81 words), is unchanged.
+//!
+//! A long memory is found by all of its words (full text indexes the whole text; the embedding
+//! model reads its first 256 tokens), so a hit on one says which part matched: the
+//! [`matched_passage`], a turn's length of its words, which `context` quotes instead of the whole.
+
+use crate::policy::query::stem;
 
 /// The most words of a turn of conversation: a paragraph. LoCoMo's longest turn has 81 words,
 /// while 99% of BEAM's assistant answers are longer. Also the longest turn a successor carries as
@@ -28,10 +35,120 @@ pub fn per_turn(score: f64, words: usize) -> f64 {
     if words <= TURN_WORDS { score } else { score * TURN_WORDS as f64 / words as f64 }
 }
 
+/// The part of a long memory that a query matched: byte offsets into its text, on word
+/// boundaries (the first byte of a word, the byte after the last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passage {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Passage {
+    pub fn of<'t>(&self, text: &'t str) -> &'t str {
+        &text[self.start..self.end]
+    }
+
+    /// The passage as a quotation: an ellipsis where the memory goes on before or after it.
+    pub fn quote(&self, text: &str) -> String {
+        let before = if self.start > 0 { "… " } else { "" };
+        let after = if self.end < text.trim_end().len() { " …" } else { "" };
+        format!("{before}{}{after}", self.of(text))
+    }
+}
+
+/// Which [`TURN_WORDS`] words of a memory longer than a turn a query with `terms` matched: of the
+/// windows of that many words, stepping by half a window (and one ending at the last word), the
+/// one holding the most distinct terms, then the most occurrences, the earliest on ties. A word
+/// matches a term when their [`stem`]s are equal (full-text engines stem too). When no term occurs
+/// (a hit by meaning alone), the opening window, which is what the embedding model read. `None`
+/// for a memory of a turn or shorter: all of it matched.
+pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
+    let spans = word_spans(text);
+    if spans.len() <= TURN_WORDS {
+        return None;
+    }
+    let stems: Vec<&str> = terms.iter().map(|t| stem(t)).collect();
+    // Each (word, term) that a word holds, once, in word order. A word may hold several terms
+    // ("e-mail" is two of the tokenizer's words); they are read as `query::words` reads them,
+    // through one buffer, since a long memory has tens of thousands of words.
+    let mut held: Vec<(usize, usize)> = Vec::new();
+    let mut buffer = String::new();
+    for (index, &(start, end)) in spans.iter().enumerate() {
+        let first_of_word = held.len();
+        for piece in text[start..end].split(|c: char| !c.is_alphanumeric()).filter(|p| !p.is_empty()) {
+            buffer.clear();
+            buffer.extend(piece.chars().flat_map(char::to_lowercase).filter(|c| c.is_alphanumeric()));
+            let Some(term) = stems.iter().position(|s| !buffer.is_empty() && *s == stem(&buffer)) else { continue };
+            if !held[first_of_word..].iter().any(|&(_, t)| t == term) {
+                held.push((index, term));
+            }
+        }
+    }
+    let last = spans.len() - TURN_WORDS;
+    let mut starts: Vec<usize> = (0..=last).step_by(TURN_WORDS / 2).collect();
+    if starts.last() != Some(&last) {
+        starts.push(last);
+    }
+    let mut best: Option<((usize, usize), usize)> = None;
+    let mut counts = vec![0usize; stems.len()];
+    for first in starts {
+        let from = held.partition_point(|&(w, _)| w < first);
+        let to = held.partition_point(|&(w, _)| w < first + TURN_WORDS);
+        counts.iter_mut().for_each(|c| *c = 0);
+        for &(_, term) in &held[from..to] {
+            counts[term] += 1;
+        }
+        let score = (counts.iter().filter(|c| **c > 0).count(), to - from);
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, first));
+        }
+    }
+    let first = best.map_or(0, |(_, f)| f);
+    Some(Passage { start: spans[first].0, end: spans[first + TURN_WORDS - 1].1 })
+}
+
+/// Byte ranges of the whitespace-separated words of `text` (the words [`words`] counts).
+fn word_spans(text: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        match (c.is_whitespace(), start) {
+            (true, Some(s)) => {
+                spans.push((s, i));
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        spans.push((s, text.len()));
+    }
+    spans
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::query::{terms, words as query_words};
     use proptest::prelude::*;
+
+    #[test]
+    fn a_long_memory_quotes_the_part_that_matched() {
+        let filler = "the weather was fine and we talked about nothing much at all ".repeat(30);
+        let text = format!("{filler}Then Ann said the kiln reached cone six before lunch. {filler}");
+        let passage = matched_passage(&text, &terms("When did the kiln reach cone six?")).unwrap();
+        let quoted = passage.of(&text);
+        assert!(quoted.contains("kiln reached cone six"), "{quoted}");
+        assert_eq!(words(quoted), TURN_WORDS);
+        assert!(passage.quote(&text).starts_with("… ") && passage.quote(&text).ends_with(" …"));
+        // Nothing matched: the opening, which the embedding model read.
+        let opening = matched_passage(&text, &terms("zebra")).unwrap();
+        assert_eq!(opening.start, 0);
+        assert!(opening.quote(&text).ends_with(" …") && !opening.quote(&text).starts_with('…'));
+        // A turn is matched whole.
+        assert_eq!(matched_passage("the kiln reached cone six", &terms("kiln")), None);
+    }
 
     #[test]
     fn a_turn_keeps_its_score_and_a_long_memory_is_read_per_turn() {
@@ -42,6 +159,50 @@ mod tests {
     }
 
     proptest! {
+        /// The passage is a turn's length of the memory's own words, on word boundaries: the
+        /// window (of those stepping by half a window, and the last) with the most distinct
+        /// terms, then occurrences, and no earlier one scores as much.
+        #[test]
+        fn the_passage_is_the_window_with_most_of_the_query(
+            text in proptest::collection::vec(prop_oneof!["kiln", "cone", "six", "lunch", "a", "the", "Kilns,", "é-mail", "\\n\\n"], 0..400)
+                .prop_map(|w| w.join(" ")),
+            query in proptest::collection::btree_set(prop_oneof!["kiln", "cone", "lunch", "mail", "zebra"], 1..4)
+                .prop_map(|q| q.into_iter().collect::<Vec<String>>()),
+        ) {
+            let passage = matched_passage(&text, &query);
+            let spans: Vec<(usize, usize)> = text
+                .split_whitespace()
+                .map(|w| {
+                    let start = w.as_ptr() as usize - text.as_ptr() as usize;
+                    (start, start + w.len())
+                })
+                .collect();
+            prop_assert_eq!(passage.is_none(), spans.len() <= TURN_WORDS);
+            let Some(p) = passage else { return Ok(()) };
+            prop_assert!(p.start < p.end && p.end <= text.len());
+            prop_assert_eq!(words(p.of(&text)), TURN_WORDS);
+            let first = spans.iter().position(|s| s.0 == p.start).expect("starts on a word");
+            let score = |from: usize| {
+                let mut distinct = std::collections::BTreeSet::new();
+                let mut occurrences = 0;
+                for &(s, e) in &spans[from..from + TURN_WORDS] {
+                    let held: std::collections::BTreeSet<&String> =
+                        query.iter().filter(|t| query_words(&text[s..e]).any(|w| stem(&w) == stem(t))).collect();
+                    occurrences += held.len();
+                    distinct.extend(held);
+                }
+                (distinct.len(), occurrences)
+            };
+            let last = spans.len() - TURN_WORDS;
+            let chosen = score(first);
+            for from in (0..=last).step_by(TURN_WORDS / 2).chain([last]) {
+                prop_assert!(score(from) <= chosen);
+                if from < first {
+                    prop_assert!(score(from) < chosen);
+                }
+            }
+        }
+
         #[test]
         fn longer_never_scores_more_and_density_is_what_counts(
             score in 0.0f64..50.0,

@@ -22,6 +22,17 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .filter(|w| !w.is_empty())
 }
 
+/// A lowercase word without its common inflection (`seats`, `seat`; `rebuilding`, `rebuild`;
+/// `glazed`, `glaze`, both `glaz`): enough to tell that two words are one, where no stemmer of a
+/// full-text engine is at hand.
+pub fn stem(word: &str) -> &str {
+    let bare = ["ing", "ed", "es", "s"]
+        .into_iter()
+        .find_map(|suffix| word.strip_suffix(suffix).filter(|s| s.len() >= 3))
+        .unwrap_or(word);
+    bare.strip_suffix('e').filter(|s| s.len() >= 3).unwrap_or(bare)
+}
+
 /// Splits `text` into lowercase words of letters and digits (the same word boundaries as
 /// SQLite's `unicode61` tokenizer), drops stop words unless nothing else is left, removes
 /// duplicates keeping first occurrences, and keeps at most [`MAX_TERMS`].
@@ -56,6 +67,15 @@ mod tests {
         assert_eq!(terms("who is it"), ["who", "is", "it"]);
         assert!(terms("  ()*:- ").is_empty());
         assert_eq!(terms("Émilie 🎉 café"), ["émilie", "café"]);
+    }
+
+    #[test]
+    fn inflections_share_a_stem() {
+        for (a, b) in [("seats", "seat"), ("rebuilding", "rebuild"), ("glazed", "glaze"), ("crazes", "craze")] {
+            assert_eq!(stem(a), stem(b), "{a} {b}");
+        }
+        assert_ne!(stem("car"), stem("card"));
+        assert_eq!(stem("is"), "is");
     }
 
     proptest! {

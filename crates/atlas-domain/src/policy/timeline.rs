@@ -12,6 +12,7 @@
 //! `supersedes` edges between them.
 
 use crate::policy::consolidation::{SAME_FACT_OVERLAP, word_overlap};
+use crate::policy::query::stem;
 use crate::policy::values::difference;
 use crate::{MemoryId, Timestamp, Validity};
 use std::collections::{BTreeMap, BTreeSet};
@@ -104,16 +105,6 @@ const FILLER: &[&str] = &[
     "really",
     "very",
 ];
-
-/// A word without its common inflection (`seats`, `seat`; `rebuilding`, `rebuild`).
-fn stem(word: &str) -> &str {
-    for suffix in ["ing", "ed", "es", "s"] {
-        if let Some(stem) = word.strip_suffix(suffix).filter(|s| s.len() >= 3) {
-            return stem;
-        }
-    }
-    word
-}
 
 /// Whether each side has a word of substance the other lacks: "small" for "large", "train"
 /// for "car". Embeddings put such words close (antonyms most of all), and values cannot list

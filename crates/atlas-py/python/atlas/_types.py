@@ -76,6 +76,9 @@ class Hit:
     explain: dict[str, dict[str, float]] | None = None
     sources: list[dict[str, Any]] = field(default_factory=list)
     duplicates: list[int] = field(default_factory=list)
+    #: For a memory longer than a turn (100 words), the part the query matched:
+    #: {"start", "end", "text"}, offsets in characters of `text`; None when all of it did.
+    passage: dict[str, Any] | None = None
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     confidence: float | None = None
@@ -99,6 +102,7 @@ class Hit:
             explain=r.get("explain"),
             sources=r.get("sources") or [],
             duplicates=r.get("duplicates") or [],
+            passage=r.get("passage"),
             valid_from=parse_time(r.get("valid_from")),
             valid_until=parse_time(r.get("valid_until")),
             confidence=r.get("confidence"),
