@@ -184,6 +184,19 @@ def test_native_api_recall_explain_forget_recover(memory):
     assert bad.value.field == "scope.team"
 
 
+def test_a_long_memory_says_which_part_matched(memory):
+    filler = "the studio was quiet and the shelves were full of bowls " * 40
+    long = f"Über die Glasur, café notes. {filler}Then the Zanzibar glaze crazed in the second firing. {filler}"
+    long_id = memory.remember(long, speaker="assistant", session="s1")
+    short_id = memory.remember("Zanzibar is an island", speaker="user", session="s2")
+    hits = {h.id: h for h in memory.recall("why did the Zanzibar glaze craze?", k=5)}
+    passage = hits[long_id].passage
+    assert passage is not None and "Zanzibar glaze crazed" in passage["text"]
+    assert hits[long_id].text[passage["start"]:passage["end"]] == passage["text"]  # characters, past "Ü"
+    assert len(passage["text"].split()) == 100
+    assert hits[short_id].passage is None
+
+
 def test_infer_false_keeps_episodes_out_of_consolidation(memory):
     memory.add("I moved to Porto in 2021", user_id="ann", infer=False)
     report = memory.consolidate()
