@@ -36,7 +36,8 @@ pub fn recall_value(recall: &Recall, explain: bool) -> Value {
                 line["sources"] = h.sources.iter().map(jsonl::to_line).collect();
             }
             if let Some(passage) = &h.passage {
-                // Offsets in characters (Unicode scalar values), as Python and JavaScript slice.
+                // Offsets in Unicode code points, as Python slices strings (JavaScript counts
+                // UTF-16 units: its clients read `text`).
                 let chars = |byte: usize| h.memory.text[..byte].chars().count();
                 line["passage"] = json!({"start": chars(passage.start), "end": chars(passage.end),
                                          "text": passage.of(&h.memory.text)});

@@ -50,7 +50,7 @@ impl Passage {
 
     /// The passage as a quotation: an ellipsis where the memory goes on before or after it.
     pub fn quote(&self, text: &str) -> String {
-        let before = if self.start > 0 { "… " } else { "" };
+        let before = if self.start > text.len() - text.trim_start().len() { "… " } else { "" };
         let after = if self.end < text.trim_end().len() { " …" } else { "" };
         format!("{before}{}{after}", self.of(text))
     }
@@ -78,7 +78,8 @@ pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
         for piece in text[start..end].split(|c: char| !c.is_alphanumeric()).filter(|p| !p.is_empty()) {
             buffer.clear();
             buffer.extend(piece.chars().flat_map(char::to_lowercase).filter(|c| c.is_alphanumeric()));
-            let Some(term) = stems.iter().position(|s| !buffer.is_empty() && *s == stem(&buffer)) else { continue };
+            let piece_stem = stem(&buffer);
+            let Some(term) = stems.iter().position(|s| !buffer.is_empty() && *s == piece_stem) else { continue };
             if !held[first_of_word..].iter().any(|&(_, t)| t == term) {
                 held.push((index, term));
             }
@@ -146,6 +147,13 @@ mod tests {
         let opening = matched_passage(&text, &terms("zebra")).unwrap();
         assert_eq!(opening.start, 0);
         assert!(opening.quote(&text).ends_with(" …") && !opening.quote(&text).starts_with('…'));
+        // More of the query's words beat more occurrences of one of them.
+        let repeated = format!("{} {filler}kiln and cone {filler}", "kiln ".repeat(60));
+        let both = matched_passage(&repeated, &terms("kiln cone")).unwrap();
+        assert!(both.of(&repeated).contains("kiln and cone"), "{}", both.of(&repeated));
+        // A memory that opens with blank lines is quoted from its opening without an ellipsis.
+        let indented = format!("\n\n  {filler}");
+        assert!(!matched_passage(&indented, &[]).unwrap().quote(&indented).starts_with('…'));
         // A turn is matched whole.
         assert_eq!(matched_passage("the kiln reached cone six", &terms("kiln")), None);
     }

@@ -22,15 +22,16 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .filter(|w| !w.is_empty())
 }
 
-/// A lowercase word without its common inflection (`seats`, `seat`; `rebuilding`, `rebuild`;
-/// `glazed`, `glaze`, both `glaz`): enough to tell that two words are one, where no stemmer of a
-/// full-text engine is at hand.
+/// A lowercase word without its common inflection (`seats`, `seat`; `rebuilding`, `rebuild`):
+/// enough to tell that two words are one, where no stemmer of a full-text engine is at hand. A
+/// final "e" stays: folding it would make `car` and `care`, `not` and `note` one word.
 pub fn stem(word: &str) -> &str {
-    let bare = ["ing", "ed", "es", "s"]
-        .into_iter()
-        .find_map(|suffix| word.strip_suffix(suffix).filter(|s| s.len() >= 3))
-        .unwrap_or(word);
-    bare.strip_suffix('e').filter(|s| s.len() >= 3).unwrap_or(bare)
+    for suffix in ["ing", "ed", "es", "s"] {
+        if let Some(stem) = word.strip_suffix(suffix).filter(|s| s.len() >= 3) {
+            return stem;
+        }
+    }
+    word
 }
 
 /// Splits `text` into lowercase words of letters and digits (the same word boundaries as
@@ -71,10 +72,12 @@ mod tests {
 
     #[test]
     fn inflections_share_a_stem() {
-        for (a, b) in [("seats", "seat"), ("rebuilding", "rebuild"), ("glazed", "glaze"), ("crazes", "craze")] {
+        for (a, b) in [("seats", "seat"), ("rebuilding", "rebuild"), ("bowls", "bowl")] {
             assert_eq!(stem(a), stem(b), "{a} {b}");
         }
-        assert_ne!(stem("car"), stem("card"));
+        for (a, b) in [("car", "care"), ("not", "note"), ("plan", "plane")] {
+            assert_ne!(stem(a), stem(b), "{a} {b}");
+        }
         assert_eq!(stem("is"), "is");
     }
 

@@ -76,14 +76,14 @@ class Hit:
     explain: dict[str, dict[str, float]] | None = None
     sources: list[dict[str, Any]] = field(default_factory=list)
     duplicates: list[int] = field(default_factory=list)
-    #: For a memory longer than a turn (100 words), the part the query matched:
-    #: {"start", "end", "text"}, offsets in characters of `text`; None when all of it did.
-    passage: dict[str, Any] | None = None
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     confidence: float | None = None
     body: dict[str, Any] | None = None
     record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: For a memory longer than a turn (100 words), the part the query matched:
+    #: {"start", "end", "text"}, offsets in code points of `text`; None when all of it did.
+    passage: dict[str, Any] | None = None
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Hit:
