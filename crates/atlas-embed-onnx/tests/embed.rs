@@ -22,24 +22,38 @@ fn fixture(name: &str) -> Vec<serde_json::Value> {
 }
 
 /// Each sentence alone matches the Python reference (made by fixtures/embeddings/make_reference.py
-/// from the same files) within 1e-4.
+/// from the same files) within 1e-4. ONNX Runtime's integer kernels differ by instruction set
+/// (AVX2's u8 x s8 products saturate in 16 bits, AVX-512's do not), so there is a reference per
+/// kind of CPU, each made on one, and every sentence must match the same one: a tokenizer,
+/// pooling or normalisation of our own that differs from Python's misses all of them by far more.
 #[test]
 fn golden_vectors_match_python_onnxruntime() {
     let sentences = fixture("sentences.jsonl");
-    let reference = fixture("reference.jsonl");
     assert_eq!(sentences.len(), 20);
-    let mut worst = 0f32;
-    for (s, r) in sentences.iter().zip(&reference) {
-        assert_eq!(s["id"], r["id"]);
-        let text = s["text"].as_str().unwrap().to_owned();
-        let got = embedder().embed_blocking(&[text]).unwrap().remove(0);
-        let want: Vec<f32> = r["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
-        assert_eq!(got.len(), want.len());
-        let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(diff <= 1e-4, "{}: max abs difference {diff}", s["id"]);
-        worst = worst.max(diff);
+    let ours: Vec<Vec<f32>> = sentences
+        .iter()
+        .map(|s| embedder().embed_blocking(&[s["text"].as_str().unwrap().to_owned()]).unwrap().remove(0))
+        .collect();
+    let mut misses = Vec::new();
+    for name in ["reference.jsonl", "reference-avx2.jsonl"] {
+        let reference = fixture(name);
+        let mut worst = (0f32, String::new());
+        for ((s, r), got) in sentences.iter().zip(&reference).zip(&ours) {
+            assert_eq!(s["id"], r["id"]);
+            let want: Vec<f32> = r["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            assert_eq!(got.len(), want.len());
+            let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            if diff > worst.0 {
+                worst = (diff, s["id"].to_string());
+            }
+        }
+        if worst.0 <= 1e-4 {
+            eprintln!("golden: {name} matched, max abs difference over 20 sentences = {:e}", worst.0);
+            return;
+        }
+        misses.push(format!("{name}: max abs difference {} ({})", worst.0, worst.1));
     }
-    eprintln!("golden: max abs difference over 20 sentences = {worst:e}");
+    panic!("no reference matched every sentence within 1e-4: {}", misses.join("; "));
 }
 
 /// A text's vector is a function of its text: the default model quantises each token's
