@@ -78,8 +78,11 @@ pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
         for piece in text[start..end].split(|c: char| !c.is_alphanumeric()).filter(|p| !p.is_empty()) {
             buffer.clear();
             buffer.extend(piece.chars().flat_map(char::to_lowercase).filter(|c| c.is_alphanumeric()));
+            if buffer.is_empty() {
+                continue;
+            }
             let piece_stem = stem(&buffer);
-            let Some(term) = stems.iter().position(|s| !buffer.is_empty() && *s == piece_stem) else { continue };
+            let Some(term) = stems.iter().position(|s| *s == piece_stem) else { continue };
             if !held[first_of_word..].iter().any(|&(_, t)| t == term) {
                 held.push((index, term));
             }
@@ -110,22 +113,8 @@ pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
 
 /// Byte ranges of the whitespace-separated words of `text` (the words [`words`] counts).
 fn word_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        match (c.is_whitespace(), start) {
-            (true, Some(s)) => {
-                spans.push((s, i));
-                start = None;
-            }
-            (false, None) => start = Some(i),
-            _ => {}
-        }
-    }
-    if let Some(s) = start {
-        spans.push((s, text.len()));
-    }
-    spans
+    let base = text.as_ptr() as usize;
+    text.split_whitespace().map(|w| (w.as_ptr() as usize - base, w.as_ptr() as usize - base + w.len())).collect()
 }
 
 #[cfg(test)]
