@@ -362,6 +362,10 @@ pub struct RecallConfig {
     /// before it answers (0: none); what is left waits for the background task or
     /// `atlas embed-pending`, and full text covers it meanwhile.
     pub embed_budget_ms: u64,
+    /// The standing instruction of the user that ranks best for a request ("Always … when I
+    /// ask about …") comes at place 2 at worst ([`atlas_domain::policy::instructions`]): BEAM
+    /// dev instruction following R@10 0.56 → 0.78 (docs/EVAL.md). Off, it ranks like any memory.
+    pub standing_instructions: bool,
 }
 
 impl Default for RecallConfig {
@@ -384,6 +388,7 @@ impl Default for RecallConfig {
             duplicate_threshold: 0.8,
             centre_query: false,
             embed_budget_ms: 250,
+            standing_instructions: true,
         }
     }
 }

@@ -5,6 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
+use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, is_standing_instruction, lift_first};
 use atlas_domain::policy::long_text::{Passage, TURN_WORDS, matched_passage, per_turn, words};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
@@ -200,6 +201,22 @@ fn add_recency(hits: &mut [Hit], now: Timestamp, config: &RecallConfig) {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
 }
 
+/// Puts the best-ranked standing instruction at [`INSTRUCTION_PLACE`] at worst, scored level
+/// with the hit it passes (the difference explained as the `instruction` signal), so hits stay
+/// in score order. Only one that the request's words or vector found: one that spreading
+/// brought in beside a hit matched nothing of the request.
+fn lift_instruction(hits: &mut [Hit]) {
+    let searched = |h: &Hit| h.signals.contains_key(&Signal::Text) || h.signals.contains_key(&Signal::Vector);
+    let is_instruction = |h: &Hit| searched(h) && is_standing_instruction(h.memory.body.speaker(), &h.memory.text);
+    let Some(at) = lift_first(hits, INSTRUCTION_PLACE, is_instruction) else { return };
+    // The hit it passed now stands right below it; one it did not pass scores no higher.
+    let passed = hits.get(at + 1).map_or(f64::MIN, |h| h.score);
+    let hit = &mut hits[at];
+    let added = (passed - hit.score).max(0.0);
+    hit.signals.insert(Signal::Instruction, SignalScore { rank: 1, raw: hit.score, contribution: added });
+    hit.score += added;
+}
+
 pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest, now: Timestamp) -> Result<Recall> {
     let started = Instant::now();
     if request.query.trim().is_empty() {
@@ -327,6 +344,12 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             signals.push(SignalReport { signal: Signal::Graph, used: true, note: None });
         }
     }
+    // A standing instruction ranks far below the memories that answer a request it governs
+    // (policy::instructions): every candidate's record is read to find the best-ranked one.
+    let lifting = config.standing_instructions && request.k > 1;
+    if lifting {
+        read_missing(parts.store.as_ref(), &mut memories, fused.iter().map(|f| f.id)).await?;
+    }
     // Context can bring in memories no search saw: they pass the same filter before they count.
     // Twice k, so that k distinct hits remain after near-duplicates fold.
     let reachable = config.context_from * 2 * (config.context_reach + config.graph_depth.min(MAX_GRAPH_DEPTH)) as usize;
@@ -359,6 +382,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     if request.k > 0 && config.recency_weight > 0.0 {
         add_recency(&mut hits, request.as_of.unwrap_or(now), config);
         signals.push(SignalReport { signal: Signal::Recency, used: true, note: None });
+    }
+    if lifting {
+        lift_instruction(&mut hits);
     }
     let hits = collapse(hits, |h| line(&h.memory), config.duplicate_threshold, request.k)
         .into_iter()

@@ -665,6 +665,53 @@ async fn a_repeated_statement_takes_one_slot_and_names_its_copies() {
     assert!(both.len() == 2 && both.iter().all(|h| h.duplicates.is_empty()), "the threshold turns it off");
 }
 
+/// A standing instruction shares little with the requests it governs: it ranks below what
+/// answers them, and recall lifts the best-ranked one to place 2 (policy::instructions), scored
+/// level with the hit it passed and explained; the assistant's own advice is not lifted.
+#[tokio::test]
+async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
+    let turns = [
+        "The grant deadline is the first of May",
+        "I moved the grant deadline review to Friday",
+        "Greg checks the grant deadline budget tomorrow",
+        "My grant deadline worries me a lot, the grant is big",
+        "The grant deadline form needs two signatures",
+    ];
+    let advice = "Always keep a copy of every form, as I said when we met about the grant deadline last spring";
+    let instruction = "Always format dates as Month Day, Year when I ask about a deadline of any kind or sort";
+    let recall_with = |standing_instructions: bool, k: usize| async move {
+        let config = Config {
+            recall: atlas_runtime::config::RecallConfig { standing_instructions, ..Default::default() },
+            ..Config::default()
+        };
+        let atlas = Atlas::from_parts(Parts::from_store(Arc::new(FakeStore::new()), None), config).await.unwrap();
+        for t in turns {
+            atlas.remember(say(t, "s1")).await.unwrap();
+        }
+        atlas.remember(Remember { speaker: Some("assistant".into()), ..say(advice, "s1") }).await.unwrap();
+        atlas.remember(say(instruction, "s1")).await.unwrap();
+        atlas.recall(query("when is the grant deadline", k)).await.unwrap().hits
+    };
+    let plain = recall_with(false, 5).await;
+    let place = |hits: &[atlas_runtime::Hit], text: &str| hits.iter().position(|h| h.memory.text == text);
+    assert!(place(&plain, instruction).is_none_or(|p| p > 1), "by its words alone it ranks lower: {plain:#?}");
+    let hits = recall_with(true, 5).await;
+    assert_eq!(hits.len(), 5);
+    assert_eq!(place(&hits, instruction), Some(1), "{hits:#?}");
+    assert_eq!(hits[0].memory.id, plain[0].memory.id, "the best answer keeps its place");
+    let lifted = hits[1].signals[&Signal::Instruction];
+    assert!(lifted.contribution > 0.0, "{lifted:?}");
+    let explained: f64 = hits[1].signals.values().map(|s| s.contribution).sum();
+    assert!((explained - hits[1].score).abs() < 1e-9, "the explanation adds up to the score");
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score), "hits stay in score order");
+    assert!(hits.iter().filter(|h| h.signals.contains_key(&Signal::Instruction)).count() == 1);
+    assert!(place(&hits, advice) != Some(1), "the assistant's advice is no instruction to it");
+    // A request for one memory gets the best answer, not the instruction.
+    let one = recall_with(true, 1).await;
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].memory.id, plain[0].memory.id);
+}
+
 #[tokio::test]
 async fn recency_breaks_a_tie_for_the_newer_memory_as_of_the_recall_time() {
     let (atlas, _) = fake_atlas(None).await;

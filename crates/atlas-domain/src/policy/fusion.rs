@@ -20,6 +20,9 @@ pub enum Signal {
     Graph,
     /// How recent the memory is (a boost added after fusion; rank 1 = the newest hit).
     Recency,
+    /// A standing instruction of the user, the one that ranks best for the request, lifted to
+    /// its place (`policy::instructions`); its contribution is the score that took.
+    Instruction,
 }
 
 impl Signal {
@@ -30,6 +33,7 @@ impl Signal {
             Signal::Context => "context",
             Signal::Graph => "graph",
             Signal::Recency => "recency",
+            Signal::Instruction => "instruction",
         }
     }
 }

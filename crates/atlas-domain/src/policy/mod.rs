@@ -1,4 +1,4 @@
-//! Pure policies: query normalisation, rank fusion, what a long memory's text match is worth, recency, near-duplicate collapse, id
+//! Pure policies: query normalisation, rank fusion, standing instructions, what a long memory's text match is worth, recency, near-duplicate collapse, id
 //! references and their renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
@@ -16,6 +16,7 @@ pub mod documents;
 pub mod embedding;
 pub mod experience;
 pub mod fusion;
+pub mod instructions;
 pub mod limits;
 pub mod long_text;
 pub mod program;
