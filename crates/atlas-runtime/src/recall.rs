@@ -5,7 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
-use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, is_standing_instruction, lift_first};
+use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, instructs_the_agent, lift_first};
 use atlas_domain::policy::long_text::{Passage, TURN_WORDS, matched_passage, per_turn, words};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
@@ -201,18 +201,22 @@ fn add_recency(hits: &mut [Hit], now: Timestamp, config: &RecallConfig) {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
 }
 
-/// Puts the best-ranked standing instruction at [`INSTRUCTION_PLACE`] at worst, scored level
-/// with the hit it passes (the difference explained as the `instruction` signal), so hits stay
-/// in score order. Only one that the request's words or vector found: one that spreading
+/// Puts the best-ranked standing instruction at [`INSTRUCTION_PLACE`] at worst, scored between
+/// the hits around its new place (the difference explained as the `instruction` signal), so hits
+/// stay in score order. Only one that the request's words or vector found: one that spreading
 /// brought in beside a hit matched nothing of the request.
 fn lift_instruction(hits: &mut [Hit]) {
     let searched = |h: &Hit| h.signals.contains_key(&Signal::Text) || h.signals.contains_key(&Signal::Vector);
-    let is_instruction = |h: &Hit| searched(h) && is_standing_instruction(h.memory.body.speaker(), &h.memory.text);
-    let Some(at) = lift_first(hits, INSTRUCTION_PLACE, is_instruction) else { return };
-    // The hit it passed now stands right below it; one it did not pass scores no higher.
-    let passed = hits.get(at + 1).map_or(f64::MIN, |h| h.score);
-    let hit = &mut hits[at];
-    let added = (passed - hit.score).max(0.0);
+    let is_instruction = |h: &Hit| searched(h) && instructs_the_agent(&h.memory);
+    let Some((from, to)) = lift_first(hits, INSTRUCTION_PLACE, is_instruction) else { return };
+    if from == to {
+        return;
+    }
+    // The hit it passed now stands right below it, the one it did not pass right above.
+    let passed = hits[to + 1].score;
+    let level = if to > 0 { (hits[to - 1].score + passed) / 2.0 } else { passed };
+    let hit = &mut hits[to];
+    let added = (level - hit.score).max(0.0);
     hit.signals.insert(Signal::Instruction, SignalScore { rank: 1, raw: hit.score, contribution: added });
     hit.score += added;
 }
@@ -315,15 +319,33 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // Records read so far (full text's candidates), and later what spreading and the fetch need.
     let mut memories: HashMap<_, _> = text_memories.into_iter().map(|m| (m.id, m)).collect();
     let mut signals = vec![text_report, vector_report];
-    let spreading = config.context_weight > 0.0 || config.graph_weight > 0.0;
-    if spreading && request.k > 0 {
-        let from = config.context_from.min(fused.len());
+    // A standing instruction ranks far below the memories that answer a request it governs
+    // (policy::instructions): every candidate's record is read to find the best-ranked one,
+    // while spreading walks the graph. With k at most its place, the instruction would take the
+    // place of an answer.
+    let lifting = config.standing_instructions && request.k > INSTRUCTION_PLACE;
+    let unread: Vec<MemoryId> =
+        if lifting { fused.iter().map(|f| f.id).filter(|id| !memories.contains_key(id)).collect() } else { Vec::new() };
+    let spreading = (config.context_weight > 0.0 || config.graph_weight > 0.0) && request.k > 0;
+    let from = config.context_from.min(fused.len());
+    let starts: Vec<MemoryId> = fused[..from].iter().map(|f| f.id).collect();
+    let walk = async {
+        if !spreading {
+            return Ok(None);
+        }
         let reach = if config.context_weight > 0.0 { config.context_reach } else { 0 };
         let depth = if config.graph_weight > 0.0 { config.graph_depth.min(MAX_GRAPH_DEPTH) } else { 0 };
-        let at = request.as_of.unwrap_or(now);
-        let ids: Vec<MemoryId> = fused[..from].iter().map(|f| f.id).collect();
+        walk_around(parts.store.as_ref(), &starts, reach, depth, request.as_of.unwrap_or(now)).await.map(Some)
+    };
+    let candidates_read = async { if unread.is_empty() { Ok(Vec::new()) } else { parts.store.get_many(unread).await } };
+    let (walked, candidate_records) = tokio::try_join!(walk, candidates_read)?;
+    memories.extend(candidate_records.into_iter().map(|m| (m.id, m)));
+    if lifting {
+        signals.push(SignalReport { signal: Signal::Instruction, used: true, note: None });
+    }
+    if let Some(walked) = walked {
         let (mut turns, mut linked) = (HashMap::with_capacity(from), HashMap::with_capacity(from));
-        for (id, around) in walk_around(parts.store.as_ref(), &ids, reach, depth, at).await? {
+        for (id, around) in walked {
             turns.insert(id, around.turns);
             linked.insert(id, around.linked);
         }
@@ -343,12 +365,6 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             fused = spread(fused, &linked, from, config.graph_weight, config.graph_decay, Signal::Graph);
             signals.push(SignalReport { signal: Signal::Graph, used: true, note: None });
         }
-    }
-    // A standing instruction ranks far below the memories that answer a request it governs
-    // (policy::instructions): every candidate's record is read to find the best-ranked one.
-    let lifting = config.standing_instructions && request.k > 1;
-    if lifting {
-        read_missing(parts.store.as_ref(), &mut memories, fused.iter().map(|f| f.id)).await?;
     }
     // Context can bring in memories no search saw: they pass the same filter before they count.
     // Twice k, so that k distinct hits remain after near-duplicates fold.

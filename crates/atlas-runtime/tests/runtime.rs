@@ -667,7 +667,8 @@ async fn a_repeated_statement_takes_one_slot_and_names_its_copies() {
 
 /// A standing instruction shares little with the requests it governs: it ranks below what
 /// answers them, and recall lifts the best-ranked one to place 2 (policy::instructions), scored
-/// level with the hit it passed and explained; the assistant's own advice is not lifted.
+/// between its neighbours and explained; the assistant's own advice is not lifted, nor is an
+/// instruction when k leaves no room beside the best answer.
 #[tokio::test]
 async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
     let turns = [
@@ -677,27 +678,36 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
         "My grant deadline worries me a lot, the grant is big",
         "The grant deadline form needs two signatures",
     ];
-    let advice = "Always keep a copy of every form, as I said when we met about the grant deadline last spring";
+    let advice = "Always keep a copy of every form when I ask about the grant deadline or the budget";
     let instruction = "Always format dates as Month Day, Year when I ask about a deadline of any kind or sort";
-    let recall_with = |standing_instructions: bool, k: usize| async move {
+    let recall_with = |standing_instructions: bool, k: usize, said_by: Option<&'static str>| async move {
         let config = Config {
             recall: atlas_runtime::config::RecallConfig { standing_instructions, ..Default::default() },
             ..Config::default()
         };
         let atlas = Atlas::from_parts(Parts::from_store(Arc::new(FakeStore::new()), None), config).await.unwrap();
+        let scope = Scope { agent: Some("Atlas".into()), ..Scope::default() };
         for t in turns {
-            atlas.remember(say(t, "s1")).await.unwrap();
+            atlas.remember(Remember { scope: scope.clone(), ..say(t, "s1") }).await.unwrap();
         }
-        atlas.remember(Remember { speaker: Some("assistant".into()), ..say(advice, "s1") }).await.unwrap();
-        atlas.remember(say(instruction, "s1")).await.unwrap();
-        atlas.recall(query("when is the grant deadline", k)).await.unwrap().hits
+        let by = |speaker: &str, text: &str| Remember {
+            speaker: Some(speaker.into()),
+            scope: scope.clone(),
+            ..say(text, "s1")
+        };
+        atlas.remember(by("assistant", advice)).await.unwrap();
+        if let Some(speaker) = said_by {
+            atlas.remember(by(speaker, instruction)).await.unwrap();
+        }
+        atlas.recall(query("when is the grant deadline", k)).await.unwrap()
     };
-    let plain = recall_with(false, 5).await;
     let place = |hits: &[atlas_runtime::Hit], text: &str| hits.iter().position(|h| h.memory.text == text);
+    let plain = recall_with(false, 5, Some("Ada")).await.hits;
     assert!(place(&plain, instruction).is_none_or(|p| p > 1), "by its words alone it ranks lower: {plain:#?}");
-    let hits = recall_with(true, 5).await;
+    let recall = recall_with(true, 5, Some("Ada")).await;
+    let hits = &recall.hits;
     assert_eq!(hits.len(), 5);
-    assert_eq!(place(&hits, instruction), Some(1), "{hits:#?}");
+    assert_eq!(place(hits, instruction), Some(1), "{hits:#?}");
     assert_eq!(hits[0].memory.id, plain[0].memory.id, "the best answer keeps its place");
     let lifted = hits[1].signals[&Signal::Instruction];
     assert!(lifted.contribution > 0.0, "{lifted:?}");
@@ -705,11 +715,20 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
     assert!((explained - hits[1].score).abs() < 1e-9, "the explanation adds up to the score");
     assert!(hits.windows(2).all(|w| w[0].score >= w[1].score), "hits stay in score order");
     assert!(hits.iter().filter(|h| h.signals.contains_key(&Signal::Instruction)).count() == 1);
-    assert!(place(&hits, advice) != Some(1), "the assistant's advice is no instruction to it");
-    // A request for one memory gets the best answer, not the instruction.
-    let one = recall_with(true, 1).await;
-    assert_eq!(one.len(), 1);
-    assert_eq!(one[0].memory.id, plain[0].memory.id);
+    assert!(recall.signals.iter().any(|r| r.signal == Signal::Instruction && r.used));
+    // Nothing is lifted when the only instruction-like line is the agent's own, by role or by
+    // the name its scope gives it.
+    for agent in [None, Some("Atlas")] {
+        let hits = recall_with(true, 5, agent).await.hits;
+        assert!(hits.iter().all(|h| !h.signals.contains_key(&Signal::Instruction)), "{agent:?}: {hits:#?}");
+        assert_eq!(hits[1].memory.id, plain[1].memory.id, "{agent:?}");
+    }
+    // A request for two memories gets the two best answers, not the instruction.
+    let two = recall_with(true, 2, Some("Ada")).await.hits;
+    assert_eq!(
+        two.iter().map(|h| h.memory.id).collect::<Vec<_>>(),
+        plain[..2].iter().map(|h| h.memory.id).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]

@@ -41,7 +41,8 @@ currently true; summary; core: the profile), by time (`since`, `until`) or ask w
 (`as_of`). Each hit has its text, `score` (relative within this answer) and `similarity` (absolute, 0..1: \
 below about 0.3 the hit is probably unrelated). With `explain: true` each hit also says which signals found \
 it (rank, raw score, share of the fused score): text alone means a word match, vector alone a match in \
-meaning.";
+meaning, `instruction` a standing instruction of the user (\"Always ... when I ask about ...\") lifted to second \
+place, since it seldom shares words with the requests it governs.";
 
 pub const GET: &str = "Read one memory by id: its text, kind, time, scope, the edges that link it to other \
 memories (next turn, mentions, replaces) and its lifecycle (uses, soft deletion).";

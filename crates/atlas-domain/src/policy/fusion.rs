@@ -20,8 +20,8 @@ pub enum Signal {
     Graph,
     /// How recent the memory is (a boost added after fusion; rank 1 = the newest hit).
     Recency,
-    /// A standing instruction of the user, the one that ranks best for the request, lifted to
-    /// its place (`policy::instructions`); its contribution is the score that took.
+    /// The user's standing instruction that ranks best for the request, lifted to its place
+    /// (`policy::instructions`); its contribution is the score the lift added.
     Instruction,
 }
 

@@ -10,6 +10,7 @@
 //! request, so it does what costs one place: the standing instruction that ranks best for the
 //! request comes at [`INSTRUCTION_PLACE`] at worst.
 
+use crate::Memory;
 use crate::policy::long_text::TURN_WORDS;
 use crate::policy::query;
 
@@ -21,24 +22,75 @@ pub const INSTRUCTION_PLACE: usize = 2;
 /// assistant is advice given, not an instruction the agent was given.
 const AGENT_SPEAKERS: &[&str] = &["assistant", "agent", "ai", "bot", "system", "model", "tool"];
 
-/// Words that may open a sentence before the instruction itself ("Please always…", "Also,
-/// from now on…").
-const LEAD_WORDS: &[&str] = &["please", "and", "also", "so", "ok", "okay", "oh", "but"];
+/// Words that may open a sentence before the instruction itself ("Please always…", "Thanks!
+/// Also, from now on…").
+const LEAD_WORDS: &[&str] = &["please", "and", "also", "so", "ok", "okay", "oh", "but", "thanks", "then"];
 
-/// Words that start a clause with its own subject: "Whenever I hear this song, I think of her"
-/// tells, where "Whenever I ask about money, give the currency" instructs.
-const SUBJECTS: &[&str] = &["i", "we", "you", "he", "she", "they", "it", "this", "that", "there", "my", "our"];
+/// Words that open a clause with its own subject: "From now on I'm vegetarian" and "Whenever I
+/// hear this song, I think of her" tell, where "From now on, keep it short" and "Whenever I ask
+/// about money, give the currency" instruct.
+const SUBJECTS: &[&str] = &[
+    "i",
+    "we",
+    "you",
+    "he",
+    "she",
+    "they",
+    "it",
+    "this",
+    "that",
+    "these",
+    "those",
+    "there",
+    "my",
+    "our",
+    "his",
+    "her",
+    "their",
+    "its",
+    "the",
+    "a",
+    "an",
+    "everyone",
+    "everything",
+    "nobody",
+    "people",
+];
+
+/// What may follow "you" in a command addressed to the agent ("you should answer in French").
+const MODALS: &[&str] = &["should", "must", "will", "can", "need", "have", "shall"];
+
+/// Verbs of a request: an instruction's condition is the requester asking ("when I ask about…",
+/// "if we talk about…"), not something that happened ("Always loved pizza when I was a kid",
+/// "Always happy when I see you").
+const REQUEST_VERBS: &[&str] = &[
+    "ask", "asking", "want", "need", "request", "talk", "mention", "bring", "discuss", "inquire", "say", "send",
+    "share", "paste", "write", "type", "upload", "query", "search", "show", "chat", "message", "question",
+];
+
+/// Whether `memory` is a standing instruction to the agent ([`is_standing_instruction`]), and not
+/// said by the agent itself under its own name (a speaker equal to the memory's scope agent).
+pub fn instructs_the_agent(memory: &Memory) -> bool {
+    let speaker = memory.body.speaker();
+    let own = memory.scope.agent.as_deref();
+    if speaker.is_some_and(|s| own.is_some_and(|a| a.trim().eq_ignore_ascii_case(s.trim()))) {
+        return false;
+    }
+    is_standing_instruction(speaker, &memory.text)
+}
 
 /// Whether a memory said by `speaker` with `text` is a standing instruction to the agent: a
 /// turn of conversation (at most [`TURN_WORDS`] words, not the agent's own) with a sentence that
-/// - opens with "from now on", "going forward" or "in (the) future";
-/// - opens with "always" or "never" and names the requester's condition ("when I…", "whenever
-///   we…", "if I…", "any time I…", "each time I…", "every time I…"): without one, "Never give
-///   up" and "Always here to help" are encouragement, not instructions;
-/// - or opens with "whenever I/we …," and goes on with a command, not a clause of its own.
+/// - opens with "from now on", "going forward" or "in (the) future" and goes on with a command;
+/// - opens with "always", "never", "don't" or "do not" and names the requester's request as its
+///   condition ("when I ask…", "if we talk…", "any/each/every time I mention…"): without one,
+///   "Never give up" and "Always here to help" are encouragement, not instructions;
+/// - or opens with such a condition and goes on, after its comma, with a command ("When I ask
+///   about money, always give the currency").
 ///
-/// Openers may follow "please", "and", "also", "so", "ok", "oh", "but". Matching is on words
-/// (case and punctuation aside), so no input can make it fail.
+/// A command opens with a verb, not with a subject of its own (`SUBJECTS`), or with "you" and a
+/// modal ("you should…"). Openers may follow `LEAD_WORDS`. Matching is on words (case and
+/// punctuation aside), so no input can make it fail.
 pub fn is_standing_instruction(speaker: Option<&str>, text: &str) -> bool {
     if speaker.is_some_and(|s| AGENT_SPEAKERS.iter().any(|a| s.trim().eq_ignore_ascii_case(a))) {
         return false;
@@ -47,53 +99,98 @@ pub fn is_standing_instruction(speaker: Option<&str>, text: &str) -> bool {
     if text.split_whitespace().nth(TURN_WORDS).is_some() {
         return false;
     }
-    text.split(['.', '!', '?', '\n', ';']).any(instructs)
+    sentences(text).any(instructs)
+}
+
+/// The sentences of `text`: split at "!", "?", ";" and line breaks, and at a full stop that ends
+/// a word of more than one letter before a space or the end ("e.g.", "3 p.m." and "2.5" do not
+/// end a sentence, where splitting would part an instruction from its condition).
+fn sentences(text: &str) -> impl Iterator<Item = &str> {
+    let mut cuts = Vec::new();
+    let mut word_start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next = chars.peek().map(|&(_, n)| n);
+        if c.is_whitespace() {
+            word_start = i + c.len_utf8();
+        } else if matches!(c, '!' | '?' | ';') {
+            cuts.push(i);
+        } else if c == '.' && next.is_none_or(char::is_whitespace) {
+            let word = &text[word_start..i];
+            if word.chars().filter(|c| c.is_alphanumeric()).count() > 1 && !word.contains('.') {
+                cuts.push(i);
+            }
+        }
+        if c == '\n' {
+            cuts.push(i);
+        }
+    }
+    let mut from = 0;
+    let mut pieces: Vec<&str> = Vec::with_capacity(cuts.len() + 1);
+    for cut in cuts {
+        pieces.push(&text[from..cut]);
+        from = cut + 1;
+    }
+    pieces.push(&text[from..]);
+    pieces.into_iter()
 }
 
 fn instructs(sentence: &str) -> bool {
     let all: Vec<String> = query::words(sentence).collect();
     let lead = all.iter().take_while(|w| LEAD_WORDS.contains(&w.as_str())).count();
     let w: Vec<&str> = all[lead..].iter().map(String::as_str).collect();
-    let opens = |phrase: &[&str]| w.starts_with(phrase);
-    if opens(&["from", "now", "on"]) || opens(&["going", "forward"]) || opens(&["in", "future"]) {
-        return true;
+    let opener = [&["from", "now", "on"][..], &["going", "forward"], &["in", "the", "future"], &["in", "future"]]
+        .into_iter()
+        .find(|o| w.starts_with(o));
+    if let Some(opener) = opener {
+        return is_command(&w[opener.len()..]);
     }
-    if opens(&["in", "the", "future"]) {
-        return true;
+    let command = [&["always"][..], &["never"], &["don", "t"], &["do", "not"]].into_iter().find(|o| w.starts_with(o));
+    if command.is_some() {
+        return !w.starts_with(&["never", "mind"]) && (0..w.len()).any(|i| condition_at(&w, i).is_some());
     }
-    if opens(&["always"]) || opens(&["never"]) {
-        return names_a_condition(&w);
-    }
-    if w.len() >= 2 && w[0] == "whenever" && matches!(w[1], "i" | "we") {
-        // The main clause comes after the condition's comma; a command has no subject.
+    if condition_at(&w, 0).is_some() {
+        // The command comes after the condition's comma.
         let Some((_, rest)) = sentence.split_once(',') else { return false };
-        return query::words(rest).next().is_some_and(|first| !SUBJECTS.contains(&first.as_str()));
+        let after: Vec<String> = query::words(rest).collect();
+        return is_command(&after.iter().map(String::as_str).collect::<Vec<_>>());
     }
     false
 }
 
-/// Whether `w` holds "when I", "whenever we", "if I", "any time I", "anytime we", "each time
-/// I" or "every time I".
-fn names_a_condition(w: &[&str]) -> bool {
-    let requester = |i: usize| w.get(i).is_some_and(|p| matches!(*p, "i" | "we"));
-    (0..w.len()).any(|i| match w[i] {
-        "when" | "whenever" | "if" | "anytime" => requester(i + 1),
-        "any" | "each" | "every" => w.get(i + 1) == Some(&"time") && requester(i + 2),
-        _ => false,
-    })
+/// Whether `w` opens with a command: a verb, or "you" with a modal; not a subject of its own.
+fn is_command(w: &[&str]) -> bool {
+    match w {
+        ["you", modal, ..] => MODALS.contains(modal),
+        [first, ..] => !SUBJECTS.contains(first),
+        [] => false,
+    }
+}
+
+/// Where the requester's request starts when `w[i..]` opens with it: "when/whenever/if/anytime
+/// I|we <request verb>", or "any/each/every time I|we <request verb>".
+fn condition_at(w: &[&str], i: usize) -> Option<usize> {
+    let asks = |at: usize| {
+        w.get(at).is_some_and(|p| matches!(*p, "i" | "we")) && w.get(at + 1).is_some_and(|v| REQUEST_VERBS.contains(v))
+    };
+    match *w.get(i)? {
+        "when" | "whenever" | "if" | "anytime" => asks(i + 1).then_some(i + 1),
+        "any" | "each" | "every" => (w.get(i + 1) == Some(&"time") && asks(i + 2)).then_some(i + 2),
+        _ => None,
+    }
 }
 
 /// Moves the first item that `is_instruction` accepts to `place` (from 1) when it stands below
 /// it, shifting the items between down by one; every other item keeps its order. Returns where
-/// the instruction now stands (from 0), or `None` when no item is one.
-pub fn lift_first<T>(items: &mut [T], place: usize, is_instruction: impl Fn(&T) -> bool) -> Option<usize> {
+/// the instruction stood and where it stands now (from 0), or `None` when no item is one.
+pub fn lift_first<T>(items: &mut [T], place: usize, is_instruction: impl Fn(&T) -> bool) -> Option<(usize, usize)> {
     let at = items.iter().position(is_instruction)?;
     let to = place.max(1) - 1;
     if at > to {
         items[to..=at].rotate_right(1);
-        return Some(to);
+        return Some((at, to));
     }
-    Some(at)
+    Some((at, at))
 }
 
 #[cfg(test)]
@@ -111,10 +208,16 @@ mod tests {
         assert!(user("Always use APA 7th edition citation style when I ask about formatting references."));
         assert!(user("never round the figures if we talk about money"));
         assert!(user("Thanks! Please always answer in French any time I ask about travel."));
+        assert!(user("Don't use emojis when I ask about work."));
+        assert!(user("Always use ISO dates, e.g. 2026-01-01, when I ask about deadlines."));
+        assert!(user("Always round to 2.5 hours when I ask about estimates."));
         assert!(user("From now on, keep answers short."));
         assert!(user("ok, going forward reply in bullet points"));
         assert!(user("In the future, cite your sources."));
+        assert!(user("From now on you should answer in French."));
         assert!(user("Whenever I ask about budgets, give the currency."));
+        assert!(user("When I ask about money, always give the currency."));
+        assert!(user("If we talk about code, you should show tests first."));
         assert!(is_standing_instruction(None, "Always confirm time zones when I ask about meeting times."));
     }
 
@@ -127,7 +230,15 @@ mod tests {
         assert!(!user("Always here to help!"));
         assert!(!user("Always here to cheer you on!"));
         assert!(!user("Never give up."));
+        // Statements that open like one.
+        assert!(!user("From now on I'm vegetarian."));
+        assert!(!user("In the future I hope to adopt a dog."));
+        assert!(!user("Always loved pizza when I was a kid."));
+        assert!(!user("Always happy when I see you!"));
+        assert!(!user("Never mind, I'll check when I ask my boss."));
+        assert!(!user("When I asked about it, the shop was closed."));
         assert!(!user("I always format dates as Month Day, Year when I write."));
+        assert!(!user("Always!"));
         assert!(!user("Whenever"));
         assert!(!user(""));
     }
@@ -140,15 +251,29 @@ mod tests {
         }
         let pasted = format!("{line} {}", "more words of a pasted document ".repeat(30));
         assert!(!user(&pasted), "a turn is at most {TURN_WORDS} words");
+        let scope = crate::Scope { agent: Some("Atlas".into()), ..crate::Scope::default() };
+        let said = |speaker: &str| {
+            let at = crate::Timestamp(1);
+            crate::NewMemory::episode(line, scope.clone(), Some(speaker.into()), at, at).with_id(crate::MemoryId(1))
+        };
+        assert!(instructs_the_agent(&said("Ann")));
+        assert!(!instructs_the_agent(&said("atlas")), "the agent, by the name its scope gives it");
+    }
+
+    #[test]
+    fn sentences_end_at_full_stops_of_words_not_of_abbreviations_or_numbers() {
+        let pieces: Vec<&str> =
+            sentences("Use ISO dates, e.g. 2026-01-01, at 3 p.m. today. Round 2.5 up! Ok\nbye").collect();
+        assert_eq!(pieces, ["Use ISO dates, e.g. 2026-01-01, at 3 p.m. today", " Round 2.5 up", " Ok", "bye"]);
     }
 
     #[test]
     fn the_first_instruction_moves_up_to_its_place_and_the_rest_keep_their_order() {
         let mut items = vec![1, 2, 3, 40, 5, 60];
-        assert_eq!(lift_first(&mut items, INSTRUCTION_PLACE, |x| *x >= 10), Some(1));
+        assert_eq!(lift_first(&mut items, INSTRUCTION_PLACE, |x| *x >= 10), Some((3, 1)));
         assert_eq!(items, vec![1, 40, 2, 3, 5, 60]);
         let mut first = vec![40, 1, 2];
-        assert_eq!(lift_first(&mut first, INSTRUCTION_PLACE, |x| *x >= 10), Some(0), "above its place it stays");
+        assert_eq!(lift_first(&mut first, INSTRUCTION_PLACE, |x| *x >= 10), Some((0, 0)), "above its place it stays");
         assert_eq!(first, vec![40, 1, 2]);
         let mut none = vec![1, 2];
         assert_eq!(lift_first(&mut none, INSTRUCTION_PLACE, |x| *x >= 10), None);
@@ -159,6 +284,8 @@ mod tests {
         #[test]
         fn any_text_is_judged_without_failing(speaker in proptest::option::of(".{0,12}"), text in "\\PC{0,400}") {
             let _ = is_standing_instruction(speaker.as_deref(), &text);
+            let rejoined: usize = sentences(&text).map(str::len).sum::<usize>() + sentences(&text).count() - 1;
+            prop_assert_eq!(rejoined, text.len(), "the sentences and their one-byte ends are the text");
         }
 
         #[test]
@@ -171,11 +298,12 @@ mod tests {
         #[test]
         fn an_opener_with_a_condition_makes_a_short_line_standing(
             lead in prop::sample::select(vec!["", "Please ", "Also, ", "ok "]),
-            opener in prop::sample::select(vec!["Always", "never", "ALWAYS"]),
+            opener in prop::sample::select(vec!["Always", "never", "ALWAYS", "Do not"]),
             action in "[a-z]{1,10}( [a-z]{1,10}){0,8}",
             condition in prop::sample::select(vec!["when I", "whenever we", "if I", "any time I", "every time we"]),
             topic in "[a-z]{1,10}( [a-z]{1,10}){0,5}",
         ) {
+            prop_assume!(!(opener == "never" && action.starts_with("mind")));
             let line = format!("{lead}{opener} {action} {condition} ask about {topic}.");
             prop_assert!(is_standing_instruction(Some("user"), &line), "{}", line);
         }
@@ -186,16 +314,17 @@ mod tests {
             place in 1usize..6,
         ) {
             let mut lifted = items.clone();
-            let at = lift_first(&mut lifted, place, |x| *x >= 15);
+            let moved = lift_first(&mut lifted, place, |x| *x >= 15);
             let mut a = items.clone();
             let mut b = lifted.clone();
             a.sort_unstable();
             b.sort_unstable();
             prop_assert_eq!(a, b);
             match items.iter().position(|x| *x >= 15) {
-                None => { prop_assert_eq!(at, None); prop_assert_eq!(&lifted, &items); }
+                None => { prop_assert_eq!(moved, None); prop_assert_eq!(&lifted, &items); }
                 Some(first) => {
-                    let now = at.expect("found");
+                    let (from, now) = moved.expect("found");
+                    prop_assert_eq!(from, first);
                     prop_assert_eq!(now, first.min(place - 1));
                     prop_assert_eq!(lifted[now], items[first]);
                     // Without the lifted item, the order is the input's without it.

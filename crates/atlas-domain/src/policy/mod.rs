@@ -1,5 +1,6 @@
-//! Pure policies: query normalisation, rank fusion, standing instructions, what a long memory's text match is worth, recency, near-duplicate collapse, id
-//! references and their renumbering on restore, input limits, what is indexed and embedded,
+//! Pure policies: query normalisation, rank fusion, standing instructions, what a long
+//! memory's text match is worth, recency, near-duplicate collapse, id references and their
+//! renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
 //! the user into core memory; the agent memories' statistics (experience weights and
