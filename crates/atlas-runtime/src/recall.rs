@@ -340,9 +340,6 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let candidates_read = async { if unread.is_empty() { Ok(Vec::new()) } else { parts.store.get_many(unread).await } };
     let (walked, candidate_records) = tokio::try_join!(walk, candidates_read)?;
     memories.extend(candidate_records.into_iter().map(|m| (m.id, m)));
-    if lifting {
-        signals.push(SignalReport { signal: Signal::Instruction, used: true, note: None });
-    }
     if let Some(walked) = walked {
         let (mut turns, mut linked) = (HashMap::with_capacity(from), HashMap::with_capacity(from));
         for (id, around) in walked {
@@ -401,6 +398,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     }
     if lifting {
         lift_instruction(&mut hits);
+        signals.push(SignalReport { signal: Signal::Instruction, used: true, note: None });
     }
     let hits = collapse(hits, |h| line(&h.memory), config.duplicate_threshold, request.k)
         .into_iter()
