@@ -17,16 +17,32 @@
 //! model reads its first 256 tokens), so a hit on one says which part matched: the
 //! [`matched_passage`], a turn's length of its words, which `context` quotes instead of the whole.
 
-use crate::policy::query::stem;
+use crate::policy::query::{each_word, stem};
 
 /// The most words of a turn of conversation: a paragraph. LoCoMo's longest turn has 81 words,
 /// while 99% of BEAM's assistant answers are longer. Also the longest turn a successor carries as
 /// its context ([`crate::policy::embedding::CONTEXT_MAX_WORDS`]).
 pub const TURN_WORDS: usize = 100;
 
-/// Words of `text` as the length rules count them: runs of non-blank characters.
+/// Words of `text` as the length rules count them: runs of non-blank characters (what
+/// `split_whitespace` yields). Recall counts every full-text candidate and every neighbour it
+/// spreads to, whole answers and documents among them, so words are counted where they start,
+/// without slicing them out: ASCII text, most of it, a byte at a time without branches
+/// (Unicode's blanks in ASCII are tab to carriage return, and space).
 pub fn words(text: &str) -> usize {
-    text.split_whitespace().count()
+    fn starts(blanks: impl Iterator<Item = bool>) -> usize {
+        let (mut count, mut after_blank) = (0, true);
+        for blank in blanks {
+            count += usize::from(after_blank && !blank);
+            after_blank = blank;
+        }
+        count
+    }
+    if text.is_ascii() {
+        starts(text.bytes().map(|b| b == b' ' || (b'\t'..=b'\r').contains(&b)))
+    } else {
+        starts(text.chars().map(char::is_whitespace))
+    }
 }
 
 /// A full-text score of a memory of `words` words, read as [`TURN_WORDS`] of it would score
@@ -72,21 +88,16 @@ pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
     // ("e-mail" is two of the tokenizer's words); they are read as `query::words` reads them,
     // through one buffer, since a long memory has tens of thousands of words.
     let mut held: Vec<(usize, usize)> = Vec::new();
-    let mut buffer = String::new();
     for (index, &(start, end)) in spans.iter().enumerate() {
         let first_of_word = held.len();
-        for piece in text[start..end].split(|c: char| !c.is_alphanumeric()).filter(|p| !p.is_empty()) {
-            buffer.clear();
-            buffer.extend(piece.chars().flat_map(char::to_lowercase).filter(|c| c.is_alphanumeric()));
-            if buffer.is_empty() {
-                continue;
-            }
-            let piece_stem = stem(&buffer);
-            let Some(term) = stems.iter().position(|s| *s == piece_stem) else { continue };
-            if !held[first_of_word..].iter().any(|&(_, t)| t == term) {
+        each_word(&text[start..end], |piece| {
+            let piece_stem = stem(piece);
+            if let Some(term) = stems.iter().position(|s| *s == piece_stem)
+                && !held[first_of_word..].iter().any(|&(_, t)| t == term)
+            {
                 held.push((index, term));
             }
-        }
+        });
     }
     let last = spans.len() - TURN_WORDS;
     let mut starts: Vec<usize> = (0..=last).step_by(TURN_WORDS / 2).collect();
@@ -156,6 +167,14 @@ mod tests {
     }
 
     proptest! {
+        /// Words are what `split_whitespace` yields, on ASCII text (counted by bytes) as on any.
+        #[test]
+        fn words_are_the_runs_of_non_blanks(text in "([ -~\t\n\x0b\x0c\r\x1c-\x1f]|\\PC|[\u{85}\u{a0}\u{2003}\u{3000}])*") {
+            prop_assert_eq!(words(&text), text.split_whitespace().count());
+            let ascii: String = text.chars().filter(char::is_ascii).collect();
+            prop_assert_eq!(words(&ascii), ascii.split_whitespace().count());
+        }
+
         /// The passage is a turn's length of the memory's own words, on word boundaries: the
         /// window (of those stepping by half a window, and the last) with the most distinct
         /// terms, then occurrences, and no earlier one scores as much.

@@ -14,12 +14,44 @@ pub const MAX_TERMS: usize = 64;
 /// Every word of `text`, lowercase, in order, repeats included: the word boundaries of SQLite's
 /// `unicode61` tokenizer, which adapters without FTS5 use to index text the same way.
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
+    pieces(text)
+        .map(|piece| {
+            let mut word = String::new();
+            lowercase_into(piece, &mut word);
+            word
+        })
         .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase())
-        // to_lowercase can produce non-alphanumeric marks (e.g. combining dots): keep words clean.
-        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect::<String>())
-        .filter(|w| !w.is_empty())
+}
+
+/// Calls `visit` with each of [`words`]' words in turn, lowercased into one buffer: the same
+/// words without a `String` each, for loops over long memories (near-duplicate signatures,
+/// matched passages), which read tens of thousands of words per recall.
+pub fn each_word(text: &str, mut visit: impl FnMut(&str)) {
+    let mut word = String::new();
+    for piece in pieces(text) {
+        lowercase_into(piece, &mut word);
+        if !word.is_empty() {
+            visit(&word);
+        }
+    }
+}
+
+/// The runs of letters and digits of `text`: what [`words`] lowercases.
+fn pieces(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|p| !p.is_empty())
+}
+
+/// `piece` lowercased into `word` (cleared first). Lowercasing can produce non-alphanumeric marks
+/// (e.g. combining dots), which are dropped to keep words clean; an ASCII piece, most of them,
+/// is lowercased in place.
+fn lowercase_into(piece: &str, word: &mut String) {
+    word.clear();
+    if piece.is_ascii() {
+        word.push_str(piece);
+        word.make_ascii_lowercase();
+    } else {
+        word.extend(piece.to_lowercase().chars().filter(|c| c.is_alphanumeric()));
+    }
 }
 
 /// A lowercase word without its common inflection (`seats`, `seat`; `rebuilding`, `rebuild`):
@@ -92,6 +124,22 @@ mod tests {
                 prop_assert!(!ts[..i].contains(t));
             }
             prop_assert_eq!(terms(&text), ts);
+        }
+
+        /// `words` is the reference definition (lowercase each run of letters and digits, drop
+        /// what lowercasing made that is neither), and `each_word` visits exactly its words.
+        #[test]
+        fn words_and_each_word_agree_with_the_definition(text in "(\\PC|[ÀİΣßǅ\u{301}])*") {
+            let reference: Vec<String> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(|w| w.to_lowercase().chars().filter(|c| c.is_alphanumeric()).collect::<String>())
+                .filter(|w| !w.is_empty())
+                .collect();
+            prop_assert_eq!(words(&text).collect::<Vec<_>>(), reference.clone());
+            let mut visited = Vec::new();
+            each_word(&text, |w| visited.push(w.to_owned()));
+            prop_assert_eq!(visited, reference);
         }
 
         #[test]

@@ -1,23 +1,21 @@
 //! Near-duplicate collapse: the k slots of a recall carry k different pieces of evidence.
 
-use crate::policy::query::words;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use crate::policy::query::each_word;
+use foldhash::fast::FixedState;
+use std::hash::BuildHasher;
 
 /// Texts shorter than this many distinct words never collapse: "Yes!" answering two different
 /// questions is two pieces of evidence.
 pub const MIN_WORDS: usize = 4;
 
 /// What a text is compared by: its distinct lowercase words, as sorted hashes (compared within
-/// one process only, so the hasher need not be stable).
+/// one process only, so the hasher need not be stable). Recall signs every hit it returns, whole
+/// assistant answers and documents among them, so words are hashed from one buffer by a fast
+/// hasher (a collision only makes two different words one, as a shared stem would).
 pub fn signature(text: &str) -> Vec<u64> {
-    let mut hashes: Vec<u64> = words(text)
-        .map(|w| {
-            let mut h = DefaultHasher::new();
-            w.hash(&mut h);
-            h.finish()
-        })
-        .collect();
+    let hasher = FixedState::default();
+    let mut hashes = Vec::new();
+    each_word(text, |word| hashes.push(hasher.hash_one(word)));
     hashes.sort_unstable();
     hashes.dedup();
     hashes
