@@ -50,6 +50,11 @@ pub fn cleaning_up(runtime: &tokio::runtime::Runtime, options: &QdrantOptions, c
 
 /// Points in a collection, pending or not (an exact count).
 pub fn points(runtime: &tokio::runtime::Runtime, options: &QdrantOptions, collection: &str) -> u64 {
+    runtime.block_on(count(options, collection))
+}
+
+/// [`points`] from within a runtime.
+pub async fn count(options: &QdrantOptions, collection: &str) -> u64 {
     let request = qdrant_client::qdrant::CountPointsBuilder::new(collection).exact(true);
-    runtime.block_on(client(options).count(request)).expect("count points").result.expect("a count").count
+    client(options).count(request).await.expect("count points").result.expect("a count").count
 }
