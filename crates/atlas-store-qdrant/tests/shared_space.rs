@@ -238,12 +238,11 @@ fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out
                 let step = tokio::time::timeout(std::time::Duration::from_millis(20), &mut import).await;
                 assert!(step.is_err(), "the import finished before it was stopped: make it larger");
                 if server::count(&options, &name).await > 1 {
-                    break;
+                    break; // the stopped import leaves points behind
                 }
                 assert!(tokio::time::Instant::now() < deadline, "the import wrote nothing in two minutes");
             }
         });
-        assert!(server::points(&runtime, &options, &name) > 1, "the stopped import left points behind");
         assert_eq!(runtime.block_on(long_lived.stats()).unwrap().memories(), 1, "none of them visible");
         std::thread::sleep(std::time::Duration::from_millis(1500));
         // The process open since before never opens again: its background embedder's next
