@@ -73,7 +73,11 @@ def main():
 
     # ATLAS's own record: live memories, and the edges between them.
     kinds, edges = {}, []
-    for line in jsonl_file.read_text().splitlines():
+    # JSON Lines end at "\n" only: a value may hold U+2028 and other characters that
+    # str.splitlines() would also cut at.
+    for line in jsonl_file.read_text(encoding="utf-8").split("\n"):
+        if not line:
+            continue
         record = json.loads(line)
         if "id" not in record or (record.get("lifecycle") or {}).get("deleted_at"):
             continue
@@ -86,7 +90,7 @@ def main():
     if not want_nodes.get("Entity") or (demo and not (want_nodes.get("Fact") and want_edges.get("SUPERSEDES"))):
         fail(f"the space has too little to check: {dict(want_nodes)} {dict(want_edges)}")
 
-    text = cypher_file.read_text()
+    text = cypher_file.read_text(encoding="utf-8")
     node_props, edge_props = header_properties(text, "nodes"), header_properties(text, "edges")
     conn = lb.Connection(lb.Database(str(work / "graph.lbdb")))
     for label in LABELS.values():
@@ -97,7 +101,7 @@ def main():
         columns = ", ".join(f"{p} {TYPES.get(p, 'STRING')}" for p in edge_props)
         conn.execute(f"CREATE REL TABLE {edge_type}({pairs}, {columns})")
     statements = 0
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip() or line.startswith("//"):
             continue
         try:

@@ -25,8 +25,15 @@ pub(crate) enum BankAction {
 pub(crate) enum DocsAction {
     /// Split the markdown files below DIR at their level-2 headings into sections of kind
     /// `doc`, by content hash: unchanged sections are left alone, changed ones replaced (history
-    /// kept), removed ones forgotten softly. Recall finds them with `--kind doc`.
-    Sync { dir: PathBuf },
+    /// kept), removed ones forgotten softly, moved ones (same text, another path) new versions
+    /// of where they were. Each folder's sections are its own. Recall finds them with `--kind doc`.
+    Sync {
+        dir: PathBuf,
+        /// Let the sync forget all of the folder's sections, or more than half of them
+        /// (refused otherwise: an empty or wrong folder is more often a mistake).
+        #[arg(long)]
+        allow_removals: bool,
+    },
 }
 
 /// The formats of `atlas export`.
@@ -51,7 +58,8 @@ pub(crate) async fn bank(atlas: &Atlas, action: BankAction, json: bool) -> Resul
                 println!(
                     "{}",
                     serde_json::json!({"edited": synced.edited, "added": synced.added, "forgotten": synced.forgotten,
-                        "pages": synced.written.pages, "changed": synced.written.changed, "removed": synced.written.removed})
+                        "pages": synced.written.pages, "changed": synced.written.changed, "removed": synced.written.removed,
+                        "skipped": skipped_json(&synced.written)})
                 );
             } else {
                 println!(
@@ -79,11 +87,17 @@ pub(crate) async fn bank(atlas: &Atlas, action: BankAction, json: bool) -> Resul
     Ok(())
 }
 
+/// The files a write left alone, as the JSON answer lists them.
+fn skipped_json(written: &atlas_runtime::bank::BankWritten) -> serde_json::Value {
+    written.skipped.iter().map(|s| serde_json::json!({"path": s.path, "reason": s.reason})).collect()
+}
+
 fn print_written(dir: &Path, written: &atlas_runtime::bank::BankWritten, json: bool) {
     if json {
         println!(
             "{}",
-            serde_json::json!({"pages": written.pages, "changed": written.changed, "removed": written.removed})
+            serde_json::json!({"pages": written.pages, "changed": written.changed, "removed": written.removed,
+                "skipped": skipped_json(written)})
         );
     } else {
         println!(
@@ -93,27 +107,31 @@ fn print_written(dir: &Path, written: &atlas_runtime::bank::BankWritten, json: b
             written.changed,
             written.removed
         );
+        for s in &written.skipped {
+            println!("skipped {}: {}", s.path, s.reason);
+        }
     }
 }
 
 pub(crate) async fn docs(atlas: &Atlas, action: DocsAction, json: bool) -> Result<()> {
     match action {
-        DocsAction::Sync { dir } => {
-            let s = atlas.docs_sync(&dir).await?;
+        DocsAction::Sync { dir, allow_removals } => {
+            let s = atlas.docs_sync(&dir, allow_removals).await?;
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"files": s.files, "added": s.added, "changed": s.changed, "unchanged": s.unchanged, "removed": s.removed})
+                    serde_json::json!({"files": s.files, "added": s.added, "changed": s.changed, "unchanged": s.unchanged, "removed": s.removed, "moved": s.moved})
                 );
             } else {
                 println!(
-                    "docs {}: {} files; sections {} added, {} changed, {} unchanged, {} removed",
+                    "docs {}: {} files; sections {} added, {} changed, {} unchanged, {} removed, {} moved",
                     dir.display(),
                     s.files,
                     s.added,
                     s.changed,
                     s.unchanged,
-                    s.removed
+                    s.removed,
+                    s.moved
                 );
             }
         }

@@ -66,7 +66,9 @@ pub fn edge_type(kind: EdgeKind) -> &'static str {
 }
 
 /// A Cypher literal of a JSON value: strings double-quoted with JSON's escapes (which Cypher
-/// shares), numbers, booleans and `null`.
+/// shares), numbers, booleans and `null`. Every character a reader may take for the end of a
+/// line (U+0085, U+2028, U+2029 and the other controls, which JSON leaves raw) is escaped too,
+/// so that a statement stays one line whatever splits the file.
 fn literal(value: &Value) -> String {
     match value {
         Value::Null => "null".to_owned(),
@@ -74,7 +76,21 @@ fn literal(value: &Value) -> String {
             let f = n.as_f64().unwrap_or(0.0);
             if f.fract() == 0.0 && f.is_finite() { format!("{f:.1}") } else { f.to_string() }
         }
-        other => other.to_string(),
+        other => {
+            let json = other.to_string();
+            if !json.contains(|c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')) {
+                return json;
+            }
+            let mut out = String::with_capacity(json.len() + 12);
+            for c in json.chars() {
+                if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
     }
 }
 
@@ -187,7 +203,16 @@ mod tests {
             prop_assert!(lit.starts_with('"') && lit.ends_with('"'));
             prop_assert_eq!(serde_json::from_str::<String>(&lit).unwrap(), text);
             prop_assert!(!lit.contains('\n'));
+            let raw_separator = lit.contains(|c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'));
+            prop_assert!(!raw_separator, "a raw line separator in {:?}", lit);
         }
+    }
+
+    #[test]
+    fn line_separators_inside_a_string_are_escaped() {
+        let lit = literal(&Value::from("a\u{2028}b\u{2029}c\u{85}d"));
+        assert_eq!(lit, "\"a\\u2028b\\u2029c\\u0085d\"");
+        assert_eq!(serde_json::from_str::<String>(&lit).unwrap(), "a\u{2028}b\u{2029}c\u{85}d");
     }
 
     #[test]

@@ -890,9 +890,17 @@ impl Sleeper {
                     let outcome = run_cycle(&parts, &config, crate::now()).await;
                     if outcome.is_ok()
                         && let Some(dir) = &bank_dir
-                        && let Err(e) = crate::bank::write(&parts, dir).await
                     {
-                        tracing::warn!(error = %e, bank = %dir.display(), "writing the bank after a sleep cycle failed; the next cycle writes it whole");
+                        match crate::bank::write(&parts, dir).await {
+                            Ok(written) => {
+                                for s in &written.skipped {
+                                    tracing::warn!(bank = %dir.display(), path = %s.path, reason = %s.reason, "the bank left a file alone");
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, bank = %dir.display(), "writing the bank after a sleep cycle failed; the next cycle writes it whole")
+                            }
+                        }
                     }
                     match outcome {
                         Ok(r) if r.episodes_seen >= config.batch && r.deferred == 0 && r.failed == 0 => continue,

@@ -4,57 +4,11 @@
 //! as Cypher.
 
 use atlas_domain::{Body, MemoryKind, RecallFilter};
-use atlas_runtime::{Atlas, Config, ImportOptions, Parts, RecallRequest};
-use atlas_store_sqlite::{SqliteOptions, SqliteStore};
+use atlas_runtime::{Atlas, Config, ImportOptions, RecallRequest};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/demo").join(name)
-}
-
-/// How many lines of an export are memories (they have an id).
-fn ids_kept(lines: &[&str]) -> usize {
-    lines.iter().filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v.get("id").is_some())).count()
-}
-
-async fn sqlite(db: &Path, config: Config) -> Atlas {
-    let store = Arc::new(SqliteStore::open(db, &SqliteOptions::default()).unwrap());
-    let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store);
-    Atlas::from_parts(parts, Config { db: db.to_owned(), ..config }).await.unwrap()
-}
-
-async fn fake(dir: &Path) -> Atlas {
-    let store = Arc::new(atlas_testing::FakeStore::default());
-    let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store);
-    Atlas::from_parts(parts, Config { db: dir.join("fake.db"), ..Config::default() }).await.unwrap()
-}
-
-/// The demo's changes of mind, imported and consolidated: entities, facts with history, summaries.
-async fn demo(atlas: &Atlas) {
-    atlas.import_file(&fixture("changes.jsonl"), ImportOptions::default(), None).await.unwrap();
-    atlas.consolidate_ending_sessions().await.unwrap();
-}
-
-fn read_tree(dir: &Path) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.file_name().unwrap().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push((p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read_to_string(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
+mod files_support;
+use files_support::*;
 
 fn page(dir: &Path, path: &str) -> PathBuf {
     dir.join(path)
@@ -298,10 +252,22 @@ async fn a_bank_write_cut_short_lands_whole_or_not_at_all() {
     // finishes them before it compares.
     let staging = bank.join(".atlas-staging");
     std::fs::create_dir_all(&staging).unwrap();
-    std::fs::write(staging.join("0"), "---\natlas: facts\nsubject: \"new\"\n---\n\n# new\n\n## Now\n\n## History\n")
-        .unwrap();
-    std::fs::write(staging.join("JOURNAL"), "rename 0 everyone/entities/new.md\nremove user-ann/entities/Bruno.md\n")
-        .unwrap();
+    let new_page = "---\natlas: facts\nsubject: \"new\"\n---\n\n# new\n\n## Now\n\n## History\n";
+    std::fs::write(staging.join("0"), new_page).unwrap();
+    // The manifest it would have left: the new page in, the removed one out.
+    let manifest = std::fs::read_to_string(bank.join(".atlas-manifest")).unwrap();
+    let mut lines: Vec<String> =
+        manifest.lines().filter(|l| !l.ends_with("  user-ann/entities/Bruno.md")).map(str::to_owned).collect();
+    lines.push(format!("{}  everyone/entities/new.md", sha256(new_page)));
+    lines[1..].sort_by(|a, b| a[66..].cmp(&b[66..]));
+    let manifest = lines.join("\n") + "\n";
+    std::fs::write(staging.join("1"), &manifest).unwrap();
+    let journal = format!(
+        "rename 0 {} - everyone/entities/new.md\nremove user-ann/entities/Bruno.md\nmanifest 1 {}\n",
+        sha256(new_page),
+        sha256(&manifest)
+    );
+    std::fs::write(staging.join("JOURNAL"), journal).unwrap();
     atlas.bank_sync(&bank).await.unwrap();
     assert!(!staging.exists());
     // It landed whole (both changes), then the write after it put the space's beliefs back.
@@ -326,9 +292,9 @@ async fn documents_sync_by_content_hash_and_recall_finds_them_only_when_asked() 
         std::fs::write(docs.join("guide.md"), "# Guide\n\n## Deploying\n\nThe checkout service deploys with blue-green releases.\n\n## Rollback\n\nRoll back with the release tool.\n").unwrap();
         std::fs::write(docs.join("ops/oncall.md"), "## Rotation\n\nThe pager rotates every Monday.\n").unwrap();
         std::fs::write(docs.join("notes.txt"), "not markdown").unwrap();
-        let first = atlas.docs_sync(&docs).await.unwrap();
+        let first = atlas.docs_sync(&docs, false).await.unwrap();
         assert_eq!((first.files, first.added, first.changed, first.unchanged, first.removed), (2, 3, 0, 0, 0));
-        let again = atlas.docs_sync(&docs).await.unwrap();
+        let again = atlas.docs_sync(&docs, false).await.unwrap();
         assert_eq!((again.added, again.changed, again.unchanged, again.removed), (0, 0, 3, 0));
 
         let ask = |query: &str, kinds: Vec<MemoryKind>| RecallRequest { kinds, ..ask(query, 5) };
@@ -344,7 +310,7 @@ async fn documents_sync_by_content_hash_and_recall_finds_them_only_when_asked() 
         let old_id = found[0].memory.id;
         std::fs::write(docs.join("guide.md"), "# Guide\n\n## Deploying\n\nThe checkout service deploys with canary releases.\n\n## Rollback\n\nRoll back with the release tool.\n").unwrap();
         std::fs::remove_file(docs.join("ops/oncall.md")).unwrap();
-        let third = atlas.docs_sync(&docs).await.unwrap();
+        let third = atlas.docs_sync(&docs, false).await.unwrap();
         assert_eq!((third.added, third.changed, third.unchanged, third.removed), (0, 1, 1, 1));
         let now = atlas.recall(ask("canary releases", vec![MemoryKind::Doc])).await.unwrap().hits;
         assert!(now[0].memory.text.contains("canary"));

@@ -22,7 +22,9 @@ pub fn sections(text: &str) -> Vec<Section> {
     let mut heading = String::new();
     let mut start = 1;
     let mut body: Vec<&str> = Vec::new();
-    let mut fence: Option<&str> = None;
+    // The open fence's character and length: only a run of the same character at least as long
+    // closes it (CommonMark), so a four-backtick block can quote a three-backtick one.
+    let mut fence: Option<(char, usize)> = None;
     let mut counts: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
     let mut flush = |heading: &str, start: usize, body: &[&str], out: &mut Vec<Section>| {
         let text = body.join("\n").trim().to_owned();
@@ -36,15 +38,16 @@ pub fn sections(text: &str) -> Vec<Section> {
     };
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim_start();
-        if let Some(open) = fence {
-            if trimmed.starts_with(open) {
+        if let Some((mark, length)) = fence {
+            let run = trimmed.chars().take_while(|c| *c == mark).count();
+            if run >= length && trimmed[run * mark.len_utf8()..].trim().is_empty() {
                 fence = None;
             }
-        } else if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            fence = Some(&trimmed[..3]);
+        } else if let Some(open) = fence_opening(trimmed) {
+            fence = Some(open);
         } else if let Some(title) = line.strip_prefix("## ") {
             flush(&heading, start, &body, &mut out);
-            heading = title.trim().trim_end_matches('#').trim().to_owned();
+            heading = heading_text(title);
             start = i + 1;
             body.clear();
         }
@@ -54,10 +57,38 @@ pub fn sections(text: &str) -> Vec<Section> {
     out
 }
 
+/// The fence a line opens, if it opens one: three or more backticks or tildes.
+fn fence_opening(trimmed: &str) -> Option<(char, usize)> {
+    let mark = trimmed.chars().next().filter(|c| matches!(c, '`' | '~'))?;
+    let run = trimmed.chars().take_while(|c| *c == mark).count();
+    (run >= 3).then_some((mark, run))
+}
+
+/// A heading's text without its optional closing `#`s, which count only after a space
+/// (`## C#` is about C#; `## Setup ##` is about Setup).
+fn heading_text(title: &str) -> String {
+    let title = title.trim();
+    let stripped = title.trim_end_matches('#');
+    if stripped.is_empty() {
+        String::new()
+    } else if stripped.ends_with([' ', '\t']) {
+        stripped.trim_end().to_owned()
+    } else {
+        title.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_closing_hash_counts_only_after_a_space_and_a_fence_closes_only_with_its_own_length() {
+        let doc = "## C#\n\nabout C#\n\n## Setup ##\n\nsteps\n\n````md\n```\n## inside\n```\n````\n\n## After\n\nend\n";
+        let headings: Vec<String> = sections(doc).into_iter().map(|s| s.heading).collect();
+        assert_eq!(headings, ["C#", "Setup", "After"]);
+    }
 
     #[test]
     fn a_document_splits_at_its_level_two_headings() {

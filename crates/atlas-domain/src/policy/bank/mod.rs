@@ -43,6 +43,7 @@ use crate::{
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+pub mod files;
 mod parse;
 mod render;
 mod sync;
@@ -51,7 +52,7 @@ mod tests;
 
 pub use parse::parse;
 pub use render::render;
-pub use sync::{SyncPlan, plan_sync};
+pub use sync::{SyncPlan, SyncSpace, plan_sync};
 
 /// The file `write` puts at the bank's root; `sync` refuses a folder without it.
 pub const MARKER_FILE: &str = "README.md";
@@ -185,7 +186,8 @@ fn scope_dir(user: &Option<String>, agent: &Option<String>) -> String {
 }
 
 /// A file name for any text: ASCII letters, digits and `-` stay, every other byte becomes
-/// `_` and two hex digits, so that two different names never share a file.
+/// `_` and two hex digits, so that two different names never share a file; a name Windows
+/// reserves (`CON`, `nul`, `COM1`) has its last letter escaped too.
 pub fn slug(text: &str) -> String {
     let mut out = String::new();
     for b in text.bytes() {
@@ -197,6 +199,12 @@ pub fn slug(text: &str) -> String {
     }
     if out.is_empty() {
         out.push('_');
+    }
+    if files::is_reserved_name(&out) {
+        // A name Windows keeps for a device (CON, NUL, COM1, ...): its last letter written as
+        // the escape of its byte, which no other name gives.
+        let last = out.pop().expect("a reserved name is not empty");
+        out.push_str(&format!("_{:02x}", last as u32));
     }
     if out.len() > 120 {
         // Past what every file system takes: a prefix and a hash of the whole name.
@@ -333,6 +341,10 @@ pub struct Bank {
     /// by the later end, as a restore wants them; to an episode outside the bank, by the memory
     /// derived from it.
     pub records: Vec<StoredMemory>,
+    /// The paths of the files read as pages (a person's own notes are not among them).
+    pub pages: Vec<String>,
+    /// Where each record is (`file:line`), for errors.
+    pub locations: HashMap<MemoryId, String>,
 }
 
 fn bad(location: String, message: impl Into<String>) -> AtlasError {

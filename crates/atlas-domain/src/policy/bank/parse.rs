@@ -14,6 +14,7 @@ pub fn parse(files: &[BankFile]) -> Result<Bank> {
     sorted.sort_by(|a, b| a.path.cmp(&b.path));
     for file in sorted {
         let Some(page) = read_page(file, &mut bank, &mut edges)? else { continue };
+        bank.pages.push(file.path.clone());
         for (id, line) in page {
             if let Some(first) = seen.insert(id, line.clone()) {
                 return Err(bad(line, format!("^{} is recorded twice (first at {first})", id.0)));
@@ -21,6 +22,15 @@ pub fn parse(files: &[BankFile]) -> Result<Bank> {
         }
     }
     let ids: HashSet<MemoryId> = bank.records.iter().map(|r| r.memory.id).collect();
+    let kinds: HashMap<MemoryId, MemoryKind> = bank.records.iter().map(|r| (r.memory.id, r.memory.kind())).collect();
+    for e in &edges {
+        if e.kind == EdgeKind::Entity
+            && let Some(kind) = kinds.get(&e.dst).filter(|k| **k != MemoryKind::Entity)
+        {
+            let at = seen.get(&e.src).cloned().unwrap_or_default();
+            return Err(bad(at, format!("^{} is about ^{}, which is a {kind}, not an entity", e.src.0, e.dst.0)));
+        }
+    }
     for s in &bank.stated {
         if let Some(id) = s.id
             && !ids.contains(&id)
@@ -40,6 +50,7 @@ pub fn parse(files: &[BankFile]) -> Result<Bank> {
         bank.records[index[&holder]].edges.push(e);
     }
     bank.records.sort_by_key(|r| r.memory.id);
+    bank.locations = seen.into_iter().collect();
     for r in &mut bank.records {
         r.edges.sort_by_key(|e| (e.src, e.dst, e.kind.as_str()));
     }
@@ -87,6 +98,14 @@ fn read_page(file: &BankFile, bank: &mut Bank, edges: &mut Vec<Edge>) -> Result<
     if lines.first().map(|l| l.trim_end()) != Some("---") {
         return Ok(None);
     }
+    if !file.text.ends_with('\n') {
+        // Every page the bank writes ends with a newline: one without was cut short (a copy,
+        // a full disk), and its last line may be half of one.
+        return Err(bad(
+            at(lines.len()),
+            "the page ends in the middle of a line (cut short?): end it with a newline if the line is whole",
+        ));
+    }
     let mut fields = BTreeMap::new();
     let mut end = None;
     for (i, line) in lines.iter().enumerate().skip(1) {
@@ -110,6 +129,17 @@ fn read_page(file: &BankFile, bank: &mut Bank, edges: &mut Vec<Edge>) -> Result<
     let user = front.string(path, "user")?;
     let agent = front.string(path, "agent")?;
     let scope = Scope { user: user.clone(), agent: agent.clone(), session: None };
+    let folder = scope_dir(&user, &agent);
+    if path.split_once('/').map(|(first, _)| first) != Some(folder.as_str()) {
+        let line = front.get("user").or(front.get("agent")).map_or(1, |(_, n)| *n);
+        return Err(bad(
+            at(line),
+            format!(
+                "the page's scope ({folder}) is not its folder's: a page stays in its scope's folder (a line moves \
+                 between scopes by removing it here and adding it on a page there)"
+            ),
+        ));
+    }
     let subject = match kind {
         PageKind::Entity | PageKind::Facts => front
             .string(path, "subject")?
@@ -283,6 +313,12 @@ fn read_lines(
                 }
             }
         }
+    }
+    if section != Section::History {
+        return Err(bad(
+            at(first + body.len().saturating_sub(1)),
+            "the page has no \"## History\" (cut short?): every page the bank writes ends with its History",
+        ));
     }
     for entry in entries {
         let (memory, links) = entry_memory(page, &entry)?;

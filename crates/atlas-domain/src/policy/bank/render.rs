@@ -87,15 +87,18 @@ pub fn render(items: &[StoredMemory]) -> Vec<BankFile> {
         }
     }
 
-    // Two pages that would share a file (two entities of one name): the later gets its id.
+    // Two pages that would share a file (two entities of one name, or names that differ only
+    // in case, which are one file on macOS and Windows): the later gets its id.
     let mut taken: HashSet<String> = HashSet::new();
     let mut files = vec![marker_file()];
     for (key, items) in &pages {
         let base = format!("{}/{}", scope_dir(&key.user, &key.agent), key.file_name());
         let mut path = format!("{base}.md");
-        if !taken.insert(path.clone()) {
-            path = format!("{base}~{}.md", key.entity.map_or(0, |e| e.0));
-            taken.insert(path.clone());
+        let mut n = 0;
+        while !taken.insert(path.to_ascii_lowercase()) {
+            let id = key.entity.map_or(0, |e| e.0);
+            path = if n == 0 { format!("{base}~{id}.md") } else { format!("{base}~{id}-{n}.md") };
+            n += 1;
         }
         let entity = key.entity.and_then(|e| entities.get(&e).copied());
         let text = match key.kind {
@@ -106,6 +109,20 @@ pub fn render(items: &[StoredMemory]) -> Vec<BankFile> {
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     files
+}
+
+/// A title as one line a person can read: control characters and line separators shown as
+/// `\u{..}` escapes (the front matter keeps the exact name).
+fn visible(title: &str) -> String {
+    let mut out = String::with_capacity(title.len());
+    for c in title.chars() {
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn entity_name(entity: &Memory) -> String {
@@ -170,7 +187,7 @@ fn render_page(key: &PageKey, entity: Option<&Memory>, items: &[&StoredMemory], 
     }
     out.push_str("---\n\n");
     let title = if key.kind == PageKind::Core { key.kind.title().to_owned() } else { key.subject.clone() };
-    out.push_str(&format!("# {}\n\n## Now\n\n", title.replace('\n', " ")));
+    out.push_str(&format!("# {}\n\n## Now\n\n", visible(&title)));
     let mut now: Vec<(String, String, MemoryId)> = items
         .iter()
         .filter(|s| s.memory.validity.valid_until.is_none())
