@@ -287,18 +287,21 @@ pub(super) fn finish_staged(dir: &Path) -> Result<()> {
     }
     let journal_path = staging.join(JOURNAL);
     let name = journal_path.display().to_string();
-    let refuse = |message: String| {
-        AtlasError::invalid(
-            name.clone(),
-            format!("{message}; nothing was done (remove {} if the bank did not leave it there)", staging.display()),
-        )
+    let hint = format!("nothing was done (remove {} if the bank did not leave it there)", staging.display());
+    let refuse = |message: String| AtlasError::invalid(name.clone(), format!("{message}; {hint}"));
+    // A refusal from the journal's reader already names the line.
+    let refuse_read = |e: AtlasError| match e {
+        AtlasError::InvalidInput { location, message } => {
+            AtlasError::InvalidInput { location, message: format!("{message}; {hint}") }
+        }
+        other => other,
     };
     if !matches!(state(&journal_path)?, FileState::Absent) {
         let FileState::File(_) = state(&journal_path)? else {
             return Err(refuse("the journal is not a file".into()));
         };
         let text = std::fs::read_to_string(&journal_path).map_err(|e| io_error(&journal_path, e))?;
-        let journal = Journal::parse(&name, &text).map_err(|e| refuse(e.to_string()))?;
+        let journal = Journal::parse(&name, &text).map_err(refuse_read)?;
         let manifest = manifest(dir, &existing(dir)?)?;
         let no_consumed = BTreeMap::new();
         let mut actions = Vec::new();
@@ -314,7 +317,7 @@ pub(super) fn finish_staged(dir: &Path) -> Result<()> {
             match step {
                 JournalStep::Rename { staged, hash, replaces, path } => {
                     let Some(from) = staged_hash(*staged, hash)? else { continue };
-                    check_folders(dir, path).map_err(|e| refuse(e.to_string()))?;
+                    check_folders(dir, path).map_err(refuse_read)?;
                     let to = dir.join(path);
                     match state(&to)? {
                         FileState::Absent => actions.push(Action::Rename(from, to)),
@@ -333,7 +336,7 @@ pub(super) fn finish_staged(dir: &Path) -> Result<()> {
                     }
                 }
                 JournalStep::Remove { path } => {
-                    check_folders(dir, path).map_err(|e| refuse(e.to_string()))?;
+                    check_folders(dir, path).map_err(refuse_read)?;
                     let to = dir.join(path);
                     if let FileState::File(h) = state(&to)?
                         && owner(&manifest, &no_consumed, path, &h) == Owner::Bank

@@ -303,7 +303,8 @@ pub fn plan_write(
             }),
             Owner::Person => plan.skipped.push(Skipped {
                 path: path.clone(),
-                reason: "a file the bank did not write: move it away to let the bank write its page there".into(),
+                reason: "a file the bank did not write, left as it is (move it away to let the bank write there)"
+                    .into(),
             }),
         }
     }
