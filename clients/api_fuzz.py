@@ -18,7 +18,7 @@ application/x-ndjson body (the generated string is sent as it is), so schemathes
 This file is also the run's hooks file (SCHEMATHESIS_HOOKS): the serializer is registered when
 schemathesis imports it. Environment: ATLAS_FUZZ_EXAMPLES (test cases per operation and phase,
 default 25), ATLAS_FUZZ_SEED (default 1: a run is repeatable), ATLAS_FUZZ_TIMEOUT (seconds for
-the whole run, default 1200). The server is always stopped at the end. Exits non-zero, after a
+the whole run, default 1200), ATLAS_FUZZ_WORKERS (schemathesis's workers, default 2). The server is always stopped at the end. Exits non-zero, after a
 summary of what failed, on any failure; schemathesis's reports are left in WORK_DIR/report.
 `cargo xtask ci` installs schemathesis (pinned, hashes verified, clients/schemathesis-requirements.txt)
 into a virtual environment and runs this with its Python.
@@ -89,6 +89,8 @@ def main(atlas, work):
     examples = int(os.environ.get("ATLAS_FUZZ_EXAMPLES", "25"))
     seed = os.environ.get("ATLAS_FUZZ_SEED", "1")
     timeout = float(os.environ.get("ATLAS_FUZZ_TIMEOUT", "1200"))
+    # Two workers: the server answers one while schemathesis makes up the next case.
+    workers = os.environ.get("ATLAS_FUZZ_WORKERS", "2")
     db = work / "fuzz.db"
     env = dict(os.environ, ATLAS_EMBEDDER="none", ATLAS_LOG=os.environ.get("ATLAS_LOG", "warn"))
     made = subprocess.run([atlas, "--db", str(db), "remember", "--session", "s1", "--speaker", "user", "--", "hello"],
@@ -107,7 +109,7 @@ def main(atlas, work):
             sys.executable, "-m", "schemathesis.cli", "--config-file", str(config(work, examples)), "--no-color",
             "run", f"http://127.0.0.1:{port}/openapi.json",
             "-H", f"Authorization: Bearer {token}", "--checks", CHECKS,
-            "--max-examples", str(examples), "--seed", seed, "--workers", "1",
+            "--max-examples", str(examples), "--seed", seed, "--workers", workers,
             "--report", "json,junit,har", "--report-dir", str(report_dir),
             "--report-json-path", str(report_dir / "report.json"),
         ]

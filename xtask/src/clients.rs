@@ -3,48 +3,40 @@
 //! (clients/mcp_check.py), and schemathesis fuzzes the HTTP API against its own OpenAPI
 //! document (clients/api_fuzz.py), and the graph's Cypher export is loaded into Ladybug, an
 //! embedded Cypher engine, and checked against ATLAS's own export (clients/cypher_check.py),
-//! each from a virtual environment this task installs with pinned, hash-verified packages.
+//! each from a cached virtual environment of pinned, hash-verified packages.
 
-use anyhow::{Result, bail};
+use crate::steps::Echo;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub fn run() -> Result<()> {
-    let atlas = crate::atlas_binary()?;
-    python_check("requirements.txt", ("mcp", "mcp"), "mcp_check.py", &atlas, "the MCP Python SDK client check")?;
-    python_check(
-        "schemathesis-requirements.txt",
-        ("schemathesis", "schemathesis"),
-        "api_fuzz.py",
-        &atlas,
-        "the schemathesis run",
-    )?;
-    python_check(
-        "cypher-requirements.txt",
-        ("real-ladybug", "real_ladybug"),
-        "cypher_check.py",
-        &atlas,
-        "the Cypher export check",
-    )
+/// Each check: its environment's label, its requirements file and its script (in clients/).
+const CHECKS: [(&str, &str, &str); 3] = [
+    ("mcp", "requirements.txt", "mcp_check.py"),
+    ("schemathesis", "schemathesis-requirements.txt", "api_fuzz.py"),
+    ("cypher", "cypher-requirements.txt", "cypher_check.py"),
+];
+
+/// The environments of every check, made when missing (also ahead of time, while CI compiles).
+pub fn venvs(echo: &Echo) -> Result<Vec<PathBuf>> {
+    CHECKS.iter().map(|(label, requirements, _)| venv(label, requirements, echo)).collect()
 }
 
-/// Runs `clients/<script> ATLAS WORK` with the Python of a virtual environment that holds
-/// `clients/<requirements>` (named after the pinned version of `package`, which imports as
-/// `import`: a new pin, a new one).
-fn python_check(
-    requirements: &str,
-    (package, import): (&str, &str),
-    script: &str,
-    atlas: &std::path::Path,
-    what: &str,
-) -> Result<()> {
-    let requirements = crate::root().join("clients").join(requirements);
-    let python = crate::python::pinned_venv(&requirements, package, import)?;
-    let work = tempfile::tempdir()?;
-    let script = crate::root().join("clients").join(script);
-    println!("$ {} {} {} {}", python.display(), script.display(), atlas.display(), work.path().display());
-    let status = Command::new(&python).arg(&script).arg(atlas).arg(work.path()).env("ATLAS_LOG", "warn").status()?;
-    if !status.success() {
-        bail!("{what} failed ({status})");
+fn venv(label: &str, requirements: &str, echo: &Echo) -> Result<PathBuf> {
+    crate::python::venv(&format!("clients-{label}"), &[crate::root().join("clients").join(requirements)], echo)
+}
+
+/// Every check against `atlas`.
+pub fn run(atlas: &Path, echo: &Echo) -> Result<()> {
+    for (label, requirements, script) in CHECKS {
+        let python = venv(label, requirements, echo)?;
+        let work = crate::scratch_dir(&format!("clients-{label}"))?;
+        let script = crate::root().join("clients").join(script);
+        echo.line(&format!("$ {} {} {} {}", python.display(), script.display(), atlas.display(), work.display()));
+        let mut check = Command::new(&python);
+        check.arg(&script).arg(atlas).arg(&work).env("ATLAS_LOG", "warn");
+        crate::steps::run(&mut check, &format!("the {label} client check"), echo)?;
+        std::fs::remove_dir_all(&work)?;
     }
     Ok(())
 }

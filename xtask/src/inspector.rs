@@ -3,7 +3,8 @@
 //! missing and possible, else the tests say loudly that they were skipped), driven by
 //! `playwright-core`, pinned with its hash in crates/atlas-server/inspector/tests/package-lock.json.
 
-use anyhow::{Context, Result, bail};
+use crate::steps::{Counts, Echo};
+use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,19 +22,18 @@ pub fn shots_dir() -> PathBuf {
 
 /// Debian's Chromium, installed with apt when missing (as root, which CI machines are); `Err`
 /// says why there is none.
-fn chromium() -> Result<PathBuf, String> {
+fn chromium(echo: &Echo) -> Result<PathBuf, String> {
     let path = std::env::var_os("ATLAS_CHROMIUM").map_or_else(|| PathBuf::from(CHROMIUM), PathBuf::from);
     if path.exists() {
         return Ok(path);
     }
-    println!("$ apt-get install chromium (the inspector's browser tests need it)");
+    echo.line("$ apt-get install chromium (the inspector's browser tests need it)");
     let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("apt-get cannot run: {e}"))
-            .and_then(|s| if s.success() { Ok(()) } else { Err(format!("apt-get {} failed ({s})", args.join(" "))) })
+        let mut apt = Command::new("apt-get");
+        apt.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        crate::steps::run(&mut apt, &format!("apt-get {}", args.join(" ")), echo)
+            .map(drop)
+            .map_err(|e| format!("{e:#}"))
     };
     apt(&["install", "-y", "--no-install-recommends", "chromium"])
         .or_else(|_| apt(&["update"]).and_then(|()| apt(&["install", "-y", "--no-install-recommends", "chromium"])))?;
@@ -41,7 +41,7 @@ fn chromium() -> Result<PathBuf, String> {
 }
 
 /// `npm ci` in the tests' folder: exactly the locked, hash-verified packages.
-fn node_packages(dir: &Path) -> Result<()> {
+fn node_packages(dir: &Path, echo: &Echo) -> Result<()> {
     if dir.join("node_modules").join("playwright-core").join("package.json").exists() {
         let lock = std::fs::metadata(dir.join("package-lock.json"))?.modified()?;
         let installed = std::fs::metadata(dir.join("node_modules").join(".package-lock.json"))
@@ -51,24 +51,19 @@ fn node_packages(dir: &Path) -> Result<()> {
             return Ok(());
         }
     }
-    println!("$ npm ci (in {})", dir.display());
-    let status = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-        .current_dir(dir)
-        .status()
-        .context("run npm (Node.js's package manager)")?;
-    if !status.success() {
-        bail!("npm ci failed ({status})");
-    }
-    Ok(())
+    echo.line(&format!("$ npm ci (in {})", dir.display()));
+    let mut npm = Command::new("npm");
+    npm.args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"]).current_dir(dir);
+    crate::steps::run(&mut npm, "npm ci (Node.js's package manager)", echo).map(drop)
 }
 
-/// Chromium and the Node packages, or why the browser cannot run here.
-fn prepared() -> Result<Option<PathBuf>> {
-    let chromium = match chromium() {
+/// Chromium and the Node packages, or why the browser cannot run here (also ahead of time,
+/// while CI compiles).
+pub fn prepared(echo: &Echo) -> Result<Option<PathBuf>> {
+    let chromium = match chromium(echo) {
         Ok(path) => path,
         Err(why) => {
-            atlas_testing::servers::skipped(
+            atlas_test_servers::servers::skipped(
                 "the inspector's browser tests",
                 &format!(
                     "{why}; install Debian's chromium (or set ATLAS_CHROMIUM) and run `cargo xtask inspector-tests`"
@@ -77,11 +72,11 @@ fn prepared() -> Result<Option<PathBuf>> {
             return Ok(None);
         }
     };
-    node_packages(&tests_dir())?;
+    node_packages(&tests_dir(), echo)?;
     Ok(Some(chromium))
 }
 
-fn node(script: &str, chromium: &Path, atlas: &Path, extra: &[(&str, &Path)]) -> Result<()> {
+fn node(script: &str, chromium: &Path, atlas: &Path, extra: &[(&str, &Path)], echo: &Echo) -> Result<Counts> {
     let dir = tests_dir();
     let mut command = Command::new("node");
     if script.ends_with(".test.mjs") {
@@ -97,37 +92,23 @@ fn node(script: &str, chromium: &Path, atlas: &Path, extra: &[(&str, &Path)]) ->
     for (name, value) in extra {
         command.env(name, value);
     }
-    println!("$ node {script} (in {})", dir.display());
-    let status = command.status().context("run node")?;
-    if !status.success() {
-        bail!("`node {script}` failed ({status})");
-    }
-    Ok(())
+    echo.line(&format!("$ node {script} (in {})", dir.display()));
+    crate::steps::run(&mut command, &format!("`node {script}`"), echo)
 }
 
-/// The browser tests against a live `atlas ui` on the fixture space.
-pub fn tests() -> Result<()> {
-    let Some(chromium) = prepared()? else { return Ok(()) };
-    let atlas = crate::atlas_binary()?;
-    node("inspector.test.mjs", &chromium, &atlas, &[])?;
-    println!("screenshots and first paints: {}", shots_dir().display());
-    Ok(())
+/// The browser tests against a live `atlas ui` (of `atlas`) on the fixture space.
+pub fn tests(atlas: &Path, echo: &Echo) -> Result<Option<Counts>> {
+    let Some(chromium) = prepared(echo)? else { return Ok(None) };
+    let counts = node("inspector.test.mjs", &chromium, atlas, &[], echo)?;
+    echo.line(&format!("screenshots and first paints: {}", shots_dir().display()));
+    Ok(Some(counts))
 }
 
-/// First paint of every view on `db` (a populated space; a synthetic one of `size` memories
-/// when none is given), printed as a table.
-pub fn bench(db: Option<PathBuf>, size: usize) -> Result<()> {
-    let Some(chromium) = prepared()? else { bail!("no browser to measure with") };
-    crate::fetch_models()?;
-    let atlas = crate::atlas_binary()?;
-    let dir = tempfile::tempdir()?;
-    let (db, seed) = match db {
-        Some(db) => (db, "0"),
-        None => {
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            let space = rt.block_on(crate::bench_recall::populate(dir.path(), size))?;
-            (space.db, "1")
-        }
-    };
-    node("paint.mjs", &chromium, &atlas, &[("ATLAS_DB", &db), ("ATLAS_PAINT_SEED", Path::new(seed))])
+/// First paint of every view of `atlas ui` on `db`, printed as a table (`seed`: "1" when the
+/// space is `bench inspector`'s synthetic one).
+pub fn paint(atlas: &Path, db: &Path, seed: &str) -> Result<()> {
+    let echo = Echo::plain();
+    let Some(chromium) = prepared(&echo)? else { bail!("no browser to measure with") };
+    let paint = [("ATLAS_DB", db), ("ATLAS_PAINT_SEED", Path::new(seed))];
+    node("paint.mjs", &chromium, atlas, &paint, &echo).map(drop)
 }

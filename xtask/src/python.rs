@@ -1,41 +1,89 @@
-//! The Python package: `cargo xtask wheel` builds it with maturin (pinned, from a virtual
-//! environment it installs with hashes), and `cargo xtask python-tests` installs the wheel into
-//! fresh virtual environments (the package alone, with LangGraph, with the Agents SDK) and runs
-//! its pytest suites there, as a user would get it.
+//! Python for the project's checks: virtual environments cached outside the repository and
+//! keyed by the sha256 of their requirements files and the Python version (a changed pin, any
+//! pin, is a new environment; an unchanged one is never installed again), the wheel built with
+//! maturin (pinned), and `cargo xtask python-tests`, which installs the wheel into its suites'
+//! environments, as a user would get it, and runs their pytest files.
 
+use crate::steps::{Counts, Echo};
 use anyhow::{Context, Result, bail};
-use atlas_embed_onnx::assets;
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The file written into an environment once every requirement is installed: an environment
+/// without it was cut short and is made again.
+const READY: &str = ".atlas-ready";
 
 pub fn crate_dir() -> PathBuf {
     crate::root().join("crates").join("atlas-py")
 }
 
-/// The version `requirements` pins for `package` (its `package==VERSION` line).
-fn pinned(requirements: &Path, package: &str) -> Result<String> {
-    let text = std::fs::read_to_string(requirements).with_context(|| requirements.display().to_string())?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{package}==")))
-        .and_then(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("{}: no {package}==VERSION line", requirements.display()))
+fn system_python() -> String {
+    std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// A cached virtual environment holding `requirements` (hash-checked), named after the pinned
-/// version of `package`: a new pin, a new environment. Returns its Python.
-pub fn pinned_venv(requirements: &Path, package: &str, import: &str) -> Result<PathBuf> {
-    let version = pinned(requirements, package)?;
-    Ok(assets::python_venv(
-        &format!("{package}-pyenv-{version}"),
-        import,
-        &["--require-hashes", "-r", &requirements.display().to_string()],
-    )?)
+/// The version of the Python environments are made with, as it reports itself.
+fn python_version() -> Result<String> {
+    let out = Command::new(system_python())
+        .args(["-c", "import sys; print(sys.version)"])
+        .output()
+        .with_context(|| format!("run {} (ATLAS_PYTHON)", system_python()))?;
+    if !out.status.success() {
+        bail!("{} -c 'import sys' failed ({})", system_python(), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A cached virtual environment named after `label` holding every file of `requirements`
+/// (installed with `--require-hashes`), made when no environment of the same key is ready.
+/// Returns its Python.
+pub fn venv(label: &str, requirements: &[PathBuf], echo: &Echo) -> Result<PathBuf> {
+    let mut key = Sha256::new();
+    key.update(python_version()?);
+    for file in requirements {
+        let text = std::fs::read(file).with_context(|| file.display().to_string())?;
+        key.update([0]);
+        key.update(&text);
+    }
+    let key: String = key.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let venv = atlas_test_servers::servers::cache_dir().join(format!("{label}-venv-{key}"));
+    let python = venv.join("bin").join("python");
+    if venv.join(READY).exists() {
+        return Ok(python);
+    }
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv).with_context(|| format!("remove the unfinished {}", venv.display()))?;
+    }
+    echo.line(&format!("$ python3 -m venv {} (new requirements)", venv.display()));
+    let mut make = Command::new(system_python());
+    crate::steps::run(make.args(["-m", "venv"]).arg(&venv), "python3 -m venv", echo)?;
+    for file in requirements {
+        let mut pip = Command::new(&python);
+        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--require-hashes", "-r"])
+            .arg(file);
+        crate::steps::run(&mut pip, &format!("pip install -r {}", file.display()), echo)?;
+    }
+    std::fs::write(venv.join(READY), "")?;
+    Ok(python)
+}
+
+/// Installs `wheel` into the environment of `python` in place of any earlier build.
+pub fn install_wheel(python: &Path, wheel: &Path, echo: &Echo) -> Result<()> {
+    let mut pip = Command::new(python);
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps"])
+        .arg("--force-reinstall")
+        .arg(wheel);
+    crate::steps::run(&mut pip, "pip install the wheel", echo).map(drop)
+}
+
+/// The environment maturin runs from.
+pub fn build_venv(echo: &Echo) -> Result<PathBuf> {
+    venv("maturin", &[crate_dir().join("build-requirements.txt")], echo)
 }
 
 /// Builds the wheel into target/wheels and returns its path.
-pub fn wheel() -> Result<PathBuf> {
-    let python = pinned_venv(&crate_dir().join("build-requirements.txt"), "maturin", "maturin")?;
+pub fn wheel(echo: &Echo) -> Result<PathBuf> {
+    let python = build_venv(echo)?;
     let maturin = python.with_file_name("maturin");
     let out = crate::target_dir().join("wheels");
     let manifest = crate_dir().join("Cargo.toml");
@@ -43,83 +91,76 @@ pub fn wheel() -> Result<PathBuf> {
     for old in wheels_in(&out)? {
         std::fs::remove_file(&old).with_context(|| old.display().to_string())?;
     }
-    println!("$ maturin build --release --manifest-path {} --out {}", manifest.display(), out.display());
+    echo.line(&format!("$ maturin build --release --manifest-path {} --out {}", manifest.display(), out.display()));
     let mut maturin = Command::new(&maturin);
     crate::as_from_a_shell(&mut maturin);
-    run(
-        maturin
-            .args(["build", "--release", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--out")
-            .arg(&out)
-            .arg("--interpreter")
-            .arg(&python)
-            .current_dir(crate::root()),
-        "maturin build",
-    )?;
+    maturin
+        .args(["build", "--release", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--out")
+        .arg(&out)
+        .arg("--interpreter")
+        .arg(&python)
+        .current_dir(crate::root());
+    crate::steps::run(&mut maturin, "maturin build", echo)?;
     let built = match wheels_in(&out)?.as_slice() {
         [one] => one.clone(),
         other => bail!("maturin left {} atlas wheels in {}, expected one", other.len(), out.display()),
     };
-    println!("wheel: {}", built.display());
+    echo.line(&format!("wheel: {}", built.display()));
     Ok(built)
 }
 
-/// The pytest suites: the package alone, then each integration with its framework, each in
-/// its own fresh environment (their frameworks pin different versions of shared packages);
-/// the guide's examples run in every one (each where its framework is).
-const SUITES: [(&str, &[&str], Option<&str>); 3] = [
-    ("core", &["test_memory.py", "test_docs.py"], None),
-    ("langgraph", &["test_langgraph.py", "test_docs.py"], Some("langgraph-requirements.txt")),
-    ("agents", &["test_agents.py", "test_docs.py"], Some("agents-requirements.txt")),
-];
-
-/// Builds the wheel and runs every suite against it, installed as a user would install it.
-pub fn tests() -> Result<()> {
-    let wheel = wheel()?;
-    for (name, files, framework) in SUITES {
-        let requirements: Vec<&str> = std::iter::once("test-requirements.txt").chain(framework).collect();
-        let python = fresh_venv(&format!("python-tests-{name}"), &requirements, &wheel)?;
-        let venv = python.parent().and_then(Path::parent).expect("a venv's python is in bin/").to_path_buf();
-        let tests: Vec<PathBuf> = files.iter().map(|f| crate_dir().join("tests").join(f)).collect();
-        println!("$ {} -m pytest ({name}) {}", python.display(), files.join(" "));
-        run(
-            Command::new(&python)
-                .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
-                .args(&tests)
-                .env("ATLAS_LOG", "warn")
-                .env("ATLAS_DOCS", crate::root().join("docs"))
-                // The tests import the installed package, never the source tree.
-                .current_dir(&venv),
-            &format!("the Python tests ({name})"),
-        )?;
-    }
-    Ok(())
+/// A pytest suite: its name (also the docs examples it runs), its files, and the requirements
+/// of its framework beside the test requirements every suite has.
+pub struct Suite {
+    pub name: &'static str,
+    files: &'static [&'static str],
+    framework: Option<&'static str>,
 }
 
-/// A new virtual environment target/`name` holding `requirements` (files of this crate, each
-/// hash-checked) and `wheel`; returns its Python.
-pub fn fresh_venv(name: &str, requirements: &[&str], wheel: &Path) -> Result<PathBuf> {
-    let venv = crate::target_dir().join(name);
-    if venv.exists() {
-        std::fs::remove_dir_all(&venv).with_context(|| venv.display().to_string())?;
+/// The package alone, then each integration with its framework, each in its own environment
+/// (their frameworks pin different versions of shared packages); the guide's examples run
+/// once, each in the suite of the framework it imports.
+pub const SUITES: [Suite; 3] = [
+    Suite { name: "core", files: &["test_memory.py", "test_docs.py"], framework: None },
+    Suite {
+        name: "langgraph",
+        files: &["test_langgraph.py", "test_docs.py"],
+        framework: Some("langgraph-requirements.txt"),
+    },
+    Suite { name: "agents", files: &["test_agents.py", "test_docs.py"], framework: Some("agents-requirements.txt") },
+];
+
+/// The environment of `suite`, without the wheel.
+pub fn suite_venv(suite: &Suite, echo: &Echo) -> Result<PathBuf> {
+    let requirements: Vec<PathBuf> =
+        std::iter::once("test-requirements.txt").chain(suite.framework).map(|f| crate_dir().join(f)).collect();
+    venv(&format!("python-tests-{}", suite.name), &requirements, echo)
+}
+
+/// Builds the wheel and runs every suite against it, installed as a user would install it.
+pub fn tests(echo: &Echo) -> Result<Counts> {
+    let wheel = wheel(echo)?;
+    let mut counts = Counts::default();
+    for suite in &SUITES {
+        let python = suite_venv(suite, echo)?;
+        install_wheel(&python, &wheel, echo)?;
+        let venv = python.parent().and_then(Path::parent).expect("a venv's python is in bin/").to_path_buf();
+        let tests: Vec<PathBuf> = suite.files.iter().map(|f| crate_dir().join("tests").join(f)).collect();
+        echo.line(&format!("$ {} -m pytest ({}) {}", python.display(), suite.name, suite.files.join(" ")));
+        let mut pytest = Command::new(&python);
+        pytest
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+            .args(&tests)
+            .env("ATLAS_LOG", "warn")
+            .env("ATLAS_DOCS", crate::root().join("docs"))
+            .env("ATLAS_DOCS_SUITE", suite.name)
+            // The tests import the installed package, never the source tree.
+            .current_dir(&venv);
+        counts += crate::steps::run(&mut pytest, &format!("the Python tests ({})", suite.name), echo)?;
     }
-    let system_python = std::env::var("ATLAS_PYTHON").unwrap_or_else(|_| "python3".into());
-    run(Command::new(&system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
-    let python = venv.join("bin").join("python");
-    for requirements in requirements {
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
-                .arg(crate_dir().join(requirements)),
-            &format!("pip install -r {requirements}"),
-        )?;
-    }
-    run(
-        Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]).arg(wheel),
-        "pip install the wheel",
-    )?;
-    Ok(python)
+    Ok(counts)
 }
 
 /// The atlas wheels in `dir` (none when it does not exist).
@@ -134,12 +175,4 @@ fn wheels_in(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     Ok(wheels)
-}
-
-fn run(command: &mut Command, what: &str) -> Result<()> {
-    let status = command.status().with_context(|| format!("{what}: could not start it"))?;
-    if !status.success() {
-        bail!("{what} failed ({status})");
-    }
-    Ok(())
 }

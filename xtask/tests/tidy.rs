@@ -32,6 +32,31 @@ fn every_rust_file_starts_by_saying_what_it_owns() {
     assert!(missing.is_empty(), "files without a leading //! line: {missing:?}");
 }
 
+/// Every property test takes its case count from the one knob (`atlas_testing::proptest_config`,
+/// which `ATLAS_TEST_SCALE` and `PROPTEST_CASES` turn), never a number of its own.
+#[test]
+fn every_property_test_takes_its_cases_from_the_knob() {
+    let mut files = Vec::new();
+    rust_files(&root().join("crates"), &mut files);
+    let mut wrong = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(root()).unwrap().display().to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let opens_a_block = line.trim_end().ends_with("proptest! {");
+            let config = lines.get(i + 1).copied().unwrap_or("");
+            if opens_a_block && !config.contains("proptest_config(atlas_testing::proptest_config(") {
+                wrong.push(format!("{name}:{}: a proptest! block without atlas_testing::proptest_config(N)", i + 2));
+            }
+            if line.contains("cases:") && line.contains("Config {") && !name.ends_with("atlas-testing/src/scale.rs") {
+                wrong.push(format!("{name}:{}: a case count of its own", i + 1));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// atlas-domain does no I/O: none of these may appear among its dependencies.
 #[test]
 fn the_domain_crate_depends_on_no_io_crate() {

@@ -166,8 +166,9 @@ fn a_killed_import_loses_no_acknowledged_write() {
     for i in 0..5 {
         ok(atlas_text_only(&db, &["remember", "--session", "acked", &format!("acknowledged turn {i}")]));
     }
+    let lines = atlas_testing::size(60_000);
     let mut big = String::new();
-    for i in 0..60_000 {
+    for i in 0..lines {
         big.push_str(&format!("{{\"session\": \"bulk\", \"text\": \"bulk line {i} with some words to index\"}}\n"));
     }
     let big = write(dir.path(), "big.jsonl", &big);
@@ -183,7 +184,7 @@ fn a_killed_import_loses_no_acknowledged_write() {
         let _ = child.wait();
         let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
         let memories = stats["memories"].as_u64().unwrap();
-        assert_eq!((memories - 5) % 60_000, 0, "an import is all or nothing, found {memories} memories");
+        assert_eq!((memories - 5) % lines as u64, 0, "an import is all or nothing, found {memories} memories");
         let recall = ok(atlas_text_only(&db, &["recall", "--json", "--k", "10", "acknowledged"]));
         assert_eq!(recall.matches("acknowledged turn").count(), 5, "every acknowledged turn is still there");
     }
@@ -196,9 +197,10 @@ fn two_writer_processes_wait_for_each_other() {
     let dir = tempfile::tempdir().unwrap();
     // Both processes open the brand-new file at once: the first open waits like any write.
     let db = dir.path().join("shared.db");
+    let per_process = atlas_testing::size(20_000);
     let files: Vec<PathBuf> = (0..2)
         .map(|p| {
-            let lines: String = (0..20_000)
+            let lines: String = (0..per_process)
                 .map(|i| format!("{{\"session\": \"p{p}\", \"text\": \"process {p} line {i}\"}}\n"))
                 .collect();
             write(dir.path(), &format!("p{p}.jsonl"), &lines)
@@ -219,7 +221,7 @@ fn two_writer_processes_wait_for_each_other() {
         ok(child.wait_with_output().unwrap());
     }
     let stats: serde_json::Value = serde_json::from_str(&ok(atlas_text_only(&db, &["stats", "--json"]))).unwrap();
-    assert_eq!(stats["memories"], 40_000);
+    assert_eq!(stats["memories"], 2 * per_process);
     assert_eq!(stats["edges"], 39_998, "each process's session is one linked chain");
 }
 

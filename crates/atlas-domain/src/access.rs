@@ -192,6 +192,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// A confined scope is always one the caller sees, and it keeps what was asked within.
         #[test]
         fn confined_scopes_stay_inside_the_tenant(caller in tenant_caller(), asked in scope()) {

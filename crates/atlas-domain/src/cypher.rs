@@ -195,6 +195,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Any text is one well-formed literal: it reads back as the same string (Cypher's
         /// string escapes are JSON's).
         #[test]

@@ -73,6 +73,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn id_runs_round_trip(ids in proptest::collection::vec(1i64..10_000, 0..200)) {
             let ids: Vec<MemoryId> = ids.into_iter().map(MemoryId).collect();

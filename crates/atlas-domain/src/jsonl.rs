@@ -679,6 +679,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn export_then_import_is_identity(m in arb_memory()) {
             let line = to_line(&m).to_string();

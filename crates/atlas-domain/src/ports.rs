@@ -81,7 +81,7 @@ pub fn gather<T>(pieces: impl Iterator<Item = Result<Vec<T>>>) -> Result<Vec<T>>
 pub const VECTOR_CLAIM_MS: i64 = 60_000;
 
 /// Durable records and their edges.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait MemoryStore: Send + Sync {
     /// Stores the batch atomically (all or nothing) and returns the new ids in input order; the
@@ -169,7 +169,7 @@ impl Update {
 }
 
 /// Full-text search.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait TextIndex: Send + Sync {
     /// Memories containing any of `terms` (plain words, already normalised by
@@ -178,7 +178,7 @@ pub trait TextIndex: Send + Sync {
 }
 
 /// Dense vectors of memories, made by one embedding model.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait VectorIndex: Send + Sync {
     /// Binds the store to a model. The first binding is recorded; a later one with another name
@@ -246,7 +246,7 @@ impl StoredMemory {
 }
 
 /// Bulk copy between stores with ids preserved: migrations and backups.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Replica: Send + Sync {
     /// Up to `limit` memories with ids greater than `after`, in id order, each with its vector
@@ -283,7 +283,7 @@ pub trait Replica: Send + Sync {
 /// The access keys of a served space ([`crate::access`]): only their hashes are kept. A
 /// server reads the list again at least once a second, so keys added or revoked by another
 /// process take effect without a restart.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait KeyStore: Send + Sync {
     /// Stores a new key; a key with the same id (the same token) is refused as invalid input.
@@ -297,7 +297,7 @@ pub trait KeyStore: Send + Sync {
 }
 
 /// Turns text into unit-length vectors.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Embedder: Send + Sync {
     fn model(&self) -> EmbeddingModel;
@@ -335,7 +335,7 @@ pub struct Completion {
 }
 
 /// A language model, used off the hot path (consolidation), never on `remember`.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Llm: Send + Sync {
     async fn complete(&self, request: LlmRequest) -> Result<Completion>;
@@ -447,7 +447,7 @@ pub struct ClosedSession {
 }
 
 /// What the sleep cycle reads and writes.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Consolidator: Send + Sync {
     /// Up to `limit` episodes never processed, oldest first, skipping those that failed

@@ -105,6 +105,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn rfc3339_round_trips(ms in -62_135_596_800_000i64..253_402_300_799_000i64) {
             let t = Timestamp(ms);

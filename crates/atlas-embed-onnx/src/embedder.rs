@@ -492,6 +492,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Sub-batches cover the order once, in order, each within the text count and the
         /// attention budget (a single text wider than the budget goes alone).
         #[test]

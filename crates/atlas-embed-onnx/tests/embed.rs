@@ -76,7 +76,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::test_runner::Config { cases: 24, ..Default::default() })]
+    #![proptest_config(atlas_testing::proptest_config(24))]
     /// Random texts (short words to long runs, empty and blank ones) embedded alone, in one
     /// batch, and in random sub-batches of a random order give the same vectors.
     #[test]

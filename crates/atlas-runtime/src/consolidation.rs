@@ -958,6 +958,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn the_answer_parser_never_panics(text in "\\PC{0,300}", turns in 0usize..5) {
             let _ = parse_answer(&text, turns);

@@ -556,6 +556,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn lines_read_a_stream_as_the_whole_file_reads(
             chunks in proptest::collection::vec(
@@ -590,7 +591,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #![proptest_config(atlas_testing::proptest_config(48))]
         #[test]
         fn pieces_hold_every_line_once_in_order_and_are_bounded(n in 0usize..2_600, long in 0usize..4) {
             let mut text = String::new();

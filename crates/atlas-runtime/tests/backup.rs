@@ -157,7 +157,7 @@ fn mapped(item: &StoredMemory, map: &BTreeMap<MemoryId, MemoryId>) -> StoredMemo
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(24))]
 
     #[test]
     fn an_export_restores_any_space_exactly_and_once(

@@ -555,7 +555,7 @@ async fn consolidating_space(dir: &Path, batch: usize) -> (Atlas, Arc<SqliteStor
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    #![proptest_config(atlas_testing::proptest_config(64))]
 
     /// Issue 27: the same turns consolidated in one cycle, and imported in random chunks with
     /// cycles of random sizes in between, give the same facts, validity, sources and supersessions.

@@ -316,12 +316,8 @@ fn apply(bank: &Path, changes: &[(usize, Change)]) {
     }
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(12))]
 
     /// A sync cut short after any of its steps (nothing committed; the new versions and facts
     /// committed; the forgettings too; the folder not written again) and then run again gives

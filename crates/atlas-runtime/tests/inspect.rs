@@ -44,7 +44,7 @@ async fn all_pages(atlas: &Atlas, filter: &RecallFilter, limit: usize) -> Vec<Me
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(24))]
 
     /// Paging through with the cursors gives exactly the store's newest-first order: no memory
     /// twice, none skipped, even when most share one event time.

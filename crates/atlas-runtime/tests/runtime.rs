@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use atlas_domain::policy::fusion::Signal;
-use atlas_domain::ports::{Embedder, EmbeddingModel, MockEmbedder, ProgressFn};
+use atlas_domain::ports::{Embedder, EmbeddingModel, ProgressFn};
 use atlas_domain::{AtlasError, MemoryKind, Scope, Timestamp};
 use atlas_runtime::config::EmbedderKind;
 use atlas_runtime::{Atlas, Config, ImportOptions, Parts, RecallRequest, Remember};
@@ -69,20 +69,37 @@ async fn remember_commits_without_waiting_for_the_embedder() {
     assert_eq!((stats.vectors, stats.pending_vectors), (1, 0));
 }
 
+/// Counts its calls and the largest batch it was given; embeds as the hash embedder does.
+struct CountingEmbedder {
+    hash: HashEmbedder,
+    calls: AtomicUsize,
+    largest_batch: AtomicUsize,
+}
+
+#[async_trait]
+impl Embedder for CountingEmbedder {
+    fn model(&self) -> EmbeddingModel {
+        EmbeddingModel { name: "counting".into(), dimension: self.hash.dimension }
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> atlas_domain::Result<Vec<Vec<f32>>> {
+        assert!(!texts.is_empty(), "an empty batch is never sent");
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.largest_batch.fetch_max(texts.len(), Ordering::SeqCst);
+        Ok(texts.iter().map(|t| self.hash.embed_one(t)).collect())
+    }
+}
+
 #[tokio::test]
 async fn background_embeds_in_batches_of_the_configured_size() {
-    let mut mock = MockEmbedder::new();
-    let hash = HashEmbedder::new(8);
-    mock.expect_model().returning(move || EmbeddingModel { name: "mock".into(), dimension: 8 });
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen = calls.clone();
-    mock.expect_embed().withf(|texts| !texts.is_empty() && texts.len() <= 4).times(3).returning(move |texts| {
-        seen.fetch_add(1, Ordering::SeqCst);
-        Ok(texts.iter().map(|t| hash.embed_one(t)).collect())
+    let embedder = Arc::new(CountingEmbedder {
+        hash: HashEmbedder::new(8),
+        calls: AtomicUsize::new(0),
+        largest_batch: AtomicUsize::new(0),
     });
     let store = Arc::new(FakeStore::new());
     let config = Config { embed_batch: 4, ..Config::default() };
-    let atlas = Atlas::from_parts(Parts::from_store(store, Some(Arc::new(mock))), config).await.unwrap();
+    let atlas = Atlas::from_parts(Parts::from_store(store, Some(embedder.clone())), config).await.unwrap();
     let batch = (0..10)
         .map(|i| {
             (
@@ -99,7 +116,8 @@ async fn background_embeds_in_batches_of_the_configured_size() {
         .collect();
     atlas.import(batch, None).await.unwrap();
     atlas.flush_vectors(None).await.unwrap();
-    assert_eq!(calls.load(Ordering::SeqCst), 3, "10 memories in batches of at most 4");
+    assert_eq!(embedder.calls.load(Ordering::SeqCst), 3, "10 memories in batches of at most 4");
+    assert_eq!(embedder.largest_batch.load(Ordering::SeqCst), 4);
     assert_eq!(atlas.stats().await.unwrap().store.vectors, 10);
 }
 
@@ -196,7 +214,7 @@ async fn hostile_queries_and_limits_never_fail() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(24))]
 
     /// A recall in one scope never returns another scope's memory, whatever the data.
     #[test]

@@ -380,7 +380,7 @@ async fn run(steps: Vec<(usize, Step)>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(24))]
     #[test]
     fn two_tenants_never_see_or_change_each_other(steps in prop::collection::vec((0usize..2, step()), 1..30)) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

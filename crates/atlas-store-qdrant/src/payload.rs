@@ -130,6 +130,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn every_memory_survives_the_payload(m in arb_new_memory(), id in 1i64..i64::MAX) {
             let memory = m.with_id(MemoryId(id));

@@ -189,6 +189,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// The candidate vector ranks one query term exactly as the exact score does when the
         /// assumed average is the real one: it is FTS5's document side.
         #[test]

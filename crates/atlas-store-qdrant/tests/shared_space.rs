@@ -227,7 +227,7 @@ fn a_long_lived_process_removes_a_write_another_one_left_once_its_lease_runs_out
             // Another process's import stops dead half-way (its future dropped at an await:
             // no rollback runs, as under SIGKILL).
             let other = QdrantStore::open(std::path::Path::new("unused.db"), options.clone()).await.unwrap();
-            let turns: Vec<NewMemory> = (0..20_000)
+            let turns: Vec<NewMemory> = (0..atlas_testing::size(20_000) as i64)
                 .map(|i| NewMemory::episode(format!("turn {i}"), Scope::default(), None, Timestamp(i), Timestamp(i)))
                 .collect();
             // Stopped once its first chunk is on the server, not after a fixed time: on a loaded

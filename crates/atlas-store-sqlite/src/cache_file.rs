@@ -518,6 +518,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Every truncation and every flipped bit is detected.
         #[test]
         fn truncated_or_corrupted_files_are_refused(

@@ -737,7 +737,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #![proptest_config(atlas_testing::proptest_config(48))]
         /// The pruned top k is the exhaustive top k, score for score, and FTS5's own top k.
         #[test]
         fn pruned_top_k_equals_exhaustive_and_fts5(

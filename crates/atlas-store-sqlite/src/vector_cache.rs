@@ -703,6 +703,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Whatever order distances come in (ties included), the pairs a scan keeps hold the
         /// `keep` smallest of all it was offered.
         #[test]

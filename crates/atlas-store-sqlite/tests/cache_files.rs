@@ -267,7 +267,7 @@ async fn a_kill_while_the_files_are_written_leaves_old_whole_or_no_files() {
     let db = dir.path().join("space.db");
     let embedder = HashEmbedder::new(EMBED_DIM);
     // Files of some tens of megabytes: long enough to be killed while they are written.
-    let store = populated(&db, &embedder, 30_000).await;
+    let store = populated(&db, &embedder, atlas_testing::size(30_000)).await;
     drop(store);
     let reference = {
         let options = SqliteOptions { cache_files: false, ..SqliteOptions::default() };

@@ -141,7 +141,7 @@ fn schema(conn: &rusqlite::Connection) -> Vec<(String, String)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(16))]
 
     /// From any version, migrating gives the same schema as a fresh database, and a second
     /// run applies nothing.

@@ -49,7 +49,7 @@ fn arb_turns() -> impl Strategy<Value = Vec<(Vec<usize>, u8, bool)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(atlas_testing::proptest_config(24))]
     #[test]
     fn cache_scores_equal_fts5_bm25(
         turns in arb_turns(),

@@ -6,14 +6,15 @@ pub mod conformance;
 pub mod consolidation_conformance;
 pub mod embedder;
 pub mod fake;
-pub mod http;
 pub mod llm;
-pub mod servers;
+pub mod scale;
 pub mod strategies;
 
+pub use atlas_test_servers::{http, servers};
 pub use embedder::HashEmbedder;
 pub use fake::FakeStore;
 pub use llm::ScriptedLlm;
+pub use scale::{cases, proptest_config, size};
 
 use std::any::Any;
 use std::sync::Arc;

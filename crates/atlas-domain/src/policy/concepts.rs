@@ -301,6 +301,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// A planted pattern whose arguments differ in every program is found in all of them,
         /// with one parameter per varying argument, however much noise surrounds it.
         #[test]

@@ -492,6 +492,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn rules_never_panic(text in "\\PC{0,200}") {
             let _ = proper_names(&text);

@@ -79,6 +79,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn sections_keep_their_budgets_their_order_and_the_total(
             items in proptest::collection::vec(proptest::collection::vec("\\PC{0,400}", 0..12), 5),

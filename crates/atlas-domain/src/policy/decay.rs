@@ -197,6 +197,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn decay_is_monotone_in_time_and_bounded(initial in 0.0f64..=1.0, a in aging(), d1 in 0.0f64..3650.0, extra in 0.0f64..3650.0) {
             let (s1, s2) = (strength(initial, a, d1), strength(initial, a, d1 + extra));

@@ -56,6 +56,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn more_support_never_lowers_the_stage_or_the_belief(a in 0usize..100, b in 0usize..100) {
             let (lo, hi) = (a.min(b), a.max(b));

@@ -107,6 +107,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Every line of a document is in exactly one section, in order, except blank edges and
         /// a lone title.
         #[test]

@@ -137,6 +137,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn the_query_away_from_the_mean_is_a_unit_vector_ranking_by_what_is_left(
             query in proptest::collection::vec(-1.0f32..1.0, 8),

@@ -116,6 +116,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Every experience is placed once; one clearly more relevant than another always comes
         /// first; and only comparably relevant ones are reordered by outcome.
         #[test]
@@ -155,6 +156,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn clusters_partition_the_experiences(points in proptest::collection::vec(proptest::collection::vec(-1.0f32..1.0, 4), 0..30), t in 0.0f64..1.0) {
             let unit: Vec<Vec<f32>> = points.iter().map(|p| {

@@ -251,6 +251,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn every_method_outputs_the_union_once_sorted_by_score(lists in arb_lists(), method in methods()) {
             let fused = fuse(&lists, method, DEFAULT_RRF_K);

@@ -281,6 +281,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn any_text_is_judged_without_failing(speaker in proptest::option::of(".{0,12}"), text in "\\PC{0,400}") {
             let _ = is_standing_instruction(speaker.as_deref(), &text);

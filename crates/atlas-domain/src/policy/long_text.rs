@@ -167,6 +167,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Words are what `split_whitespace` yields, on ASCII text (counted by bytes) as on any.
         #[test]
         fn words_are_the_runs_of_non_blanks(text in "([ -~\t\n\x0b\x0c\r\x1c-\x1f]|\\PC|[\u{85}\u{a0}\u{2003}\u{3000}])*") {

@@ -114,6 +114,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn terms_are_clean_unique_and_bounded(text in ".{0,400}") {
             let ts = terms(&text);

@@ -29,6 +29,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn bounded_and_never_favours_the_older(a in 0i64..1 << 40, b in 0i64..1 << 40, now in 0i64..1 << 41, w in 0.0f64..2.0, h in 1.0f64..1e11) {
             let (older, newer) = (a.min(b), a.max(b));

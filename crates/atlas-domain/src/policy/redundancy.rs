@@ -91,6 +91,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn every_item_comes_out_once_in_order_and_kept_items_differ(texts in arb_texts(), threshold in 0.3f64..1.2) {
             let indexed: Vec<(usize, String)> = texts.iter().cloned().enumerate().collect();

@@ -176,6 +176,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Whatever the layout, every reference still names the memory it named: the memory
         /// at the new id is the one that was at the old id.
         #[test]

@@ -102,6 +102,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn never_panics_and_every_tag_has_text(text in "(\\PC|\n){0,300}") {
             for tag in harvest(&text) {

@@ -57,6 +57,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn the_rate_stays_in_bounds_and_converges(outcomes in proptest::collection::vec(any::<bool>(), 0..2000)) {
             let (mut s, mut f) = (0, 0);

@@ -124,6 +124,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn summaries_quote_the_session_in_order_within_budget(
             texts in proptest::collection::vec("\\PC{0,120}", 0..20),

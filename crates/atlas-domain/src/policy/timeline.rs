@@ -494,6 +494,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn batching_never_changes_the_timeline(said in statements(), cut in proptest::collection::vec(any::<bool>(), 9), functional in any::<bool>()) {
             const OBJECTS: [&str; 3] = ["lives in Berlin", "lives in Vienna", "no longer lives in Berlin"];

@@ -373,6 +373,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Difference is symmetric in whether it finds one, and a text never differs from itself.
         #[test]
         fn symmetric_and_reflexive(a in "[A-Za-z0-9 .,%$']{0,40}", b in "[A-Za-z0-9 .,%$']{0,40}") {

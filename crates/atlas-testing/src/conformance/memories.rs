@@ -5,7 +5,7 @@ use super::*;
 
 pub fn round_trip_of_any_record<S: Store>(make: Make<S>) {
     let rt = runtime();
-    let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
+    let mut runner = TestRunner::new(crate::proptest_config(24));
     runner
         .run(&proptest::collection::vec(arb_new_memory(), 1..20), |batch| {
             let subject = make();

@@ -15,7 +15,7 @@ use atlas_domain::{
     Validity,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::TestRunner;
 use std::collections::HashSet;
 use std::sync::Arc;
 

@@ -50,7 +50,7 @@ pub fn text_search_takes_words_literally<S: Store>(make: Make<S>) {
 
 pub fn scope_isolation_in_every_search<S: Store>(make: Make<S>) {
     let rt = runtime();
-    let mut runner = TestRunner::new(Config { cases: 16, ..Config::default() });
+    let mut runner = TestRunner::new(crate::proptest_config(16));
     let filters = (crate::strategies::arb_scope(), proptest::option::of(0usize..3));
     runner
         .run(&(proptest::collection::vec(arb_new_memory(), 1..30), filters), |(batch, (scope, kind))| {

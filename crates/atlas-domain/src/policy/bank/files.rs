@@ -409,6 +409,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
         /// Whatever a path says, one that passes stays below the folder it is joined to.
         #[test]
         fn a_path_that_passes_stays_inside_its_folder(path in any_path()) {

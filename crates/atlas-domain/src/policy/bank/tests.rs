@@ -148,6 +148,7 @@ fn kept(items: &[StoredMemory]) -> Vec<Linked> {
 }
 
 proptest! {
+    #![proptest_config(atlas_testing::proptest_config(256))]
     #[test]
     fn a_bank_reads_back_every_record_it_writes(
         values in proptest::collection::vec(value(), 1..12),

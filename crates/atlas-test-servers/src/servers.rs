@@ -25,7 +25,9 @@ impl Drop for LlmServer {
     }
 }
 
-fn cache_dir() -> PathBuf {
+/// The cache folder outside the repository: `ATLAS_CACHE_DIR`, else `$XDG_CACHE_HOME/atlas`, else
+/// `~/.cache/atlas`.
+pub fn cache_dir() -> PathBuf {
     // The same rule as the embedder's cache (atlas-embed-onnx's assets::cache_dir).
     if let Some(dir) = std::env::var_os("ATLAS_CACHE_DIR") {
         return PathBuf::from(dir);

@@ -7,11 +7,12 @@
 
 use crate::peak_rss;
 use crate::rng::Xorshift;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use atlas_domain::{NewMemory, Scope, Timestamp};
 use atlas_runtime::config::EmbedderKind;
 use atlas_runtime::{Atlas, Config, Remember};
 use clap::Subcommand;
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Subcommand)]
@@ -118,7 +119,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Embed { rss_sentences, turns, data } => crate::bench_embed::run(rss_sentences, turns, &data),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::Python { size } => crate::bench_python::run(size),
-        Which::Inspector { size, db } => crate::inspector::bench(db, size),
+        Which::Inspector { size, db } => inspector(db, size),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url, ann_size } => {
             let qdrant = match (store.as_str(), qdrant_url) {
@@ -391,4 +392,21 @@ fn floor_remember(path: &std::path::Path, corpus: &mut Corpus, n: usize) -> Resu
     }
     latencies.sort_by(f64::total_cmp);
     Ok(percentile(&latencies, 0.5))
+}
+
+/// First paint of every view on `db` (a populated space; a synthetic one of `size` memories
+/// when none is given), measured in the browser by `cargo xtask inspector-paint`.
+fn inspector(db: Option<PathBuf>, size: usize) -> Result<()> {
+    crate::fetch_models()?;
+    let dir = tempfile::tempdir()?;
+    let (db, seed) = match db {
+        Some(db) => (db, "0"),
+        None => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let space = rt.block_on(crate::bench_recall::populate(dir.path(), size))?;
+            (space.db, "1")
+        }
+    };
+    let db = db.to_str().context("the database's path is UTF-8")?;
+    crate::xtask(&["inspector-paint", "--db", db, "--seed", seed]).map(drop)
 }

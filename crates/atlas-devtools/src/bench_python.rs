@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result, bail};
 use atlas_runtime::{Atlas, RecallRequest};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,11 +58,14 @@ pub fn run(size: usize) -> Result<()> {
     })?;
     drop(rt);
 
-    let wheel = crate::python::wheel()?;
-    let python = crate::python::fresh_venv("python-bench", &[], &wheel)?;
+    // The wheel and its environment are xtask's (one way to build and install them); the
+    // environment's Python is the last line it prints.
+    let built = crate::xtask(&["wheel", "--venv", "python-bench"])?;
+    let python = String::from_utf8_lossy(&built.stdout);
+    let python = PathBuf::from(python.lines().last().context("cargo xtask wheel --venv printed no Python")?.trim());
     let queries = dir.path().join("queries.txt");
     std::fs::write(&queries, space.queries.join("\n"))?;
-    let script = crate::python::crate_dir().join("bench").join("bench.py");
+    let script = crate::root().join("crates").join("atlas-py").join("bench").join("bench.py");
     println!("$ {} {} (a space of {size} memories)", python.display(), script.display());
     let output = Command::new(&python)
         .arg(&script)

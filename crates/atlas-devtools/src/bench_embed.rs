@@ -145,7 +145,7 @@ fn python_figures(
     threads: usize,
     spinning: bool,
 ) -> Result<Figures> {
-    let script = crate::root().join("xtask/scripts/bench_embed.py");
+    let script = crate::root().join("crates/atlas-devtools/scripts/bench_embed.py");
     let out = Command::new(python)
         .arg(&script)
         .arg(sentences_file)
@@ -378,7 +378,7 @@ pub fn run(rss_sentences: usize, turns: usize, data: &Path) -> Result<()> {
         .peak_rss_mb;
         let py_rss = peak_rss::run(
             peak_rss::command(&python)
-                .arg(crate::root().join("xtask/scripts/bench_embed.py"))
+                .arg(crate::root().join("crates/atlas-devtools/scripts/bench_embed.py"))
                 .arg(&all_file)
                 .arg(&model_dir)
                 .args(["2", "0", "--rss-only"]),

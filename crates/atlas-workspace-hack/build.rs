@@ -1,0 +1,2 @@
+//! Empty: a build script makes cargo unify this crate's build-dependencies too.
+fn main() {}
