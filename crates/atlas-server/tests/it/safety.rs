@@ -3,7 +3,7 @@
 //! the only id, idempotency keys that cannot be reused for another payload, slow clients that
 //! hold no slot, errors that name the JSON path of the field.
 
-mod support;
+use crate::support;
 
 use atlas_server::{ServerOptions, router};
 use axum::http::StatusCode;

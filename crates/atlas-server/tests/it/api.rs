@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-mod support;
+use crate::support;
 
 use support::{atlas, start};
 

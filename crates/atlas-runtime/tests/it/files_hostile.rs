@@ -8,7 +8,7 @@ use atlas_runtime::{Atlas, Config, ImportOptions};
 use proptest::prelude::*;
 use std::path::Path;
 
-mod files_support;
+use crate::files_support;
 use files_support::*;
 
 /// The demo space with a second user, mallory, who has a page of her own.

@@ -4,7 +4,7 @@
 //! line, an error) is seen; ids of the other tenant answer 404, and after the run every memory
 //! is exactly as its own tenant left it.
 
-mod support;
+use crate::support;
 
 use atlas_domain::Scope;
 use atlas_domain::access::Role;

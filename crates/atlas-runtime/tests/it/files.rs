@@ -7,7 +7,7 @@ use atlas_domain::{Body, MemoryKind, RecallFilter};
 use atlas_runtime::{Atlas, Config, ImportOptions, RecallRequest};
 use std::path::{Path, PathBuf};
 
-mod files_support;
+use crate::files_support;
 use files_support::*;
 
 fn page(dir: &Path, path: &str) -> PathBuf {

@@ -1,0 +1,16 @@
+//! The runtime's integration tests as one binary, a module per concern: one compile and one
+//! link of the runtime and its adapters instead of one per file (most of CI's test build).
+
+mod ablation;
+mod agents;
+mod backup;
+mod conflicts;
+mod consolidation;
+mod editing;
+mod files;
+mod files_hostile;
+mod files_support;
+mod forgetting;
+mod inspect;
+mod migrate;
+mod runtime;
