@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 const TOOLS: [(&str, &str, &str, bool); 2] =
     [("deny", "cargo-deny", "0.20.2", true), ("nextest", "cargo-nextest", "0.9.143", false)];
 
+/// The profile CI builds and tests (Cargo.toml: release with the workspace's own crates at
+/// opt-level 1).
+const CI_PROFILE: &str = "ci";
+
 /// What `--long` multiplies every property test's cases and heavy test's size by.
 const LONG_SCALE: &str = "4";
 
@@ -25,6 +29,8 @@ pub fn run(long: bool) -> Result<()> {
         unsafe { std::env::set_var("ATLAS_TEST_SCALE", LONG_SCALE) };
         println!("--long: ATLAS_TEST_SCALE={LONG_SCALE} (property-test cases and heavy tests' sizes ×{LONG_SCALE})");
     }
+    crate::PROFILE.set(CI_PROFILE).expect("the profile is set once, before any build");
+    lint_while_compiling()?;
     let table = Table::new();
     let result = pipeline(&table);
     print!("{}", table.render());
@@ -32,6 +38,30 @@ pub fn run(long: bool) -> Result<()> {
         println!("CI failed: {e:#}");
     }
     result
+}
+
+/// Makes clippy the compiler of every workspace crate in every later build (`cargo clippy`'s
+/// own mechanism: clippy-driver as `RUSTC_WORKSPACE_WRAPPER`, its lint levels in `CLIPPY_ARGS`),
+/// so that the lints of `cargo clippy --workspace --all-targets -D warnings` come out of the
+/// one build instead of a second, check-only compilation of the whole workspace (four minutes
+/// here). Dependencies are compiled by rustc as always.
+fn lint_while_compiling() -> Result<()> {
+    let sysroot = std::process::Command::new("rustc").args(["--print", "sysroot"]).output();
+    let sysroot = match sysroot {
+        Ok(out) if out.status.success() => PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+        _ => bail!("`rustc --print sysroot` failed: is Rust installed?"),
+    };
+    let driver = sysroot.join("bin").join("clippy-driver");
+    if !driver.exists() {
+        bail!("there is no clippy-driver at {}: run `rustup component add clippy`", driver.display());
+    }
+    println!("clippy lints every workspace crate as it is compiled ({} -D warnings)", driver.display());
+    // SAFETY: no other thread runs yet; every cargo started from here inherits them.
+    unsafe {
+        std::env::set_var("RUSTC_WORKSPACE_WRAPPER", &driver);
+        std::env::set_var("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__");
+    }
+    Ok(())
 }
 
 fn no_count<T>(value: T) -> Result<(T, Option<Counts>)> {
@@ -54,8 +84,6 @@ fn pipeline(table: &Table) -> Result<()> {
                 .step("python and node environments", Some("background"), || no_count(prepare(&Echo::lane("prepare"))?))
         });
 
-        let clippy = ["clippy", "--workspace", "--all-targets", "--release", "--", "-D", "warnings"];
-        table.step("clippy", None, || no_count(crate::cargo(&clippy, &main)?))?;
         table.step("cargo tools", None, || no_count(tools(&main)?))?;
         let deny = ["deny", "check", "bans", "licenses", "sources"];
         table.step("cargo-deny", None, || no_count(crate::cargo(&deny, &main)?))?;
@@ -65,8 +93,8 @@ fn pipeline(table: &Table) -> Result<()> {
             no_count(crate::steps::run(&mut fetch, "atlas-devtools models fetch", &main)?)
         })?;
         table.step("rust tests (nextest)", None, || {
-            let counts =
-                crate::cargo_counted(&["nextest", "run", "--workspace", "--release", "--no-fail-fast"], &main)?;
+            let args = ["nextest", "run", "--workspace", "--cargo-profile", crate::profile(), "--no-fail-fast"];
+            let counts = crate::cargo_counted(&args, &main)?;
             Ok(((), Some(counts)))
         })?;
 
@@ -152,7 +180,8 @@ pub fn qdrant_suite(cluster: Result<Qdrant, String>, echo: &Echo) -> Result<((),
         "nextest",
         "run",
         "--workspace",
-        "--release",
+        "--cargo-profile",
+        crate::profile(),
         "--run-ignored",
         "only",
         "--no-fail-fast",

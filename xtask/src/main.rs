@@ -108,6 +108,19 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
+/// The cargo profile this run builds: `release`, or under `cargo xtask ci` the `ci` profile
+/// (Cargo.toml says why it differs).
+static PROFILE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+pub fn profile() -> &'static str {
+    PROFILE.get().copied().unwrap_or("release")
+}
+
+/// Where [`profile`]'s binaries are.
+pub fn profile_dir() -> PathBuf {
+    target_dir().join(profile())
+}
+
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
@@ -163,8 +176,8 @@ fn has_cargo_subcommand(name: &str) -> bool {
 /// (every crate has one feature set, atlas-workspace-hack's: after the test build this
 /// compiles nothing).
 fn binaries() -> Result<PathBuf> {
-    cargo(&["build", "--release", "--quiet", "-p", "atlas-cli", "-p", "atlas-devtools"], &Echo::plain())?;
-    Ok(target_dir().join("release"))
+    cargo(&["build", "--profile", profile(), "--quiet", "-p", "atlas-cli", "-p", "atlas-devtools"], &Echo::plain())?;
+    Ok(profile_dir())
 }
 
 pub fn atlas_binary() -> Result<PathBuf> {
@@ -175,7 +188,7 @@ pub fn atlas_binary() -> Result<PathBuf> {
 /// nothing: were features resolved differently for `-p atlas-cli` than for the workspace, every
 /// later step would compile the workspace again (what atlas-workspace-hack prevents).
 pub fn test_build_atlas() -> Result<PathBuf> {
-    let args = ["build", "--release", "--message-format=json", "-p", "atlas-cli", "-p", "atlas-devtools"];
+    let args = ["build", "--profile", profile(), "--message-format=json", "-p", "atlas-cli", "-p", "atlas-devtools"];
     let out = cargo_command().args(args).current_dir(root()).output().context("run cargo build")?;
     if !out.status.success() {
         bail!("`cargo {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
@@ -193,7 +206,7 @@ pub fn test_build_atlas() -> Result<PathBuf> {
             compiled.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
         );
     }
-    Ok(target_dir().join("release").join("atlas"))
+    Ok(profile_dir().join("atlas"))
 }
 
 /// `atlas-devtools ARGS`, built first, in the environment of a shell.
@@ -225,8 +238,8 @@ fn skipped(what: &str, why: &str) {
 /// of the dependencies serves all three on a 2-core machine.
 fn test(echo: &Echo) -> Result<Counts> {
     if has_cargo_subcommand("nextest") {
-        cargo_counted(&["nextest", "run", "--workspace", "--release", "--no-fail-fast"], echo)
+        cargo_counted(&["nextest", "run", "--workspace", "--cargo-profile", profile(), "--no-fail-fast"], echo)
     } else {
-        cargo_counted(&["test", "--workspace", "--release", "--no-fail-fast"], echo)
+        cargo_counted(&["test", "--workspace", "--profile", profile(), "--no-fail-fast"], echo)
     }
 }

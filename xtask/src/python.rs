@@ -91,11 +91,16 @@ pub fn wheel(echo: &Echo) -> Result<PathBuf> {
     for old in wheels_in(&out)? {
         std::fs::remove_file(&old).with_context(|| old.display().to_string())?;
     }
-    echo.line(&format!("$ maturin build --release --manifest-path {} --out {}", manifest.display(), out.display()));
+    let profile = crate::profile();
+    echo.line(&format!(
+        "$ maturin build --profile {profile} --manifest-path {} --out {}",
+        manifest.display(),
+        out.display()
+    ));
     let mut maturin = Command::new(&maturin);
     crate::as_from_a_shell(&mut maturin);
     maturin
-        .args(["build", "--release", "--manifest-path"])
+        .args(["build", "--profile", profile, "--manifest-path"])
         .arg(&manifest)
         .arg("--out")
         .arg(&out)
