@@ -698,6 +698,10 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
     ];
     let advice = "Always keep a copy of every form when I ask about the grant deadline or the budget";
     let instruction = "Always format dates as Month Day, Year when I ask about a deadline of any kind or sort";
+    // Every space gets the same times: with the clock's, recency told apart near-ties
+    // differently from one space to the next on a loaded machine.
+    let start = atlas_runtime::now().0 - 3_600_000;
+    let at = |minute: i64| Some(Timestamp(start + minute * 60_000));
     let recall_with = |standing_instructions: bool, k: usize, said_by: Option<&'static str>| async move {
         let config = Config {
             recall: atlas_runtime::config::RecallConfig { standing_instructions, ..Default::default() },
@@ -705,17 +709,18 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
         };
         let atlas = Atlas::from_parts(Parts::from_store(Arc::new(FakeStore::new()), None), config).await.unwrap();
         let scope = Scope { agent: Some("Atlas".into()), ..Scope::default() };
-        for t in turns {
-            atlas.remember(Remember { scope: scope.clone(), ..say(t, "s1") }).await.unwrap();
+        for (minute, t) in (0..).zip(turns) {
+            atlas.remember(Remember { scope: scope.clone(), time: at(minute), ..say(t, "s1") }).await.unwrap();
         }
-        let by = |speaker: &str, text: &str| Remember {
+        let by = |speaker: &str, text: &str, minute: i64| Remember {
             speaker: Some(speaker.into()),
             scope: scope.clone(),
+            time: at(minute),
             ..say(text, "s1")
         };
-        atlas.remember(by("assistant", advice)).await.unwrap();
+        atlas.remember(by("assistant", advice, 10)).await.unwrap();
         if let Some(speaker) = said_by {
-            atlas.remember(by(speaker, instruction)).await.unwrap();
+            atlas.remember(by(speaker, instruction, 11)).await.unwrap();
         }
         atlas.recall(query("when is the grant deadline", k)).await.unwrap()
     };
