@@ -38,6 +38,11 @@ struct Cli {
     /// and ATLAS_QDRANT_SPACE.
     #[arg(long, global = true, value_name = "NAME")]
     space: Option<String>,
+    /// An embedding model folder of one's own (model.onnx, tokenizer.json and the pooling and
+    /// prompt configs sentence-transformers exports; see docs/CONFIG.md). Overrides
+    /// onnx.model_dir and ATLAS_ONNX_MODEL_DIR.
+    #[arg(long, global = true, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
     /// A TOML configuration file (see docs/CONFIG.md).
     #[arg(long, global = true, value_name = "FILE", env = "ATLAS_CONFIG")]
     config: Option<PathBuf>,
@@ -486,6 +491,9 @@ async fn run(cli: Cli) -> Result<()> {
     }
     if let Some(db) = cli.db {
         config.db = db;
+    }
+    if let Some(dir) = cli.model_dir {
+        config.onnx.model_dir = Some(dir);
     }
     let json = cli.json;
     // Only commands that write may create the memory space: a mistyped path is an error.

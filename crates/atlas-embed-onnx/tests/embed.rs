@@ -1,5 +1,8 @@
 //! The ONNX embedder on the real int8 MiniLM: golden vectors from Python's onnxruntime,
-//! semantic sanity, hostile text and bad model files.
+//! semantic sanity, hostile text and bad model files; model folders of one's own
+//! (`model_folder`).
+
+mod model_folder;
 
 use atlas_embed_onnx::{OnnxEmbedder, OnnxOptions, assets, manifest::Manifest};
 use std::path::Path;
@@ -179,7 +182,7 @@ fn model_dir_with(model: Option<&[u8]>, tokenizer: bool) -> tempfile::TempDir {
 #[test]
 fn a_corrupt_model_file_names_the_path_and_both_hashes() {
     let dir = model_dir_with(Some(b"definitely not an onnx graph"), true);
-    let options = OnnxOptions { model_dir: Some(dir.path().to_path_buf()), ..OnnxOptions::default() };
+    let options = OnnxOptions { files_dir: Some(dir.path().to_path_buf()), ..OnnxOptions::default() };
     let err = OnnxEmbedder::load(&options).err().expect("must fail").to_string();
     let path = dir.path().join("model.onnx").display().to_string();
     let actual = assets::sha256_file(&dir.path().join("model.onnx")).unwrap();
@@ -191,7 +194,7 @@ fn a_corrupt_model_file_names_the_path_and_both_hashes() {
 #[test]
 fn a_missing_tokenizer_is_named() {
     let dir = model_dir_with(None, false);
-    let options = OnnxOptions { model_dir: Some(dir.path().to_path_buf()), ..OnnxOptions::default() };
+    let options = OnnxOptions { files_dir: Some(dir.path().to_path_buf()), ..OnnxOptions::default() };
     let err = OnnxEmbedder::load(&options).err().expect("must fail").to_string();
     assert!(err.contains("tokenizer.json") && err.contains("missing"), "{err}");
 }

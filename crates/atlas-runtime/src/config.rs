@@ -148,6 +148,11 @@ pub struct OnnxConfig {
     /// A model named in models/manifest.toml. Unset: the model the store was embedded with
     /// when it is one of the manifest's, else the manifest's default.
     pub model: Option<String>,
+    /// A model folder of one's own instead (what Optimum or sentence-transformers export:
+    /// `model.onnx`, `tokenizer.json`, their pooling and prompt configs; `atlas-model.toml`
+    /// states or overrides pooling, prefixes and window). `model` is then not used.
+    /// `ATLAS_ONNX_MODEL_DIR`, `--model-dir`.
+    pub model_dir: Option<PathBuf>,
     /// Tokens per text; defaults to the manifest's (256 for MiniLM).
     pub max_length: Option<usize>,
     /// Intra-op threads; defaults to the available cores, at most 4 (ATLAS_EMBED_THREADS).
@@ -164,6 +169,7 @@ impl Default for OnnxConfig {
     fn default() -> Self {
         OnnxConfig {
             model: None,
+            model_dir: None,
             max_length: None,
             threads: None,
             batch_size: 32,
@@ -444,7 +450,7 @@ impl Config {
     }
 
     /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`),
-    /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_EMBED_THREADS`, `ATLAS_STORAGE` (`sqlite` |
+    /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_ONNX_MODEL_DIR`, `ATLAS_EMBED_THREADS`, `ATLAS_STORAGE` (`sqlite` |
     /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_SPACE`, `ATLAS_QDRANT_API_KEY`, `ATLAS_BUSY_TIMEOUT_MS`,
     /// `ATLAS_RECALL_EMBED_BUDGET_MS`.
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
@@ -476,6 +482,9 @@ impl Config {
                     return Err(AtlasError::Config(format!("ATLAS_EMBEDDER: expected onnx or none, got {other:?}")));
                 }
             };
+        }
+        if let Some(dir) = env("ATLAS_ONNX_MODEL_DIR").filter(|d| !d.trim().is_empty()) {
+            self.onnx.model_dir = Some(PathBuf::from(dir));
         }
         if let Some(v) = env("ATLAS_EMBED_THREADS") {
             let threads = v.trim().parse().ok().filter(|n| *n > 0);

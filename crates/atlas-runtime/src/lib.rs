@@ -187,6 +187,7 @@ impl Atlas {
             Err(AtlasError::ModelMismatch { stored_model, .. })
                 if config.embedder == config::EmbedderKind::Onnx
                     && config.onnx.model.is_none()
+                    && config.onnx.model_dir.is_none()
                     && manifest_has_model(&stored_model) =>
             {
                 tracing::info!(model = %stored_model, "embedding with the model the store was embedded with");
@@ -609,7 +610,8 @@ async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
         batch_size: config.onnx.batch_size,
         spinning: config.onnx.spinning,
         cuda: config.onnx.cuda,
-        model_dir: None,
+        model_dir: config.onnx.model_dir.clone(),
+        files_dir: None,
     };
     let embedder = tokio::task::spawn_blocking(move || atlas_embed_onnx::OnnxEmbedder::load(&options))
         .await
