@@ -1,0 +1,71 @@
+//! `--model-dir` and `ATLAS_ONNX_MODEL_DIR` end to end: a space embedded with the built-in
+//! model refuses a folder of one's own until `atlas reembed` moves it over, then recalls with it.
+
+use atlas_embed_onnx::{assets, manifest::Manifest};
+use std::path::Path;
+use std::process::{Command, Output};
+
+const TURNS: &str = r#"{"session": "s1", "speaker": "Priya", "text": "I signed up for the Berlin half marathon in April.", "time": "2023-05-08T13:56:00Z"}
+{"session": "s1", "speaker": "Sam", "text": "Great, I painted a sunrise last week.", "time": "2023-05-08T13:56:30Z"}
+{"session": "s2", "speaker": "Priya", "text": "I'm researching adoption agencies now.", "time": "2023-05-25T13:14:00Z"}
+"#;
+
+fn atlas(db: &Path, args: &[&str], model_dir_env: Option<&Path>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
+    command.arg("--db").arg(db).args(args);
+    for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_ONNX_MODEL_DIR"] {
+        command.env_remove(var);
+    }
+    if let Some(dir) = model_dir_env {
+        command.env("ATLAS_ONNX_MODEL_DIR", dir);
+    }
+    command.output().expect("run atlas")
+}
+
+fn json(out: Output) -> serde_json::Value {
+    assert!(out.status.success(), "atlas failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn failed(out: Output) -> String {
+    assert!(!out.status.success(), "atlas should have failed: {}", String::from_utf8_lossy(&out.stdout));
+    // With --json the error is a JSON document on standard output; without, a line on standard error.
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The built-in model's files as a folder of one's own, with first-token pooling.
+fn own_model(dir: &Path) {
+    let manifest = Manifest::builtin().unwrap();
+    let spec = manifest.default_model();
+    std::fs::create_dir_all(dir).unwrap();
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::fs::copy(assets::model_file(spec, file, None).unwrap(), dir.join(file)).unwrap();
+    }
+    std::fs::write(dir.join("atlas-model.toml"), "name = \"minilm-cls\"\npooling = \"cls\"\nmax_length = 256\n")
+        .unwrap();
+}
+
+#[test]
+fn a_space_moves_to_a_model_folder_with_reembed_and_recalls_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, model) = (dir.path().join("space.db"), dir.path().join("minilm-cls"));
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(&turns, TURNS).unwrap();
+    own_model(&model);
+    let model_arg = model.to_str().unwrap();
+    json(atlas(&db, &["import", turns.to_str().unwrap(), "--json"], None));
+
+    let refused = failed(atlas(&db, &["--model-dir", model_arg, "recall", "half marathon", "--json"], None));
+    assert!(refused.contains("minilm-cls@") && refused.contains("reembed"), "{refused}");
+
+    let moved = json(atlas(&db, &["--model-dir", model_arg, "reembed", "--json"], None));
+    assert_eq!(moved["reembedded"], 3, "{moved}");
+    let found = json(atlas(&db, &["recall", "the Berlin half marathon", "--json"], Some(&model)));
+    let hits = found["hits"].as_array().unwrap();
+    assert!(hits.first().is_some_and(|h| h["text"].as_str().unwrap_or_default().contains("half marathon")), "{found}");
+    let stats = json(atlas(&db, &["stats", "--json"], None));
+    assert_eq!((stats["vectors"].as_u64(), stats["pending_vectors"].as_u64()), (Some(3), Some(0)), "{stats}");
+
+    let missing = failed(atlas(&db, &["--model-dir", "/nonexistent/bge", "recall", "race"], None));
+    assert!(missing.contains("/nonexistent/bge") && missing.contains("not a folder"), "{missing}");
+}
