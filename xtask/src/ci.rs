@@ -33,6 +33,11 @@ pub fn run(long: bool) -> Result<()> {
     lint_while_compiling()?;
     let table = Table::new();
     let result = pipeline(&table);
+    // Whatever the tests said: every unit cargo finished is sound, and the next run starts from it.
+    let saved = table.step("dependency cache save", None, || no_count(crate::deps_cache::save(&Echo::plain())?));
+    if let Err(e) = saved {
+        println!("warning: the dependency cache was not saved: {e:#}");
+    }
     print!("{}", table.render());
     if let Err(e) = &result {
         println!("CI failed: {e:#}");
@@ -85,6 +90,7 @@ fn pipeline(table: &Table) -> Result<()> {
         });
 
         table.step("cargo tools", None, || no_count(tools(&main)?))?;
+        table.step("dependency cache restore", None, || no_count(crate::deps_cache::restore(&main)?))?;
         let deny = ["deny", "check", "bans", "licenses", "sources"];
         table.step("cargo-deny", None, || no_count(crate::cargo(&deny, &main)?))?;
         // Builds atlas and atlas-devtools (most of the workspace) and fetches what the tests need.

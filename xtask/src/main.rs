@@ -7,6 +7,7 @@
 
 mod ci;
 mod clients;
+mod deps_cache;
 mod inspector;
 mod python;
 mod steps;
@@ -69,6 +70,15 @@ enum Task {
         #[arg(long, default_value = "0")]
         seed: String,
     },
+    /// CI's compiled-dependency cache: `save` keeps the registry crates' units of a profile's
+    /// build, `restore` copies them into a target folder that holds no build yet.
+    #[command(hide = true)]
+    DepsCache {
+        #[arg(value_parser = ["save", "restore"])]
+        action: String,
+        #[arg(long, default_value = "ci")]
+        profile: String,
+    },
     /// A task of atlas-devtools, which runs the workspace's own code.
     #[command(external_subcommand)]
     Devtools(Vec<String>),
@@ -93,6 +103,13 @@ fn main() -> Result<()> {
         Task::PythonTests => python::tests(&Echo::plain()).map(drop),
         Task::InspectorTests => inspector::tests(&atlas_binary()?, &Echo::plain()).map(drop),
         Task::InspectorPaint { db, seed } => inspector::paint(&atlas_binary()?, &db, &seed),
+        Task::DepsCache { action, profile } => {
+            PROFILE.set(Box::leak(profile.into_boxed_str())).expect("the profile is set once");
+            match action.as_str() {
+                "save" => deps_cache::save(&Echo::plain()),
+                _ => deps_cache::restore(&Echo::plain()),
+            }
+        }
         Task::Devtools(args) => {
             let status = devtools(&args)?.status().context("run atlas-devtools")?;
             if !status.success() {
