@@ -22,6 +22,38 @@ pub struct Eval {
     /// Write both harnesses' full results here (one JSON object keyed by benchmark).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// The embedder both runs use: onnx (the built-in model, or --model-dir's), http (an
+    /// embeddings endpoint: --http-url, --http-model) or none (full text only).
+    #[arg(long, value_parser = ["onnx", "http", "none"])]
+    pub embedder: Option<String>,
+    /// A model folder of one's own (docs/CONFIG.md, "Your own model: a folder").
+    #[arg(long)]
+    pub model_dir: Option<PathBuf>,
+    /// The embeddings endpoint's base URL, e.g. http://127.0.0.1:11434/v1.
+    #[arg(long)]
+    pub http_url: Option<String>,
+    #[arg(long)]
+    pub http_model: Option<String>,
+}
+
+impl Eval {
+    /// The variables that give every atlas command of the harnesses this run's embedder.
+    fn embedder_env(&self) -> Result<Vec<(&'static str, String)>> {
+        let mut env = Vec::new();
+        if let Some(kind) = &self.embedder {
+            env.push(("ATLAS_EMBEDDER", kind.clone()));
+        }
+        if let Some(dir) = &self.model_dir {
+            let dir = std::fs::canonicalize(dir).with_context(|| format!("--model-dir {}", dir.display()))?;
+            env.push(("ATLAS_ONNX_MODEL_DIR", dir.display().to_string()));
+        }
+        if self.embedder.as_deref() == Some("http") && (self.http_url.is_none() || self.http_model.is_none()) {
+            bail!("--embedder http needs --http-url and --http-model");
+        }
+        env.extend(self.http_url.clone().map(|u| ("ATLAS_HTTP_URL", u)));
+        env.extend(self.http_model.clone().map(|m| ("ATLAS_HTTP_MODEL", m)));
+        Ok(env)
+    }
 }
 
 struct Row {
@@ -43,6 +75,10 @@ pub fn run(args: Eval) -> Result<()> {
         );
     }
     let atlas = crate::atlas_binary()?;
+    let env = args.embedder_env()?;
+    for (k, v) in &env {
+        println!("{k}={v}");
+    }
     let command = format!("{} {}", atlas.display(), args.atlas_args).trim().to_owned();
     let dir = tempfile::tempdir()?;
     let mut rows = Vec::new();
@@ -50,7 +86,7 @@ pub fn run(args: Eval) -> Result<()> {
     let wants = |name: &str| args.only.as_deref().is_none_or(|o| o.eq_ignore_ascii_case(name));
     if wants("locomo") {
         let set = data.join("locomo-dev");
-        let result = harness(&data.join("locomo_recall.py"), &set, &command, &dir.path().join("locomo.json"))?;
+        let result = harness(&data.join("locomo_recall.py"), &set, &command, &dir.path().join("locomo.json"), &env)?;
         let floor = locomo_bm25_floor(&set)?;
         rows.push(Row {
             name: "LoCoMo dev",
@@ -61,8 +97,13 @@ pub fn run(args: Eval) -> Result<()> {
         full.insert("locomo".into(), result);
     }
     if wants("beam") {
-        let result =
-            harness(&data.join("beam_recall.py"), &data.join("beam-dev"), &command, &dir.path().join("beam.json"))?;
+        let result = harness(
+            &data.join("beam_recall.py"),
+            &data.join("beam-dev"),
+            &command,
+            &dir.path().join("beam.json"),
+            &env,
+        )?;
         let floors = result["baselines"]
             .as_object()
             .map(|b| b.iter().map(|(name, r)| (name.clone(), triple(r, "R@5", "R@10", "R@20"))).collect())
@@ -101,9 +142,10 @@ fn triple(v: &serde_json::Value, a: &str, b: &str, c: &str) -> [f64; 3] {
 }
 
 /// Runs one harness (its CLI contract is its header) and reads its `--json` result.
-fn harness(script: &Path, set: &Path, atlas: &str, out: &Path) -> Result<serde_json::Value> {
+fn harness(script: &Path, set: &Path, atlas: &str, out: &Path, env: &[(&str, String)]) -> Result<serde_json::Value> {
     println!("$ python3 {} --data {} --atlas '{atlas}'", script.display(), set.display());
     let status = Command::new("python3")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .arg(script)
         .arg("--data")
         .arg(set)

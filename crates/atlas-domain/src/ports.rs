@@ -296,11 +296,33 @@ pub trait KeyStore: Send + Sync {
     async fn revoke_key(&self, id: String, at: Timestamp) -> Result<bool>;
 }
 
+/// What an embedder has done since it was opened (for `stats`, the health view and
+/// `/metrics`): an embedder that calls a service counts its requests, retries and failures and
+/// the tokens the service counted; one in process counts texts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbedderUsage {
+    /// Requests sent, retries included.
+    pub calls: u64,
+    /// Of those, the ones that were retries of a failed request.
+    pub retries: u64,
+    /// Requests that failed (each retry that failed again counts).
+    pub failures: u64,
+    /// Texts embedded.
+    pub texts: u64,
+    /// Tokens, as the service counted them (0 when it does not say).
+    pub tokens: u64,
+}
+
 /// Turns text into unit-length vectors.
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait Embedder: Send + Sync {
     fn model(&self) -> EmbeddingModel;
+
+    /// What this embedder has done since it was opened.
+    fn usage(&self) -> EmbedderUsage {
+        EmbedderUsage::default()
+    }
 
     /// One vector per input, each of `model().dimension` floats and unit length.
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>>;

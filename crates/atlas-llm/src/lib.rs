@@ -8,6 +8,7 @@ mod wire;
 use async_trait::async_trait;
 use atlas_domain::ports::{Completion, Llm, LlmRequest};
 use atlas_domain::{AtlasError, Result};
+use atlas_http::{Failure, Retry};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +47,8 @@ pub struct Endpoint {
     pub timeout: Duration,
     /// Retries after a 429, a 5xx, a timeout or a refused connection.
     pub max_retries: u32,
-    /// The first retry waits this long (unless the server says `Retry-After`), doubling.
+    /// The first retry waits up to this long (unless the server says `Retry-After`), doubling,
+    /// with jitter (atlas-http's policy).
     pub backoff: Duration,
     pub max_tokens: u32,
     /// US dollars per million input and output tokens, for the ledger.
@@ -80,12 +82,7 @@ pub struct HttpLlm {
 
 impl HttpLlm {
     pub fn new(endpoint: Endpoint) -> Result<Self> {
-        // reqwest is built without a TLS provider of its own: ring, once per process.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(endpoint.timeout)
-            .connect_timeout(endpoint.timeout.min(Duration::from_secs(10)))
-            .build()
+        let client = atlas_http::client(endpoint.timeout)
             .map_err(|e| AtlasError::Config(format!("llm endpoint {}: {e}", endpoint.name)))?;
         Ok(HttpLlm { endpoint, client })
     }
@@ -95,40 +92,21 @@ impl HttpLlm {
     }
 }
 
-/// Why one attempt failed, and whether another may succeed.
-struct Failure {
-    message: String,
-    retry: bool,
-    wait: Option<Duration>,
-}
-
 #[async_trait]
 impl Llm for HttpLlm {
     async fn complete(&self, request: LlmRequest) -> Result<Completion> {
         let e = &self.endpoint;
-        let mut attempt = 0;
-        loop {
-            match self.attempt(&request).await {
-                Ok(completion) => return Ok(completion),
-                Err(failure) if failure.retry && attempt < e.max_retries => {
-                    let wait = failure.wait.unwrap_or(e.backoff * 2u32.saturating_pow(attempt));
-                    tracing::warn!(endpoint = %e.name, attempt, ?wait, error = %failure.message, "model call failed; retrying");
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
-                }
-                Err(failure) => {
-                    let tries = attempt + 1;
-                    return Err(AtlasError::Llm(format!(
-                        "{} ({} at {}): {} (after {tries} attempt{})",
-                        e.name,
-                        e.model,
-                        e.url,
-                        failure.message,
-                        if tries == 1 { "" } else { "s" }
-                    )));
-                }
-            }
-        }
+        let retry = Retry { max_retries: e.max_retries, backoff: e.backoff, ..Retry::default() };
+        atlas_http::with_retries(retry, &e.name, || self.attempt(&request)).await.map_err(|(failure, tries)| {
+            AtlasError::Llm(format!(
+                "{} ({} at {}): {} (after {tries} attempt{})",
+                e.name,
+                e.model,
+                e.url,
+                failure.message,
+                if tries == 1 { "" } else { "s" }
+            ))
+        })
     }
 }
 
@@ -151,38 +129,12 @@ impl HttpLlm {
             }
             (Provider::OpenAi, None) => call,
         };
-        let response = call.send().await.map_err(|err| Failure {
-            retry: err.is_timeout() || err.is_connect(),
-            message: if err.is_timeout() {
-                format!("no answer within {} ms", e.timeout.as_millis())
-            } else {
-                format!("request failed: {err}")
-            },
-            wait: None,
-        })?;
-        let status = response.status();
-        let wait = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let text = response.text().await.map_err(|err| Failure {
-            retry: err.is_timeout(),
-            message: format!("reading the answer failed: {err}"),
-            wait: None,
-        })?;
-        if !status.is_success() {
-            let retry = status.as_u16() == 429 || status.is_server_error();
-            let head: String = text.chars().take(300).collect();
-            return Err(Failure { retry, message: format!("HTTP {status}: {head}"), wait });
-        }
+        let text = atlas_http::send(call, e.timeout).await?;
         let parsed = match e.provider {
             Provider::OpenAi => wire::openai_answer(&text),
             Provider::Anthropic => wire::anthropic_answer(&text),
         };
-        let (answer, input_tokens, output_tokens) =
-            parsed.map_err(|message| Failure { retry: false, message, wait: None })?;
+        let (answer, input_tokens, output_tokens) = parsed.map_err(Failure::permanent)?;
         Ok(Completion {
             text: answer,
             input_tokens,

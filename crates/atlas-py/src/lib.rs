@@ -184,8 +184,9 @@ impl Space {
 #[pymethods]
 impl Space {
     /// Opens (creating it if missing) the space in SQLite file `db`, or the space `space` on the
-    /// Qdrant server at `url`. `config` is a TOML file (docs/CONFIG.md); `ATLAS_*` variables
-    /// apply as for the CLI; `embedder` is "onnx" or "none".
+    /// Qdrant server at `url`. `config` is a TOML file (docs/CONFIG.md), or mem0's config as a
+    /// dict (its `embedder` section mapped); `ATLAS_*` variables apply as for the CLI; `embedder`
+    /// is "onnx", "http" or "none".
     #[new]
     #[pyo3(signature = (db=None, *, url=None, space=None, config=None, embedder=None, sleep_cycle=true))]
     fn new(
@@ -193,11 +194,20 @@ impl Space {
         db: Option<PathBuf>,
         url: Option<String>,
         space: Option<String>,
-        config: Option<PathBuf>,
+        config: Option<&Bound<'_, PyAny>>,
         embedder: Option<String>,
         sleep_cycle: bool,
     ) -> PyResult<Self> {
-        let mut settings = Config::load(config.as_deref(), |k| std::env::var(k).ok()).map_err(atlas_err)?;
+        // A TOML file's path, or mem0's config as a dict (the runtime maps it).
+        let (file, mem0) = match config {
+            Some(c) if c.is_instance_of::<PyDict>() => (None, Some(pythonize::depythonize::<Value>(c)?)),
+            Some(c) => (Some(c.extract::<PathBuf>()?), None),
+            None => (None, None),
+        };
+        let mut settings = Config::load(file.as_deref(), |k| std::env::var(k).ok()).map_err(atlas_err)?;
+        if let Some(mem0) = &mem0 {
+            atlas_runtime::apply_mem0_config(&mut settings, mem0).map_err(atlas_err)?;
+        }
         if let Some(url) = url {
             settings.storage = StorageKind::Qdrant;
             settings.qdrant.url = Some(url);

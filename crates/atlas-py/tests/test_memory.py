@@ -344,3 +344,66 @@ def test_importing_atlas_imports_no_framework():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+class _Embeddings:
+    """A small OpenAI-compatible embeddings endpoint (what Ollama serves under /v1): a bag of
+    hashed words per input, and every request's path and body kept."""
+
+    def __init__(self, dimension: int = 16):
+        import http.server
+        import zlib
+
+        self.requests: list[tuple[str, dict]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (the standard library's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((self.path, body))
+                data = []
+                for i, text in enumerate(body["input"]):
+                    vector = [0.0] * dimension
+                    for word in text.lower().split():
+                        vector[zlib.crc32(word.encode()) % dimension] += 1.0
+                    vector[0] += 0.01
+                    data.append({"object": "embedding", "index": i, "embedding": vector})
+                answer = json.dumps({"object": "list", "data": data, "model": body["model"]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *_):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_mem0s_embedder_config_embeds_through_the_endpoint_it_names(tmp_path):
+    endpoint = _Embeddings()
+    config = {
+        "embedder": {
+            "provider": "ollama",
+            "config": {"model": "nomic-embed-text", "ollama_base_url": f"http://127.0.0.1:{endpoint.port}", "embedding_dims": 16},
+        },
+        "vector_store": {"provider": "qdrant", "config": {}},
+    }
+    with atlas.Memory.from_config(config, tmp_path / "mem0.db") as m:
+        m.add("I moved to Lisbon last spring", user_id="ann", infer=False)
+        found = m.search("Where did Ann move?", user_id="ann")
+        assert found["results"] and "Lisbon" in found["results"][0]["memory"]
+        stats = m.stats()
+        assert stats["embedder"].startswith("http:nomic-embed-text@127.0.0.1:"), stats["embedder"]
+    paths = {path for path, _ in endpoint.requests}
+    assert paths == {"/v1/embeddings"}, paths
+    assert all(body["model"] == "nomic-embed-text" for _, body in endpoint.requests)
+
+
+def test_a_mem0_config_atlas_cannot_map_is_refused_by_name(tmp_path):
+    with pytest.raises(atlas.ConfigError) as raised:
+        atlas.Memory(tmp_path / "x.db", config={"embedder": {"provider": "gemini", "config": {}}})
+    assert "config.embedder.provider" in str(raised.value)

@@ -35,12 +35,20 @@ impl Background {
             // Pending work from an earlier run starts at once.
             shared.wake.notify_one();
             tokio::spawn(async move {
+                let mut failures = 0u32;
                 loop {
                     shared.wake.notified().await;
-                    if let Err(e) = shared.drain(None).await {
-                        tracing::warn!(error = %e, "background embedding failed; will retry");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        shared.wake.notify_one();
+                    match shared.drain(None).await {
+                        Ok(_) => failures = 0,
+                        Err(e) => {
+                            // The memories stay queued in the store; an embedder that is away (an
+                            // endpoint down) is asked again, less and less often, never given up on.
+                            let wait = retry_wait(failures);
+                            failures = failures.saturating_add(1);
+                            tracing::warn!(error = %e, ?wait, "background embedding failed; the memories stay queued, will retry");
+                            tokio::time::sleep(wait).await;
+                            shared.wake.notify_one();
+                        }
                     }
                 }
             })
@@ -83,6 +91,12 @@ impl Background {
         }
         Ok(done)
     }
+}
+
+/// The pause after the background embedder's `failures`-th failure in a row (0 for the first):
+/// one second, doubling, at most a minute.
+fn retry_wait(failures: u32) -> Duration {
+    Duration::from_secs(1).saturating_mul(2u32.saturating_pow(failures.min(6))).min(Duration::from_secs(60))
 }
 
 /// Memories a bounded catch-up embeds at a time: small, so that the budget is kept closely.
@@ -170,5 +184,18 @@ impl Drop for Background {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_wait;
+    use std::time::Duration;
+
+    #[test]
+    fn the_background_embedder_waits_longer_after_each_failure_up_to_a_minute() {
+        let waits: Vec<u64> = (0..9).map(|n| retry_wait(n).as_secs()).collect();
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_wait(u32::MAX), Duration::from_secs(60));
     }
 }

@@ -4,6 +4,8 @@ use atlas_domain::policy::fusion::{DEFAULT_RRF_K, FusionMethod};
 use atlas_domain::policy::limits::DEFAULT_MAX_TEXT_BYTES;
 use atlas_domain::{AtlasError, Result};
 use serde::Deserialize;
+
+pub use crate::embedder_config::{EmbedderKind, HttpConfig, OnnxConfig, Secret};
 use std::path::{Path, PathBuf};
 
 /// Everything the runtime needs to compose an ATLAS instance.
@@ -25,6 +27,8 @@ pub struct Config {
     /// How many memories the background task embeds per batch.
     pub embed_batch: usize,
     pub onnx: OnnxConfig,
+    /// The embeddings endpoint of `embedder = "http"`.
+    pub http: HttpConfig,
     pub recall: RecallConfig,
     pub consolidation: ConsolidationConfig,
     pub forgetting: ForgettingConfig,
@@ -123,60 +127,6 @@ pub enum DurabilityKind {
     Normal,
     /// Also survives power loss: every commit is fsynced.
     Full,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EmbedderKind {
-    /// No vectors: recall runs on full text and says so.
-    None,
-    /// The ONNX embedder (feature `embed-onnx`, on by default).
-    Onnx,
-}
-
-impl EmbedderKind {
-    /// ONNX when this build has it, else none.
-    pub fn default_for_build() -> Self {
-        if cfg!(feature = "embed-onnx") { EmbedderKind::Onnx } else { EmbedderKind::None }
-    }
-}
-
-/// Settings of the ONNX embedder.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct OnnxConfig {
-    /// A model named in models/manifest.toml. Unset: the model the store was embedded with
-    /// when it is one of the manifest's, else the manifest's default.
-    pub model: Option<String>,
-    /// A model folder of one's own instead (what Optimum or sentence-transformers export:
-    /// `model.onnx`, `tokenizer.json`, their pooling and prompt configs; `atlas-model.toml`
-    /// states or overrides pooling, prefixes and window). `model` is then not used.
-    /// `ATLAS_ONNX_MODEL_DIR`, `--model-dir`.
-    pub model_dir: Option<PathBuf>,
-    /// Tokens per text; defaults to the manifest's (256 for MiniLM).
-    pub max_length: Option<usize>,
-    /// Intra-op threads; defaults to the available cores, at most 4 (ATLAS_EMBED_THREADS).
-    pub threads: Option<usize>,
-    /// Texts per model call.
-    pub batch_size: usize,
-    /// Busy-wait between ops: a little faster when idle, far slower under CPU contention.
-    pub spinning: bool,
-    /// Use the CUDA execution provider when the build has `embed-cuda` and a GPU is present.
-    pub cuda: bool,
-}
-
-impl Default for OnnxConfig {
-    fn default() -> Self {
-        OnnxConfig {
-            model: None,
-            model_dir: None,
-            max_length: None,
-            threads: None,
-            batch_size: 32,
-            spinning: false,
-            cuda: cfg!(feature = "embed-cuda"),
-        }
-    }
 }
 
 /// Language models for consolidation: endpoints grouped in tiers; the cycle uses one tier and
@@ -411,6 +361,7 @@ impl Default for Config {
             embedder: EmbedderKind::default_for_build(),
             embed_batch: 256,
             onnx: OnnxConfig::default(),
+            http: HttpConfig::default(),
             recall: RecallConfig::default(),
             consolidation: ConsolidationConfig::default(),
             forgetting: ForgettingConfig::default(),
@@ -450,7 +401,7 @@ impl Config {
     }
 
     /// `ATLAS_DB`, `ATLAS_MAX_TEXT_BYTES`, `ATLAS_DURABILITY` (`normal` | `full`),
-    /// `ATLAS_EMBEDDER` (`onnx` | `none`), `ATLAS_ONNX_MODEL_DIR`, `ATLAS_EMBED_THREADS`, `ATLAS_STORAGE` (`sqlite` |
+    /// the embedder's (`ATLAS_EMBEDDER` and the rest: `embedder_config::apply_env`), `ATLAS_STORAGE` (`sqlite` |
     /// `qdrant`), `ATLAS_QDRANT_URL`, `ATLAS_QDRANT_SPACE`, `ATLAS_QDRANT_API_KEY`, `ATLAS_BUSY_TIMEOUT_MS`,
     /// `ATLAS_RECALL_EMBED_BUDGET_MS`.
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<()> {
@@ -474,24 +425,7 @@ impl Config {
                 AtlasError::Config(format!("ATLAS_MAX_TEXT_BYTES: expected a number of bytes, got {v:?}"))
             })?;
         }
-        if let Some(v) = env("ATLAS_EMBEDDER") {
-            self.embedder = match v.trim() {
-                "onnx" => EmbedderKind::Onnx,
-                "none" => EmbedderKind::None,
-                other => {
-                    return Err(AtlasError::Config(format!("ATLAS_EMBEDDER: expected onnx or none, got {other:?}")));
-                }
-            };
-        }
-        if let Some(dir) = env("ATLAS_ONNX_MODEL_DIR").filter(|d| !d.trim().is_empty()) {
-            self.onnx.model_dir = Some(PathBuf::from(dir));
-        }
-        if let Some(v) = env("ATLAS_EMBED_THREADS") {
-            let threads = v.trim().parse().ok().filter(|n| *n > 0);
-            self.onnx.threads = Some(threads.ok_or_else(|| {
-                AtlasError::Config(format!("ATLAS_EMBED_THREADS: expected a positive number, got {v:?}"))
-            })?);
-        }
+        crate::embedder_config::apply_env(self, &env)?;
         if let Some(v) = env("ATLAS_DURABILITY") {
             self.durability = match v.trim() {
                 "normal" => DurabilityKind::Normal,

@@ -12,15 +12,22 @@ pub mod consolidation;
 pub mod context;
 mod docs;
 mod editing;
+mod embedder_config;
 pub mod forgetting;
 mod graph_export;
 mod import_pieces;
 pub mod inspect;
 pub mod keys;
 mod markdown_files;
+mod mem0_config;
 pub mod migrate;
+mod model_adapters;
 mod recall;
 pub mod wire;
+
+pub use mem0_config::apply_mem0_config;
+use model_adapters::manifest_has_model;
+pub use model_adapters::{open_embedder, open_llm};
 
 pub use backup::{ImportOptions, Imported, import_key, parse_trajectories, tenant_label};
 pub use config::Config;
@@ -147,6 +154,8 @@ pub const EXPLAINED_CYCLES: usize = 1_000;
 pub struct Stats {
     pub store: StoreStats,
     pub embedder: Option<String>,
+    /// What the embedder has done since this instance opened (its calls to an endpoint).
+    pub embedder_usage: Option<atlas_domain::ports::EmbedderUsage>,
 }
 
 /// An ATLAS memory space.
@@ -498,6 +507,7 @@ impl Atlas {
         Ok(Stats {
             store: self.parts.store.stats().await?,
             embedder: self.parts.embedder.as_ref().map(|e| e.model().name),
+            embedder_usage: self.parts.embedder.as_ref().map(|e| e.usage()),
         })
     }
 
@@ -529,110 +539,6 @@ async fn open_parts(config: &Config) -> Result<Parts> {
         Some(llm) => parts.with_llm(llm),
         None => parts,
     })
-}
-
-/// The endpoints of the configured tier, tried in order; `None` when it has none (rules only).
-#[cfg(feature = "llm")]
-pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
-    use atlas_llm::{Endpoint, Fallback, HttpLlm, Provider};
-    const TIERS: [&str; 3] = ["conversation", "economy", "local"];
-    if !TIERS.contains(&config.tier.as_str()) {
-        return Err(AtlasError::Config(format!(
-            "llm.tier: expected one of {}, got {:?}",
-            TIERS.join(", "),
-            config.tier
-        )));
-    }
-    let mut members: Vec<Arc<dyn Llm>> = Vec::new();
-    for (i, c) in config.endpoints.iter().enumerate() {
-        let at = |field: &str| format!("llm.endpoints[{i}].{field}");
-        if !TIERS.contains(&c.tier.as_str()) {
-            return Err(AtlasError::Config(format!(
-                "{}: expected one of {}, got {:?}",
-                at("tier"),
-                TIERS.join(", "),
-                c.tier
-            )));
-        }
-        if c.tier != config.tier {
-            continue;
-        }
-        let provider: Provider =
-            c.provider.parse().map_err(|m| AtlasError::Config(format!("{}: {m}", at("provider"))))?;
-        if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
-            return Err(AtlasError::Config(format!("{}: expected an http(s) URL, got {:?}", at("url"), c.url)));
-        }
-        let mut endpoint = Endpoint::new(&c.name, provider, &c.url, &c.model);
-        endpoint.api_key = match (&c.api_key, &c.api_key_env) {
-            (Some(key), _) => Some(key.clone()),
-            (None, Some(var)) => Some(
-                std::env::var(var)
-                    .map_err(|_| AtlasError::Config(format!("{}: the variable {var} is not set", at("api_key_env"))))?,
-            ),
-            (None, None) => None,
-        };
-        endpoint.timeout = std::time::Duration::from_millis(c.timeout_ms.max(1));
-        endpoint.max_retries = c.max_retries;
-        endpoint.max_tokens = c.max_tokens;
-        (endpoint.input_price, endpoint.output_price) = (c.input_price, c.output_price);
-        members.push(Arc::new(HttpLlm::new(endpoint)?));
-    }
-    if members.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(Arc::new(Fallback::new(members)?)))
-}
-
-#[cfg(not(feature = "llm"))]
-pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
-    if config.endpoints.is_empty() {
-        Ok(None)
-    } else {
-        Err(AtlasError::Config("llm endpoints need atlas built with the llm feature".into()))
-    }
-}
-
-/// The embedder `config` names, loaded off the async executor; `None` for `embedder = "none"`.
-pub async fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
-    match config.embedder {
-        config::EmbedderKind::None => Ok(None),
-        config::EmbedderKind::Onnx => open_onnx(config).await,
-    }
-}
-
-#[cfg(feature = "embed-onnx")]
-async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
-    let defaults = atlas_embed_onnx::OnnxOptions::default();
-    let options = atlas_embed_onnx::OnnxOptions {
-        model: config.onnx.model.clone().unwrap_or(defaults.model),
-        max_length: config.onnx.max_length,
-        threads: config.onnx.threads.unwrap_or(defaults.threads),
-        batch_size: config.onnx.batch_size,
-        spinning: config.onnx.spinning,
-        cuda: config.onnx.cuda,
-        model_dir: config.onnx.model_dir.clone(),
-        files_dir: None,
-    };
-    let embedder = tokio::task::spawn_blocking(move || atlas_embed_onnx::OnnxEmbedder::load(&options))
-        .await
-        .map_err(|e| AtlasError::Embedding(format!("loading the embedder failed: {e}")))??;
-    Ok(Some(Arc::new(embedder)))
-}
-
-/// Whether models/manifest.toml (as compiled in) names `model`.
-#[cfg(feature = "embed-onnx")]
-fn manifest_has_model(model: &str) -> bool {
-    atlas_embed_onnx::manifest::Manifest::builtin().is_ok_and(|m| m.model(model).is_ok())
-}
-
-#[cfg(not(feature = "embed-onnx"))]
-fn manifest_has_model(_: &str) -> bool {
-    false
-}
-
-#[cfg(not(feature = "embed-onnx"))]
-async fn open_onnx(_: &Config) -> Result<Option<Arc<dyn Embedder>>> {
-    Err(AtlasError::Config("embedder = \"onnx\" needs atlas built with the embed-onnx feature".into()))
 }
 
 #[cfg(feature = "store-sqlite")]

@@ -297,7 +297,15 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         // The space's mean vector is kept or cached by the store; read it while the model runs.
         let mean = async { if config.centre_query { parts.vectors.mean_vector().await } else { Ok(None) } };
         let (query, mean) = tokio::join!(embedder.embed_query(request.query.clone()), mean);
-        let query = away_from_mean(&query?, mean?.as_deref());
+        let query = match query {
+            Ok(query) => away_from_mean(&query, mean?.as_deref()),
+            // An embedder that fails (an endpoint away) delays vectors; it never fails a recall.
+            Err(e) => {
+                tracing::warn!(error = %e, "embedding the query failed; recalling on full text only");
+                let note = Some(format!("the embedder failed ({e}); recall ran on full text only"));
+                return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
+            }
+        };
         record(&embed_us, t);
         let t = Instant::now();
         let (hits, pending) = tokio::join!(

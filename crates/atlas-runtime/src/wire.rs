@@ -99,9 +99,13 @@ pub fn stats_value(config: &crate::Config, stats: &Stats) -> Value {
     let model = s.embedding_model.as_ref().map(|m| json!({"name": m.name, "dimension": m.dimension}));
     let space = config.named_space();
     let db = space.is_none().then(|| config.db.display().to_string());
+    let usage = stats.embedder_usage.map(|u| {
+        json!({"calls": u.calls, "retries": u.retries, "failures": u.failures, "texts": u.texts, "tokens": u.tokens})
+    });
     json!({"db": db, "space": space, "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
            "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
-           "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder})
+           "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder,
+           "embedder_usage": usage})
 }
 
 /// `{"error": {"code", "message", "field", "location"}}`: what was wrong and where.

@@ -603,13 +603,20 @@ async function viewAgents(_, params) {
 
 // ---- Health -----------------------------------------------------------------------------
 
+// The embedder's calls since the server started, where it calls a service (an endpoint).
+function usageRows(usage) {
+  if (!usage || !usage.calls) return [];
+  return [['embedder calls', `${usage.calls} (${usage.retries} retried, ${usage.failures} failed)`],
+    ['embedded texts', usage.texts], ['embedder tokens', usage.tokens]];
+}
+
 async function viewHealth() {
   const [stats, cycles] = await Promise.all([api('GET', '/v1/stats'), api('GET', '/v1/cycles')]);
   const out = [h('h1', {}, 'Health')];
   out.push(h('table', { class: 'card', id: 'stats' },
     [['memories', stats.memories], ['edges', stats.edges], ['soft-deleted', stats.soft_deleted], ['vectors', stats.vectors],
       ['waiting for a vector', stats.pending_vectors], ['bytes', stats.bytes], ['schema', stats.schema_version],
-      ['embedder', stats.embedder || 'none'], ['space', stats.db || stats.space]].map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v ?? '—')))));
+      ['embedder', stats.embedder || 'none'], ...usageRows(stats.embedder_usage), ['space', stats.db || stats.space]].map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v ?? '—')))));
   out.push(h('h2', {}, 'Memories by kind'), h('table', {}, Object.entries(stats.by_kind).map(([k, n]) => h('tr', {}, h('td', {}, badge(k)), h('td', {}, n)))));
   const columns = ['episodes_seen', 'facts_added', 'facts_merged', 'facts_superseded', 'entities_added', 'summaries_added', 'core_added', 'failed', 'deferred', 'llm_calls', 'input_tokens', 'output_tokens', 'took_ms'];
   out.push(h('h2', {}, 'Last sleep cycles (newest first)'), cycles.cycles.length

@@ -276,6 +276,17 @@ async fn metrics(state: Arc<AppState>) -> Result<Response, ApiError> {
     text.push_str(&format!(
         "# HELP atlas_vector_queue Memories waiting for a vector.\n# TYPE atlas_vector_queue gauge\natlas_vector_queue {queued}\n"
     ));
+    if let Some(u) = state.atlas.embedder().map(|e| e.usage()) {
+        for (name, help, value) in [
+            ("atlas_embedder_calls_total", "Requests the embedder sent, retries included.", u.calls),
+            ("atlas_embedder_retries_total", "Requests the embedder retried.", u.retries),
+            ("atlas_embedder_failures_total", "Requests of the embedder that failed.", u.failures),
+            ("atlas_embedder_texts_total", "Texts the embedder embedded.", u.texts),
+            ("atlas_embedder_tokens_total", "Tokens the embedding endpoint counted.", u.tokens),
+        ] {
+            text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"));
+        }
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

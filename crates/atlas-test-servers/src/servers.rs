@@ -54,6 +54,17 @@ pub fn llm_server() -> Result<LlmServer, String> {
         let model = std::env::var("ATLAS_LLM_MODEL").unwrap_or_else(|_| "default".into());
         return Ok(LlmServer { url, model, child: None });
     }
+    llama_server(&[])
+}
+
+/// `llama-server` serving embeddings (`/v1/embeddings`, mean pooling) from the same small model,
+/// with a batch large enough for a long text (no `ATLAS_LLM_URL` here: a chat endpoint is not
+/// an embeddings endpoint). `Err` says why there is none.
+pub fn embeddings_llama_server() -> Result<LlmServer, String> {
+    llama_server(&["--embeddings", "--pooling", "mean", "-c", "8192", "-b", "8192", "-ub", "8192"])
+}
+
+fn llama_server(extra: &[&str]) -> Result<LlmServer, String> {
     let binary = std::env::var_os("ATLAS_LLAMA_SERVER")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bin/llama-server"));
@@ -69,6 +80,7 @@ pub fn llm_server() -> Result<LlmServer, String> {
         .arg("-m")
         .arg(&model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-c", "2048", "-t", "2"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -5,13 +5,15 @@ pub mod conflicts;
 pub mod conformance;
 pub mod consolidation_conformance;
 pub mod embedder;
+pub mod embedder_conformance;
 pub mod fake;
 pub mod llm;
 pub mod scale;
 pub mod strategies;
 
-pub use atlas_test_servers::{http, servers};
+pub use atlas_test_servers::{embeddings, http, servers};
 pub use embedder::HashEmbedder;
+pub use embedder_conformance::{Prefixes, embedder_conformance};
 pub use fake::FakeStore;
 pub use llm::ScriptedLlm;
 pub use scale::{cases, proptest_config, size};

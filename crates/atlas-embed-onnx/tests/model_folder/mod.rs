@@ -103,3 +103,14 @@ fn a_folder_that_is_not_there_or_not_a_model_is_named() {
     let err = OnnxEmbedder::load(&options(dir.path())).err().unwrap().to_string();
     assert!(err.contains("model.onnx") && err.contains("not a loadable ONNX model"), "{err}");
 }
+
+/// The port's conformance suite, on the built-in model and on a folder with prefixes.
+#[test]
+fn the_builtin_model_and_a_prefixed_folder_conform() {
+    use atlas_testing::{Prefixes, embedder_conformance};
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime.block_on(embedder_conformance(embedder(), Prefixes::None));
+    let prefixes = ("atlas-model.toml", "query_prefix = \"query: \"\ndocument_prefix = \"passage: \"\n");
+    let dir = folder_of_the_builtin_model(&[MEAN, WINDOW, prefixes]);
+    runtime.block_on(embedder_conformance(&load(dir.path()), Prefixes::Different));
+}

@@ -74,9 +74,11 @@ def mem0_item(record: Mapping[str, Any], score: float | None = None) -> dict[str
 
 class Memory:
     """A memory space: the SQLite file `path` (created if missing), or with `url=` the space
-    `space` on a Qdrant server. `config` is a TOML file (docs/CONFIG.md); `ATLAS_*` variables
-    apply as for the CLI; `embedder="none"` recalls by full text only. `sleep_cycle` runs the
-    consolidation of what is remembered in the background."""
+    `space` on a Qdrant server. `config` is a TOML file (docs/CONFIG.md), or mem0's config as a
+    dict (`{"embedder": {"provider": "ollama", "config": {"model": ...}}}`: openai, ollama,
+    huggingface with `huggingface_base_url`, onnx); `ATLAS_*` variables apply as for the CLI;
+    `embedder="none"` recalls by full text only. `sleep_cycle` runs the consolidation of what is
+    remembered in the background."""
 
     def __init__(
         self,
@@ -84,18 +86,26 @@ class Memory:
         *,
         url: str | None = None,
         space: str | None = None,
-        config: PathLike | None = None,
+        config: PathLike | Mapping[str, Any] | None = None,
         embedder: str | None = None,
         sleep_cycle: bool = True,
     ) -> None:
+        if config is not None and not isinstance(config, Mapping):
+            config = os.fspath(config)
         self._space = Space(
             os.fspath(path) if path is not None else None,
             url=url,
             space=space,
-            config=os.fspath(config) if config is not None else None,
+            config=dict(config) if isinstance(config, Mapping) else config,
             embedder=embedder,
             sleep_cycle=sleep_cycle,
         )
+
+    @classmethod
+    def from_config(cls, config_dict: Mapping[str, Any], path: PathLike | None = None, **kwargs: Any) -> Memory:
+        """mem0's constructor: a memory space configured by mem0's config dict (its `embedder`
+        section; the sections of mem0's own machinery, such as `vector_store`, are left out)."""
+        return cls(path, config=config_dict, **kwargs)
 
     def __repr__(self) -> str:
         return f"atlas.Memory({self._space!r})"

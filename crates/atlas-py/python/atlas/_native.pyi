@@ -1,6 +1,7 @@
 """The native module (crates/atlas-py/src/lib.rs): an open memory space and ATLAS's errors."""
 
 from os import PathLike
+from collections.abc import Mapping
 from typing import Any
 
 __version__: str
@@ -27,7 +28,7 @@ class Space:
         *,
         url: str | None = None,
         space: str | None = None,
-        config: str | PathLike[str] | None = None,
+        config: str | PathLike[str] | Mapping[str, Any] | None = None,
         embedder: str | None = None,
         sleep_cycle: bool = True,
     ) -> None: ...

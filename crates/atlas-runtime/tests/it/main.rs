@@ -7,6 +7,8 @@ mod backup;
 mod conflicts;
 mod consolidation;
 mod editing;
+#[cfg(feature = "embed-http")]
+mod endpoint;
 mod files;
 mod files_hostile;
 mod files_support;

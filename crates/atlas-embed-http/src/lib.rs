@@ -1,0 +1,318 @@
+//! The `Embedder` port over HTTP: OpenAI's `POST /v1/embeddings` wire, which OpenAI, Ollama,
+//! llama.cpp's server, vLLM, Hugging Face TEI and LM Studio serve. Texts are cut into requests
+//! by count and bytes, a few in flight at once; each request is retried with backoff and jitter
+//! on 429, 5xx, timeouts and broken connections (honouring `Retry-After`); every answer's count
+//! and dimension is checked. A request the endpoint refuses as too large is split, and a single
+//! text too long for it is shortened, so that one memory never blocks the rest.
+//!
+//! What fails here fails the call and nothing else: the runtime keeps memories pending until
+//! their vectors come, and recall runs on full text meanwhile.
+
+mod batches;
+mod wire;
+
+use async_trait::async_trait;
+use atlas_domain::ports::{Embedder, EmbedderUsage, EmbeddingModel};
+use atlas_domain::{AtlasError, Result};
+use atlas_http::{Failure, Retry};
+use futures_util::{StreamExt, TryStreamExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One embeddings endpoint and how to call it.
+#[derive(Clone)]
+pub struct HttpEmbedderOptions {
+    /// The API's base (`http://127.0.0.1:11434/v1`, `https://api.openai.com/v1`), to which
+    /// `/embeddings` is appended, or the full URL of the embeddings route.
+    pub url: String,
+    pub model: String,
+    /// The vectors' length. Unset: asked of the endpoint when the embedder starts (which then
+    /// must answer); set, the embedder starts while the endpoint is away.
+    pub dimensions: Option<usize>,
+    /// Sent as a bearer token; never logged, never stored.
+    pub api_key: Option<String>,
+    /// Put before a recall's query (`search_query: `, `query: `, an instruction).
+    pub query_prefix: String,
+    /// Put before every memory's text (`search_document: `, `passage: `).
+    pub document_prefix: String,
+    /// For one request, connection included.
+    pub timeout: Duration,
+    pub retry: Retry,
+    /// Texts per request.
+    pub batch_size: usize,
+    /// About this many bytes of text per request (a longer text goes alone).
+    pub batch_bytes: usize,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Longer texts are cut to this many characters first, as a local model cuts at its
+    /// window (what lies past a model's window does not change its vector).
+    pub max_input_chars: usize,
+}
+
+impl std::fmt::Debug for HttpEmbedderOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpEmbedderOptions")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("dimensions", &self.dimensions)
+            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpEmbedderOptions {
+    pub fn new(url: &str, model: &str) -> Self {
+        HttpEmbedderOptions {
+            url: url.trim().trim_end_matches('/').to_owned(),
+            model: model.to_owned(),
+            dimensions: None,
+            api_key: None,
+            query_prefix: String::new(),
+            document_prefix: String::new(),
+            timeout: Duration::from_secs(30),
+            retry: Retry { max_retries: 4, backoff: Duration::from_millis(500), max_wait: Duration::from_secs(30) },
+            batch_size: 32,
+            batch_bytes: 128 * 1024,
+            concurrency: 2,
+            max_input_chars: 8_000,
+        }
+    }
+
+    /// The embeddings route: the URL itself when it names one, else the base's `/embeddings`.
+    fn route(&self) -> String {
+        if self.url.ends_with("/embeddings") || self.url.ends_with("/embed") {
+            self.url.clone()
+        } else {
+            format!("{}/embeddings", self.url)
+        }
+    }
+
+    /// The model's identity, recorded by the space: the model at this endpoint (without scheme,
+    /// credentials or query), and a digest of the prefixes when there are any, since they change
+    /// every vector.
+    pub fn identity(&self) -> String {
+        let without_scheme = self.url.split_once("://").map_or(self.url.as_str(), |(_, rest)| rest);
+        let without_user = without_scheme.rsplit_once('@').map_or(without_scheme, |(_, host)| host);
+        let place = without_user.split(['?', '#']).next().unwrap_or_default();
+        let place = place.trim_end_matches('/').trim_end_matches("/embeddings").trim_end_matches('/');
+        let mut name = format!("http:{}@{place}", self.model);
+        if !(self.query_prefix.is_empty() && self.document_prefix.is_empty()) {
+            let digest = fnv1a(format!("{}\u{0}{}", self.query_prefix, self.document_prefix).as_bytes());
+            name.push_str(&format!("+prefixes-{:08x}", digest as u32));
+        }
+        name
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// An [`HttpEmbedderOptions`] endpoint as an [`Embedder`].
+pub struct HttpEmbedder {
+    options: HttpEmbedderOptions,
+    route: String,
+    client: reqwest::Client,
+    model: EmbeddingModel,
+    usage: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+    texts: AtomicU64,
+    tokens: AtomicU64,
+}
+
+/// A request's vectors, boxed: splitting a refused request calls itself.
+type Vectors<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Vec<f32>>>> + Send + 'a>>;
+
+/// The shortest text a refused single input is shortened to before the refusal is final.
+const SHORTEST_RETRIED_TEXT: usize = 64;
+
+impl HttpEmbedder {
+    /// Checks the options and learns the dimension (from them, else by asking the endpoint).
+    pub async fn connect(options: HttpEmbedderOptions) -> Result<Self> {
+        let config = |m: String| AtlasError::Config(format!("embeddings endpoint {}: {m}", options.url));
+        if !(options.url.starts_with("http://") || options.url.starts_with("https://")) {
+            return Err(config("expected an http(s) URL".into()));
+        }
+        if options.model.trim().is_empty() {
+            return Err(config("no model named".into()));
+        }
+        if options.dimensions == Some(0) {
+            return Err(config("dimensions must be at least 1".into()));
+        }
+        let client = atlas_http::client(options.timeout).map_err(config)?;
+        let model = EmbeddingModel { name: options.identity(), dimension: options.dimensions.unwrap_or(0) };
+        let mut embedder = HttpEmbedder { route: options.route(), options, client, model, usage: Counters::default() };
+        if embedder.model.dimension == 0 {
+            let probe = embedder.embed_with(vec!["dimension".into()], Prefix::Document).await.map_err(|e| {
+                AtlasError::Embedding(format!(
+                    "{e}; the embedder asks the endpoint for its dimension at start: set the dimension \
+                     (http.dimensions) to start while the endpoint is away"
+                ))
+            })?;
+            embedder.model.dimension = probe.first().map_or(0, Vec::len);
+        }
+        Ok(embedder)
+    }
+
+    pub fn options(&self) -> &HttpEmbedderOptions {
+        &self.options
+    }
+
+    async fn embed_with(&self, texts: Vec<String>, prefix: Prefix) -> Result<Vec<Vec<f32>>> {
+        let prefix = match prefix {
+            Prefix::Query => &self.options.query_prefix,
+            Prefix::Document => &self.options.document_prefix,
+        };
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|t| {
+                let input = format!("{prefix}{}", batches::truncate(t, self.options.max_input_chars));
+                // Endpoints refuse an empty input (OpenAI's does): a space embeds as "nothing".
+                if input.trim().is_empty() { " ".to_owned() } else { input }
+            })
+            .collect();
+        let lengths: Vec<usize> = inputs.iter().map(String::len).collect();
+        let requests = batches::split(&lengths, self.options.batch_size, self.options.batch_bytes);
+        let vectors: Vec<Vec<Vec<f32>>> = futures_util::stream::iter(requests)
+            .map(|range| self.embed_batch(inputs[range].to_vec()))
+            .buffered(self.options.concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok(vectors.into_iter().flatten().collect())
+    }
+
+    /// One request's vectors, with its retries; a request the endpoint refuses as too large is
+    /// split in two, and a single input shortened by half, until it is taken.
+    fn embed_batch(&self, inputs: Vec<String>) -> Vectors<'_> {
+        Box::pin(async move {
+            let mut first = true;
+            let result = atlas_http::with_retries(self.options.retry, "embeddings", || {
+                if !std::mem::take(&mut first) {
+                    self.usage.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                self.attempt(&inputs)
+            })
+            .await;
+            let (failure, tries) = match result {
+                Ok(vectors) => return Ok(vectors),
+                Err(failed) => failed,
+            };
+            let refused = failure.status.is_some_and(|s| matches!(s, 400 | 413 | 422));
+            if refused && inputs.len() > 1 {
+                let mut second = inputs;
+                let first = second.drain(..second.len() / 2).collect();
+                let mut vectors = self.embed_batch(first).await?;
+                vectors.extend(self.embed_batch(second).await?);
+                return Ok(vectors);
+            }
+            if refused && inputs.len() == 1 && inputs[0].chars().count() > SHORTEST_RETRIED_TEXT {
+                let half = inputs[0].chars().count() / 2;
+                let shorter = batches::truncate(&inputs[0], half).to_owned();
+                tracing::warn!(chars = half, "the endpoint refused a text; embedding its first half");
+                return self.embed_batch(vec![shorter]).await;
+            }
+            let tries = if tries == 1 { String::new() } else { format!(" (after {tries} attempts)") };
+            Err(AtlasError::Embedding(format!(
+                "embeddings endpoint {} (model {}): {}{tries}",
+                self.options.url, self.options.model, failure.message
+            )))
+        })
+    }
+
+    async fn attempt(&self, inputs: &[String]) -> std::result::Result<Vec<Vec<f32>>, Failure> {
+        self.usage.calls.fetch_add(1, Ordering::Relaxed);
+        let result = self.request(inputs).await;
+        match &result {
+            Ok(_) => {
+                self.usage.texts.fetch_add(inputs.len() as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.usage.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    async fn request(&self, inputs: &[String]) -> std::result::Result<Vec<Vec<f32>>, Failure> {
+        let mut call = self.client.post(&self.route).json(&wire::request(&self.options.model, inputs));
+        if let Some(key) = &self.options.api_key {
+            call = call.bearer_auth(key);
+        }
+        let text = atlas_http::send(call, self.options.timeout).await?;
+        let dimension = (self.model.dimension > 0).then_some(self.model.dimension);
+        match wire::answer(&text, inputs.len(), dimension) {
+            Ok(answer) => {
+                self.usage.tokens.fetch_add(answer.tokens, Ordering::Relaxed);
+                Ok(answer.vectors)
+            }
+            // A cut or garbled answer: the same request may well be answered whole next time.
+            Err(wire::Unusable::Malformed(m)) => Err(Failure { message: m, retry: true, wait: None, status: None }),
+            Err(wire::Unusable::Mismatch(m)) => Err(Failure::permanent(format!(
+                "{m}: is another model behind the URL now? `atlas reembed` moves the space to it"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Prefix {
+    Query,
+    Document,
+}
+
+#[async_trait]
+impl Embedder for HttpEmbedder {
+    fn model(&self) -> EmbeddingModel {
+        self.model.clone()
+    }
+
+    fn usage(&self) -> EmbedderUsage {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let u = &self.usage;
+        EmbedderUsage {
+            calls: get(&u.calls),
+            retries: get(&u.retries),
+            failures: get(&u.failures),
+            texts: get(&u.texts),
+            tokens: get(&u.tokens),
+        }
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.embed_with(texts, Prefix::Document).await
+    }
+
+    async fn embed_query(&self, text: String) -> Result<Vec<f32>> {
+        self.embed_with(vec![text], Prefix::Query)
+            .await?
+            .pop()
+            .ok_or_else(|| AtlasError::Embedding("the endpoint returned no vector for the query".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_identity_names_model_and_place_without_secrets() {
+        let mut o = HttpEmbedderOptions::new("https://user:pw@api.example.com/v1/?x=1", "text-embedding-3-small");
+        assert_eq!(o.identity(), "http:text-embedding-3-small@api.example.com/v1");
+        o.query_prefix = "search_query: ".into();
+        assert!(o.identity().starts_with("http:text-embedding-3-small@api.example.com/v1+prefixes-"));
+        let full = HttpEmbedderOptions::new("http://127.0.0.1:8080/v1/embeddings", "m");
+        assert_eq!(
+            (full.route().as_str(), full.identity().as_str()),
+            ("http://127.0.0.1:8080/v1/embeddings", "http:m@127.0.0.1:8080/v1")
+        );
+    }
+}

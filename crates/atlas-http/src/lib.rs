@@ -1,0 +1,86 @@
+//! Calls to model servers over HTTP, shared by every adapter that makes them (the `Llm` and the
+//! `Embedder` over HTTP): the client (rustls on ring), how one attempt's failure is read (what
+//! is worth another try, and how long the server asked to wait), and the retry loop with
+//! exponential backoff and jitter.
+
+mod retry;
+
+pub use retry::{Retry, with_retries};
+use std::time::Duration;
+
+/// Why one attempt failed, and whether another may succeed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    /// A timeout, a refused or reset connection, a 429 or a 5xx: the same call may succeed later.
+    pub retry: bool,
+    /// What the server asked for in `Retry-After` (seconds).
+    pub wait: Option<Duration>,
+    /// The HTTP status, when the server answered.
+    pub status: Option<u16>,
+}
+
+impl Failure {
+    /// A failure no retry mends (a malformed answer, a refused request).
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), retry: false, wait: None, status: None }
+    }
+}
+
+/// A client whose every request, connection included, ends within `timeout`.
+pub fn client(timeout: Duration) -> Result<reqwest::Client, String> {
+    // reqwest is built without a TLS provider of its own: ring, once per process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Sends `call` and reads its answer's body; a status other than 2xx is a [`Failure`] with the
+/// start of the body, retryable for 429 and 5xx.
+pub async fn send(call: reqwest::RequestBuilder, timeout: Duration) -> Result<String, Failure> {
+    let response = call.send().await.map_err(|err| Failure {
+        retry: err.is_timeout() || err.is_connect() || err.is_request() || err.is_body(),
+        message: if err.is_timeout() {
+            format!("no answer within {} ms", timeout.as_millis())
+        } else {
+            format!("request failed: {}", chain(&err))
+        },
+        wait: None,
+        status: None,
+    })?;
+    let status = response.status();
+    let wait = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let text = response.text().await.map_err(|err| Failure {
+        // The connection broke while the answer came: the call itself may well succeed again.
+        retry: true,
+        message: format!("reading the answer failed: {}", chain(&err)),
+        wait: None,
+        status: Some(status.as_u16()),
+    })?;
+    if !status.is_success() {
+        let retry = status.as_u16() == 429 || status.is_server_error();
+        let head: String = text.chars().take(300).collect();
+        return Err(Failure { retry, message: format!("HTTP {status}: {head}"), wait, status: Some(status.as_u16()) });
+    }
+    Ok(text)
+}
+
+/// An error with its causes (reqwest's own message hides whether a connection was reset).
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,147 @@
+//! The model adapters the configuration names, as this build has them: the embedder (ONNX
+//! model, model folder, or embeddings endpoint) and the language models' tier.
+
+use crate::config::{self, Config};
+use atlas_domain::ports::{Embedder, Llm};
+use atlas_domain::{AtlasError, Result};
+use std::sync::Arc;
+
+/// The endpoints of the configured tier, tried in order; `None` when it has none (rules only).
+#[cfg(feature = "llm")]
+pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
+    use atlas_llm::{Endpoint, Fallback, HttpLlm, Provider};
+    const TIERS: [&str; 3] = ["conversation", "economy", "local"];
+    if !TIERS.contains(&config.tier.as_str()) {
+        return Err(AtlasError::Config(format!(
+            "llm.tier: expected one of {}, got {:?}",
+            TIERS.join(", "),
+            config.tier
+        )));
+    }
+    let mut members: Vec<Arc<dyn Llm>> = Vec::new();
+    for (i, c) in config.endpoints.iter().enumerate() {
+        let at = |field: &str| format!("llm.endpoints[{i}].{field}");
+        if !TIERS.contains(&c.tier.as_str()) {
+            return Err(AtlasError::Config(format!(
+                "{}: expected one of {}, got {:?}",
+                at("tier"),
+                TIERS.join(", "),
+                c.tier
+            )));
+        }
+        if c.tier != config.tier {
+            continue;
+        }
+        let provider: Provider =
+            c.provider.parse().map_err(|m| AtlasError::Config(format!("{}: {m}", at("provider"))))?;
+        if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
+            return Err(AtlasError::Config(format!("{}: expected an http(s) URL, got {:?}", at("url"), c.url)));
+        }
+        let mut endpoint = Endpoint::new(&c.name, provider, &c.url, &c.model);
+        endpoint.api_key = match (&c.api_key, &c.api_key_env) {
+            (Some(key), _) => Some(key.clone()),
+            (None, Some(var)) => Some(
+                std::env::var(var)
+                    .map_err(|_| AtlasError::Config(format!("{}: the variable {var} is not set", at("api_key_env"))))?,
+            ),
+            (None, None) => None,
+        };
+        endpoint.timeout = std::time::Duration::from_millis(c.timeout_ms.max(1));
+        endpoint.max_retries = c.max_retries;
+        endpoint.max_tokens = c.max_tokens;
+        (endpoint.input_price, endpoint.output_price) = (c.input_price, c.output_price);
+        members.push(Arc::new(HttpLlm::new(endpoint)?));
+    }
+    if members.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(Fallback::new(members)?)))
+}
+
+#[cfg(not(feature = "llm"))]
+pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
+    if config.endpoints.is_empty() {
+        Ok(None)
+    } else {
+        Err(AtlasError::Config("llm endpoints need atlas built with the llm feature".into()))
+    }
+}
+
+/// The embedder `config` names, loaded off the async executor; `None` for `embedder = "none"`.
+pub async fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    match config.embedder {
+        config::EmbedderKind::None => Ok(None),
+        config::EmbedderKind::Onnx => open_onnx(config).await,
+        config::EmbedderKind::Http => open_http(&config.http).await,
+    }
+}
+
+#[cfg(feature = "embed-onnx")]
+async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    let defaults = atlas_embed_onnx::OnnxOptions::default();
+    let options = atlas_embed_onnx::OnnxOptions {
+        model: config.onnx.model.clone().unwrap_or(defaults.model),
+        max_length: config.onnx.max_length,
+        threads: config.onnx.threads.unwrap_or(defaults.threads),
+        batch_size: config.onnx.batch_size,
+        spinning: config.onnx.spinning,
+        cuda: config.onnx.cuda,
+        model_dir: config.onnx.model_dir.clone(),
+        files_dir: None,
+    };
+    let embedder = tokio::task::spawn_blocking(move || atlas_embed_onnx::OnnxEmbedder::load(&options))
+        .await
+        .map_err(|e| AtlasError::Embedding(format!("loading the embedder failed: {e}")))??;
+    Ok(Some(Arc::new(embedder)))
+}
+
+/// Whether models/manifest.toml (as compiled in) names `model`.
+#[cfg(feature = "embed-onnx")]
+pub(crate) fn manifest_has_model(model: &str) -> bool {
+    atlas_embed_onnx::manifest::Manifest::builtin().is_ok_and(|m| m.model(model).is_ok())
+}
+
+#[cfg(not(feature = "embed-onnx"))]
+pub(crate) fn manifest_has_model(_: &str) -> bool {
+    false
+}
+
+#[cfg(not(feature = "embed-onnx"))]
+async fn open_onnx(_: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    Err(AtlasError::Config("embedder = \"onnx\" needs atlas built with the embed-onnx feature".into()))
+}
+
+/// The embeddings endpoint of the `[http]` section; its API key read from `http.api_key_env`.
+#[cfg(feature = "embed-http")]
+async fn open_http(c: &config::HttpConfig) -> Result<Option<Arc<dyn Embedder>>> {
+    use atlas_embed_http::{HttpEmbedder, HttpEmbedderOptions};
+    let missing = |field: &str| {
+        AtlasError::Config(format!("embedder = \"http\" needs http.{field} (or ATLAS_HTTP_{})", field.to_uppercase()))
+    };
+    let url = c.url.as_deref().ok_or_else(|| missing("url"))?;
+    let model = c.model.as_deref().ok_or_else(|| missing("model"))?;
+    let mut options = HttpEmbedderOptions::new(url, model);
+    options.dimensions = c.dimensions;
+    options.api_key = match (&c.api_key, &c.api_key_env) {
+        (Some(key), _) => Some(key.0.clone()),
+        (None, Some(var)) => Some(
+            std::env::var(var)
+                .map_err(|_| AtlasError::Config(format!("http.api_key_env: the variable {var} is not set")))?,
+        ),
+        (None, None) => None,
+    };
+    options.query_prefix = c.query_prefix.clone();
+    options.document_prefix = c.document_prefix.clone();
+    options.timeout = std::time::Duration::from_millis(c.timeout_ms.max(1));
+    options.retry.max_retries = c.max_retries;
+    options.batch_size = c.batch_size.max(1);
+    options.batch_bytes = c.batch_bytes.max(1);
+    options.concurrency = c.concurrency.max(1);
+    options.max_input_chars = c.max_input_chars.max(1);
+    Ok(Some(Arc::new(HttpEmbedder::connect(options).await?)))
+}
+
+#[cfg(not(feature = "embed-http"))]
+async fn open_http(_: &config::HttpConfig) -> Result<Option<Arc<dyn Embedder>>> {
+    Err(AtlasError::Config("embedder = \"http\" needs atlas built with the embed-http feature".into()))
+}
