@@ -69,3 +69,53 @@ fn a_space_moves_to_a_model_folder_with_reembed_and_recalls_with_it() {
     let missing = failed(atlas(&db, &["--model-dir", "/nonexistent/bge", "recall", "race"], None));
     assert!(missing.contains("/nonexistent/bge") && missing.contains("not a folder"), "{missing}");
 }
+
+/// A space moves from the built-in model to an embeddings endpoint and back with `reembed`,
+/// refusing the other model before each move.
+#[test]
+fn a_space_moves_to_an_endpoint_and_back_with_reembed() {
+    use atlas_testing::HashEmbedder;
+    use atlas_testing::embeddings::EmbeddingsServer;
+    let hashing = HashEmbedder::new(64);
+    let server = EmbeddingsServer::answering(std::sync::Arc::new(move |text: &str| hashing.embed_one(text)));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("space.db");
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(&turns, TURNS).unwrap();
+    json(atlas(&db, &["import", turns.to_str().unwrap(), "--json"], None));
+
+    let endpoint = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
+        command.arg("--db").arg(&db).args(args);
+        for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_ONNX_MODEL_DIR"] {
+            command.env_remove(var);
+        }
+        command.env("ATLAS_EMBEDDER", "http").env("ATLAS_HTTP_URL", &server.url).env("ATLAS_HTTP_MODEL", "hash-64");
+        command.output().expect("run atlas")
+    };
+    let refused = failed(endpoint(&["recall", "half marathon", "--json"]));
+    assert!(refused.contains("http:hash-64@127.0.0.1") && refused.contains("reembed"), "{refused}");
+    let moved = json(endpoint(&["reembed", "--json"]));
+    assert_eq!(moved["reembedded"], 3, "{moved}");
+    let found = json(endpoint(&["recall", "Berlin half marathon", "--json"]));
+    assert!(found["hits"][0]["text"].as_str().unwrap_or_default().contains("half marathon"), "{found}");
+    let stats = json(endpoint(&["stats", "--json"]));
+    assert_eq!(stats["embedding_model"]["dimension"], 64, "{stats}");
+    // Every text went through the endpoint: three memories and the query.
+    let sent: Vec<String> = server.requests().into_iter().flatten().collect();
+    assert!(
+        sent.iter().any(|t| t.contains("half marathon in April")) && sent.iter().any(|t| t == "Berlin half marathon"),
+        "{sent:?}"
+    );
+
+    // And back to the built-in model.
+    let refused = failed(atlas(&db, &["recall", "half marathon", "--json"], None));
+    assert!(refused.contains("reembed"), "{refused}");
+    json(atlas(&db, &["reembed", "--json"], None));
+    let stats = json(atlas(&db, &["stats", "--json"], None));
+    assert_eq!(
+        (stats["embedding_model"]["dimension"].as_u64(), stats["pending_vectors"].as_u64()),
+        (Some(384), Some(0)),
+        "{stats}"
+    );
+}
