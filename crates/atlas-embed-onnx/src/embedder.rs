@@ -211,7 +211,7 @@ impl OnnxEmbedder {
                 };
                 let model = assets::model_file(spec, "model.onnx", files)?;
                 let tokenizer = assets::model_file(spec, "tokenizer.json", files)?;
-                (model, tokenizer, settings, options.model.clone(), Some(spec.dimension))
+                (model, tokenizer, settings, spec.name.clone(), Some(spec.dimension))
             }
         };
         let environment = environment(&manifest, options.cuda)?;

