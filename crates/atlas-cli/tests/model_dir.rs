@@ -1,5 +1,6 @@
-//! `--model-dir` and `ATLAS_ONNX_MODEL_DIR` end to end: a space embedded with the built-in
-//! model refuses a folder of one's own until `atlas reembed` moves it over, then recalls with it.
+//! `--model-dir`, `ATLAS_ONNX_MODEL_DIR` and `ATLAS_ONNX_MODEL` end to end: a space embedded with
+//! the built-in model refuses a folder of one's own, an endpoint or the quality model until
+//! `atlas reembed` moves it over, then recalls with it.
 
 use atlas_embed_onnx::{assets, manifest::Manifest};
 use std::path::Path;
@@ -13,7 +14,7 @@ const TURNS: &str = r#"{"session": "s1", "speaker": "Priya", "text": "I signed u
 fn atlas(db: &Path, args: &[&str], model_dir_env: Option<&Path>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
     command.arg("--db").arg(db).args(args);
-    for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_ONNX_MODEL_DIR"] {
+    for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_ONNX_MODEL_DIR", "ATLAS_ONNX_MODEL"] {
         command.env_remove(var);
     }
     if let Some(dir) = model_dir_env {
@@ -112,6 +113,45 @@ fn a_space_moves_to_an_endpoint_and_back_with_reembed() {
     let refused = failed(atlas(&db, &["recall", "half marathon", "--json"], None));
     assert!(refused.contains("reembed"), "{refused}");
     json(atlas(&db, &["reembed", "--json"], None));
+    let stats = json(atlas(&db, &["stats", "--json"], None));
+    assert_eq!(
+        (stats["embedding_model"]["dimension"].as_u64(), stats["pending_vectors"].as_u64()),
+        (Some(384), Some(0)),
+        "{stats}"
+    );
+}
+
+/// The quality model is a model of the manifest like the default: a space moves to it with
+/// `reembed`, keeps it when opened with no model named, and moves back when the default is named.
+#[test]
+fn a_space_moves_to_the_quality_model_and_back_with_reembed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, turns) = (dir.path().join("space.db"), dir.path().join("turns.jsonl"));
+    std::fs::write(&turns, TURNS).unwrap();
+    json(atlas(&db, &["import", turns.to_str().unwrap(), "--json"], None));
+    let named = |model: &str, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
+        for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_ONNX_MODEL_DIR"] {
+            command.env_remove(var);
+        }
+        command.env("ATLAS_ONNX_MODEL", model).arg("--db").arg(&db).args(args).output().expect("run atlas")
+    };
+    let refused = failed(named("quality", &["recall", "half marathon", "--json"]));
+    assert!(refused.contains("all-mpnet-base-v2-qint8-per-token") && refused.contains("reembed"), "{refused}");
+    let moved = json(named("quality", &["reembed", "--json"]));
+    assert_eq!(moved["reembedded"], 3, "{moved}");
+
+    let stats = json(atlas(&db, &["stats", "--json"], None));
+    assert_eq!(
+        (stats["embedding_model"]["name"].as_str(), stats["embedding_model"]["dimension"].as_u64()),
+        (Some("all-mpnet-base-v2-qint8-per-token"), Some(768)),
+        "{stats}"
+    );
+    let found = json(atlas(&db, &["recall", "Which race is Priya training for?", "--json"], None));
+    assert!(found["hits"][0]["text"].as_str().unwrap_or_default().contains("half marathon"), "{found}");
+
+    let default = Manifest::builtin().unwrap().default_model().name.clone();
+    json(named(&default, &["reembed", "--json"]));
     let stats = json(atlas(&db, &["stats", "--json"], None));
     assert_eq!(
         (stats["embedding_model"]["dimension"].as_u64(), stats["pending_vectors"].as_u64()),
