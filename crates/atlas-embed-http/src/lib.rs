@@ -187,16 +187,27 @@ impl HttpEmbedder {
         Ok(vectors.into_iter().flatten().collect())
     }
 
-    /// One request's vectors, with its retries; a request the endpoint refuses as too large is
-    /// split in two, and a single input shortened by half, until it is taken.
+    /// One request's vectors, with its retries; a request the endpoint refuses as too large, or
+    /// does not answer within the timeout, is split in two, and a single input it refuses is
+    /// shortened by half, until it is taken.
     fn embed_batch(&self, inputs: Vec<String>) -> Vectors<'_> {
         Box::pin(async move {
             let mut first = true;
+            let several = inputs.len() > 1;
             let result = atlas_http::with_retries(self.options.retry, "embeddings", || {
                 if !std::mem::take(&mut first) {
                     self.usage.retries.fetch_add(1, Ordering::Relaxed);
                 }
-                self.attempt(&inputs)
+                let attempt = self.attempt(&inputs);
+                async move {
+                    match attempt.await {
+                        // An endpoint on a slow machine may take longer than the timeout for a
+                        // whole batch every time, and keeps computing what was given up on:
+                        // the same batch again would never land. Its halves are sent instead.
+                        Err(failure) if failure.timed_out && several => Err(Failure { retry: false, ..failure }),
+                        other => other,
+                    }
+                }
             })
             .await;
             let (failure, tries) = match result {
@@ -204,7 +215,8 @@ impl HttpEmbedder {
                 Err(failed) => failed,
             };
             let refused = failure.status.is_some_and(|s| matches!(s, 400 | 413 | 422));
-            if refused && inputs.len() > 1 {
+            if (refused || failure.timed_out) && several {
+                tracing::warn!(texts = inputs.len(), reason = %failure.message, "embedding a request's halves apart");
                 let mut second = inputs;
                 let first = second.drain(..second.len() / 2).collect();
                 let mut vectors = self.embed_batch(first).await?;
@@ -252,7 +264,9 @@ impl HttpEmbedder {
                 Ok(answer.vectors)
             }
             // A cut or garbled answer: the same request may well be answered whole next time.
-            Err(wire::Unusable::Malformed(m)) => Err(Failure { message: m, retry: true, wait: None, status: None }),
+            Err(wire::Unusable::Malformed(m)) => {
+                Err(Failure { message: m, retry: true, wait: None, status: None, timed_out: false })
+            }
             Err(wire::Unusable::Mismatch(m)) => Err(Failure::permanent(format!(
                 "{m}: is another model behind the URL now? `atlas reembed` moves the space to it"
             ))),

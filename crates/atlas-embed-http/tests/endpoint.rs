@@ -144,6 +144,34 @@ async fn a_request_refused_as_too_large_is_split_and_a_long_text_shortened() {
     assert!(taken.is_some_and(|t| t.len() > 50), "the long text was embedded from its start");
 }
 
+/// An endpoint that takes longer than the timeout for a whole batch (a CPU-bound server: every
+/// text costs it time) gets the batch's halves, then theirs, and every text comes back in order.
+/// Sending the same batch again would time out every time: llama.cpp's server on two cores with
+/// 64 texts queued did, and kept computing the requests given up on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answered_too_slowly_is_sent_in_halves() {
+    let server = endpoint();
+    server.answer_slowly(Duration::from_millis(200));
+    let mut o = options(&server);
+    o.dimensions = Some(DIMENSION);
+    o.timeout = Duration::from_millis(500);
+    o.batch_size = 8;
+    o.concurrency = 1;
+    let embedder = HttpEmbedder::connect(o).await.unwrap();
+    let texts: Vec<String> = (0..8).map(|i| format!("text number {i}")).collect();
+    let vectors = embedder.embed(texts.clone()).await.unwrap();
+    let hashing = HashEmbedder::new(DIMENSION);
+    assert_eq!(vectors.len(), 8);
+    for (text, vector) in texts.iter().zip(&vectors) {
+        assert!(same(vector, &hashing.embed_one(text)), "{text}: not its vector, or out of order");
+    }
+    let sizes: Vec<usize> = server.requests().iter().map(Vec::len).collect();
+    // 8 and 4 texts take 1.6 s and 0.8 s, past the timeout; 2 take 0.4 s.
+    assert_eq!(sizes[..2], [8, 4], "{sizes:?}");
+    assert!(sizes.iter().filter(|&&n| n <= 2).sum::<usize>() >= 8, "every text went in a request of two: {sizes:?}");
+    assert!(embedder.usage().failures >= 3, "{:?}", embedder.usage());
+}
+
 /// The real llama.cpp server with `--embeddings` on the small model: the wire as a real server
 /// speaks it, the dimension it reports, batching.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,12 +18,14 @@ pub struct Failure {
     pub wait: Option<Duration>,
     /// The HTTP status, when the server answered.
     pub status: Option<u16>,
+    /// No answer came within the timeout.
+    pub timed_out: bool,
 }
 
 impl Failure {
     /// A failure no retry mends (a malformed answer, a refused request).
     pub fn permanent(message: impl Into<String>) -> Self {
-        Failure { message: message.into(), retry: false, wait: None, status: None }
+        Failure { message: message.into(), retry: false, wait: None, status: None, timed_out: false }
     }
 }
 
@@ -50,6 +52,7 @@ pub async fn send(call: reqwest::RequestBuilder, timeout: Duration) -> Result<St
         },
         wait: None,
         status: None,
+        timed_out: err.is_timeout(),
     })?;
     let status = response.status();
     let wait = response
@@ -64,11 +67,19 @@ pub async fn send(call: reqwest::RequestBuilder, timeout: Duration) -> Result<St
         message: format!("reading the answer failed: {}", chain(&err)),
         wait: None,
         status: Some(status.as_u16()),
+        timed_out: err.is_timeout(),
     })?;
     if !status.is_success() {
         let retry = status.as_u16() == 429 || status.is_server_error();
         let head: String = text.chars().take(300).collect();
-        return Err(Failure { retry, message: format!("HTTP {status}: {head}"), wait, status: Some(status.as_u16()) });
+        let code = status.as_u16();
+        return Err(Failure {
+            retry,
+            message: format!("HTTP {code}: {head}"),
+            wait,
+            status: Some(code),
+            timed_out: false,
+        });
     }
     Ok(text)
 }

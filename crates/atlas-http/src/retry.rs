@@ -103,7 +103,13 @@ mod tests {
             let n = calls;
             async move {
                 if n < 3 {
-                    Err(Failure { message: "busy".into(), retry: true, wait: None, status: Some(503) })
+                    Err(Failure {
+                        message: "busy".into(),
+                        retry: true,
+                        wait: None,
+                        status: Some(503),
+                        timed_out: false,
+                    })
                 } else {
                     Ok(n)
                 }
@@ -122,7 +128,7 @@ mod tests {
         assert_eq!((failure.message.as_str(), tries, calls), ("bad request", 1, 1));
 
         let result: Result<(), _> = with_retries(retry, "test", || async {
-            Err(Failure { message: "down".into(), retry: true, wait: None, status: None })
+            Err(Failure { message: "down".into(), retry: true, wait: None, status: None, timed_out: false })
         })
         .await;
         assert_eq!(result.unwrap_err().1, 6, "one attempt and max_retries retries");

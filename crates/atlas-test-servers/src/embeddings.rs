@@ -45,6 +45,9 @@ struct State {
     /// Inputs longer than this many characters are refused with 400, as a server with a
     /// window refuses them.
     max_input_chars: Option<usize>,
+    /// Every request is answered only after this long for each of its inputs, as a server that
+    /// computes on a slow CPU answers.
+    per_input_delay: Option<Duration>,
     requests: Vec<Vec<String>>,
 }
 
@@ -109,6 +112,11 @@ impl EmbeddingsServer {
         self.state.lock().expect("state").max_input_chars = Some(chars);
     }
 
+    /// Answers each request only after `per_input` for every one of its inputs.
+    pub fn answer_slowly(&self, per_input: Duration) {
+        self.state.lock().expect("state").per_input_delay = Some(per_input);
+    }
+
     /// The inputs of every request that arrived, in arrival order.
     pub fn requests(&self) -> Vec<Vec<String>> {
         self.state.lock().expect("state").requests.clone()
@@ -135,11 +143,11 @@ fn serve(stream: TcpStream, state: &Mutex<State>, answerer: &Answerer) {
                 _ => Vec::new(),
             })
             .unwrap_or_default();
-        let (fault, down, max_chars) = {
+        let (fault, down, max_chars, per_input) = {
             let mut s = state.lock().expect("state");
             s.requests.push(inputs.clone());
             let fault = if s.down { None } else { s.faults.pop_front() };
-            (fault, s.down, s.max_input_chars)
+            (fault, s.down, s.max_input_chars, s.per_input_delay)
         };
         if down || fault == Some(Fault::Reset) {
             return;
@@ -158,6 +166,9 @@ fn serve(stream: TcpStream, state: &Mutex<State>, answerer: &Answerer) {
             }
             Some(Fault::Delay(d)) => std::thread::sleep(d),
             _ => {}
+        }
+        if let Some(each) = per_input {
+            std::thread::sleep(each * inputs.len() as u32);
         }
         if let Some(max) = max_chars
             && inputs.iter().any(|i| i.chars().count() > max)
