@@ -12,14 +12,18 @@ const TURNS: &str = r#"{"session": "s1", "speaker": "Priya", "text": "I signed u
 "#;
 
 fn atlas(db: &Path, args: &[&str], model_dir_env: Option<&Path>) -> Output {
+    let dir = model_dir_env.map(|d| d.to_str().unwrap());
+    atlas_with(db, args, dir.map(|d| ("ATLAS_ONNX_MODEL_DIR", d)).as_slice())
+}
+
+/// atlas on `db` with none of the caller's ATLAS_ variables, and `env` set.
+fn atlas_with(db: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
     command.arg("--db").arg(db).args(args);
     for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_ONNX_MODEL_DIR", "ATLAS_ONNX_MODEL"] {
         command.env_remove(var);
     }
-    if let Some(dir) = model_dir_env {
-        command.env("ATLAS_ONNX_MODEL_DIR", dir);
-    }
+    command.envs(env.iter().copied());
     command.output().expect("run atlas")
 }
 
@@ -85,15 +89,8 @@ fn a_space_moves_to_an_endpoint_and_back_with_reembed() {
     std::fs::write(&turns, TURNS).unwrap();
     json(atlas(&db, &["import", turns.to_str().unwrap(), "--json"], None));
 
-    let endpoint = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
-        command.arg("--db").arg(&db).args(args);
-        for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_ONNX_MODEL_DIR"] {
-            command.env_remove(var);
-        }
-        command.env("ATLAS_EMBEDDER", "http").env("ATLAS_HTTP_URL", &server.url).env("ATLAS_HTTP_MODEL", "hash-64");
-        command.output().expect("run atlas")
-    };
+    let http = [("ATLAS_EMBEDDER", "http"), ("ATLAS_HTTP_URL", server.url.as_str()), ("ATLAS_HTTP_MODEL", "hash-64")];
+    let endpoint = |args: &[&str]| atlas_with(&db, args, &http);
     let refused = failed(endpoint(&["recall", "half marathon", "--json"]));
     assert!(refused.contains("http:hash-64@127.0.0.1") && refused.contains("reembed"), "{refused}");
     let moved = json(endpoint(&["reembed", "--json"]));
@@ -129,13 +126,7 @@ fn a_space_moves_to_the_quality_model_and_back_with_reembed() {
     let (db, turns) = (dir.path().join("space.db"), dir.path().join("turns.jsonl"));
     std::fs::write(&turns, TURNS).unwrap();
     json(atlas(&db, &["import", turns.to_str().unwrap(), "--json"], None));
-    let named = |model: &str, args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_atlas"));
-        for var in ["ATLAS_DB", "ATLAS_CONFIG", "ATLAS_EMBEDDER", "ATLAS_ONNX_MODEL_DIR"] {
-            command.env_remove(var);
-        }
-        command.env("ATLAS_ONNX_MODEL", model).arg("--db").arg(&db).args(args).output().expect("run atlas")
-    };
+    let named = |model: &str, args: &[&str]| atlas_with(&db, args, &[("ATLAS_ONNX_MODEL", model)]);
     let refused = failed(named("quality", &["recall", "half marathon", "--json"]));
     assert!(refused.contains("all-mpnet-base-v2-qint8-per-token") && refused.contains("reembed"), "{refused}");
     let moved = json(named("quality", &["reembed", "--json"]));
