@@ -169,6 +169,9 @@ pub fn print_explanation(e: &atlas_runtime::Explanation, json: bool) {
         let until = r.validity.valid_until.map_or("now".to_owned(), |t| t.to_string());
         println!("  replaced:     memory {} ({} .. {until}) {}", r.id, r.validity.valid_from, r.text);
     }
+    for why in &e.supersession {
+        println!("  why:          {why}");
+    }
     for x in &e.entities {
         println!("  entity:       memory {} {}", x.id, x.text);
     }

@@ -80,3 +80,45 @@ fn the_conflict_suite_holds_at_the_command_line() {
     let judgments = explained["judgments"].as_array().expect("judgments");
     assert!(judgments.iter().any(|j| j["by"] == "rule" && j["why"] == "no model is configured"), "{explained}");
 }
+
+/// The issue's example, as a user types it: a fact in words, then another value of the same
+/// relation; recall answers the new one now and the old one as of its interval, and `explain`
+/// says which replaced which and why.
+#[test]
+fn a_fact_in_words_is_superseded_by_a_newer_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let file = dir.path().join("e.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"session":"c","speaker":"user","text":"- W: Frank lives in Berlin","time":"2026-03-03T09:00:00Z","scope":{"user":"z"}}"#,
+            "\n",
+            r#"{"session":"d","speaker":"user","text":"- W: Frank lives in Vienna","time":"2026-03-09T09:00:00Z","scope":{"user":"z"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    ok(atlas(&db, &["import", file.to_str().unwrap()]));
+    ok(atlas(&db, &["consolidate"]));
+    let recall = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut args = vec!["--json", "recall", "where does Frank live", "--kind", "fact", "--k", "5"];
+        args.extend_from_slice(extra);
+        let out: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &args))).unwrap();
+        out["hits"].as_array().unwrap().clone()
+    };
+    let texts = |hits: &[serde_json::Value]| -> Vec<String> {
+        hits.iter().map(|h| h["text"].as_str().unwrap().to_owned()).collect()
+    };
+    let now = recall(&[]);
+    assert_eq!(texts(&now), ["Frank lives in Vienna"], "only the current value: {now:?}");
+    let then = recall(&["--as-of", "2026-03-05T00:00:00Z"]);
+    assert_eq!(texts(&then), ["Frank lives in Berlin"], "the value of its interval: {then:?}");
+    let berlin = then[0]["id"].as_i64().unwrap().to_string();
+    let explained: serde_json::Value = serde_json::from_str(&ok(atlas(&db, &["--json", "explain", &berlin]))).unwrap();
+    assert_eq!(explained["replaced_by"][0]["text"], "Frank lives in Vienna", "{explained}");
+    assert_eq!(explained["memory"]["valid_until"], "2026-03-09T09:00:00Z", "{explained}");
+    let why = explained["supersession"][0].as_str().unwrap_or_default();
+    assert!(why.contains("one value at a time") && why.contains("Vienna"), "{explained}");
+    assert_eq!(explained["memory"]["body"]["predicate"], "lives_in", "{explained}");
+}

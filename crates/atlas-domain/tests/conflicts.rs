@@ -7,9 +7,12 @@
 //! local one.
 
 use atlas_domain::policy::consolidation::SAME_FACT_SIMILARITY;
-use atlas_domain::policy::consolidation::{is_functional, normalize, tag_fact};
+use atlas_domain::policy::consolidation::{normalize, tag_fact};
+use atlas_domain::policy::relations::{is_functional, kind};
 use atlas_domain::policy::retain::harvest;
-use atlas_domain::policy::timeline::{JUDGE_SIMILARITY, Relation, Statement, StoredFact, Verdict, by_rule, reconcile};
+use atlas_domain::policy::timeline::{
+    JUDGE_SIMILARITY, Relation, Statement, StoredFact, Verdict, by_rule_for, reconcile,
+};
 use atlas_domain::{Body, Memory, MemoryId, NewMemory, Scope, Timestamp};
 use atlas_testing::conflicts::{Scenario, said_on, scenarios};
 use std::collections::BTreeMap;
@@ -17,14 +20,14 @@ use std::collections::BTreeMap;
 /// The facts of every subject and predicate, as a store keeps them.
 #[derive(Default)]
 struct Facts {
-    by_key: BTreeMap<(String, &'static str), Vec<StoredFact>>,
+    by_key: BTreeMap<(String, String), Vec<StoredFact>>,
     next_id: i64,
 }
 
 impl Facts {
     /// One cycle over `turns` (episode id, day, text).
     fn cycle(&mut self, turns: &[(i64, i64, &str)], judge: Option<Verdict>) {
-        let mut keyed: BTreeMap<(String, &'static str), Vec<Statement>> = BTreeMap::new();
+        let mut keyed: BTreeMap<(String, String), Vec<Statement>> = BTreeMap::new();
         for (id, day, text) in turns {
             for tag in harvest(text) {
                 let fact = tag_fact(tag, "user");
@@ -34,16 +37,24 @@ impl Facts {
                     object: fact.object,
                     confidence: fact.confidence,
                     origin: fact.origin.to_owned(),
+                    wording: fact.wording,
                 });
             }
         }
-        let relate = |a: &str, b: &str| match by_rule(a, b, None, SAME_FACT_SIMILARITY, JUDGE_SIMILARITY) {
-            Relation::Decided(v) => v,
-            Relation::Ambiguous => judge.unwrap_or(Verdict::Both),
-        };
         for (key, statements) in keyed {
+            let relate = |a: &str, b: &str| match by_rule_for(
+                kind(&key.1),
+                a,
+                b,
+                None,
+                SAME_FACT_SIMILARITY,
+                JUDGE_SIMILARITY,
+            ) {
+                Relation::Decided(v) => v,
+                Relation::Ambiguous => judge.unwrap_or(Verdict::Both),
+            };
             let stored = self.by_key.remove(&key).unwrap_or_default();
-            let timeline = reconcile(is_functional(key.1), &stored, &statements, &relate);
+            let timeline = reconcile(is_functional(&key.1), &stored, &statements, &relate);
             let ids: Vec<MemoryId> = timeline
                 .segments
                 .iter()
@@ -78,7 +89,7 @@ impl Facts {
             for f in facts {
                 let body = Body::Fact {
                     subject: subject.clone(),
-                    predicate: (*predicate).to_owned(),
+                    predicate: predicate.clone(),
                     object: f.object.clone(),
                     confidence: f.confidence,
                 };

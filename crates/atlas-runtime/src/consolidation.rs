@@ -9,12 +9,13 @@ mod judge;
 use crate::Parts;
 use crate::config::ConsolidationConfig;
 use atlas_domain::policy::consolidation::{
-    Candidate, NameMention, canonical_predicate, fact_text, is_functional, is_phatic, name_mentions, normalize,
-    tag_fact,
+    Candidate, NameMention, fact_text, is_phatic, name_mentions, normalize, tag_fact,
 };
 use atlas_domain::policy::embedding::cosine;
+use atlas_domain::policy::reading::key_fact;
+use atlas_domain::policy::relations::{self, Kind};
 use atlas_domain::policy::retain::{RetainTag, harvest};
-use atlas_domain::policy::timeline::{Relation, Statement, StoredFact, Verdict, by_rule, reconcile};
+use atlas_domain::policy::timeline::{Relation, Statement, StoredFact, Verdict, by_rule_for, reconcile};
 use atlas_domain::ports::{Consolidation, LlmRequest, MemoryRef, NewEdge, Revision};
 use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
 use judge::{Pair, judge};
@@ -179,9 +180,10 @@ struct Rules {
 }
 
 impl Rules {
-    fn relation(&self, a: &str, b: &str) -> Relation {
+    /// How `b` relates to `a` under a relation of `kind`.
+    fn relation(&self, kind: Kind, a: &str, b: &str) -> Relation {
         let similarity = self.objects.get(a).zip(self.objects.get(b)).map(|(x, y)| cosine(x, y));
-        by_rule(a, b, similarity, self.same_from, self.judge_from)
+        by_rule_for(kind, a, b, similarity, self.same_from, self.judge_from)
     }
 }
 
@@ -249,9 +251,10 @@ impl Plan {
                 object: c.object.clone(),
                 confidence: c.confidence,
                 origin: (*origin).to_owned(),
+                wording: c.wording.clone(),
             })
             .collect();
-        let timeline = reconcile(is_functional(&predicate), stored, &new, relate);
+        let timeline = reconcile(relations::is_functional(&predicate), stored, &new, relate);
         let mut ids = Vec::with_capacity(timeline.segments.len());
         for segment in &timeline.segments {
             report.facts_merged += segment.joined;
@@ -283,7 +286,7 @@ impl Plan {
                     }
                     let id = self.add(NewMemory {
                         scope: scope.clone(),
-                        text: fact_text(&shown, &predicate, &segment.object),
+                        text: segment.wording.clone().unwrap_or_else(|| fact_text(&shown, &predicate, &segment.object)),
                         event_time: segment.validity.valid_from,
                         recorded_at: self.now,
                         validity: segment.validity,
@@ -371,11 +374,12 @@ fn tag_candidates(episode: &Memory, tags: Vec<RetainTag>) -> Vec<(Candidate, &'s
             let candidate = Candidate {
                 subject: normalize(&fact.subject),
                 subject_shown: fact.subject,
-                predicate: fact.predicate.to_owned(),
+                predicate: fact.predicate,
                 object: fact.object,
                 confidence: fact.confidence,
                 source: episode.id,
                 said_at: episode.event_time,
+                wording: fact.wording,
             };
             (candidate, fact.origin)
         })
@@ -496,9 +500,10 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
                 statements.iter().map(|(c, _)| c.object.as_str()).filter(|o| !old.contains(o)).collect();
             fresh.sort_unstable();
             fresh.dedup();
+            let kind = relations::kind(&predicate);
             for (i, a) in fresh.iter().enumerate() {
                 for b in fresh[i + 1..].iter().chain(&old) {
-                    if rules.relation(a, b) == Relation::Ambiguous {
+                    if rules.relation(kind, a, b) == Relation::Ambiguous {
                         unclear.insert(Pair::of(&subject, &predicate, a, b));
                     }
                 }
@@ -510,7 +515,8 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
         for (stored, statements) in timelines {
             let Some((first, _)) = statements.first() else { continue };
             let (subject, predicate) = (first.subject.clone(), first.predicate.clone());
-            let relate = |a: &str, b: &str| match rules.relation(a, b) {
+            let kind = relations::kind(&predicate);
+            let relate = |a: &str, b: &str| match rules.relation(kind, a, b) {
                 Relation::Decided(verdict) => verdict,
                 Relation::Ambiguous => {
                     judged.get(&Pair::of(&subject, &predicate, a, b)).copied().unwrap_or(Verdict::Both)
@@ -771,12 +777,7 @@ async fn extract(
     report: &mut CycleReport,
 ) -> std::result::Result<Vec<(Candidate, &'static str)>, String> {
     let llm = parts.llm.as_ref().expect("only called with a model");
-    let vocabulary = atlas_domain::policy::consolidation::FUNCTIONAL_PREDICATES
-        .iter()
-        .chain(atlas_domain::policy::consolidation::OTHER_PREDICATES)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
+    let vocabulary = relations::vocabulary().collect::<Vec<_>>().join(", ");
     let prompt = turns
         .iter()
         .enumerate()
@@ -795,24 +796,27 @@ async fn extract(
     let proposed = parse_answer(&answer.text, turns.len())?;
     let mut out = Vec::new();
     for p in proposed {
-        let Some(predicate) = canonical_predicate(&p.predicate) else {
+        let episode = turns[p.turn - 1];
+        let speaker = episode.body.speaker().unwrap_or("user");
+        let subject = match p.subject.to_lowercase().as_str() {
+            "i" | "me" | "myself" => speaker.to_owned(),
+            _ => p.subject,
+        };
+        // The one rule keys it: a predicate of the table, or words it can read.
+        let Some(keyed) = key_fact(&subject, &p.predicate, &p.object, speaker) else {
             report.predicates_rejected += 1;
             continue;
         };
-        let episode = turns[p.turn - 1];
-        let subject = match p.subject.to_lowercase().as_str() {
-            "i" | "me" | "myself" => episode.body.speaker().unwrap_or("user").to_owned(),
-            _ => p.subject,
-        };
         out.push((
             Candidate {
-                subject: normalize(&subject),
-                subject_shown: subject,
-                predicate: predicate.to_owned(),
-                object: p.object,
+                subject: keyed.subject,
+                subject_shown: keyed.subject_shown,
+                predicate: keyed.predicate,
+                object: keyed.object,
                 confidence: p.confidence,
                 source: episode.id,
                 said_at: episode.event_time,
+                wording: keyed.wording,
             },
             "llm",
         ));

@@ -13,6 +13,7 @@ pub mod context;
 mod docs;
 mod editing;
 mod embedder_config;
+mod explain;
 pub mod forgetting;
 mod graph_export;
 mod import_pieces;
@@ -34,6 +35,7 @@ pub use config::Config;
 pub use consolidation::CycleReport;
 pub use docs::DocsSynced;
 pub use editing::Revised;
+pub use explain::{EXPLAINED_CYCLES, Explanation};
 pub use graph_export::GraphExported;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
@@ -123,31 +125,6 @@ pub struct MemoryDetail {
     pub memory: Memory,
     pub edges: Vec<Edge>,
 }
-
-/// Where a memory came from and what became of it (`atlas explain`).
-#[derive(Debug, Clone)]
-pub struct Explanation {
-    pub memory: Memory,
-    /// The episodes it was consolidated from (more than one: the same fact stated again).
-    pub sources: Vec<Memory>,
-    /// The older versions it replaced, newest first, each with its validity.
-    pub replaced: Vec<Memory>,
-    /// What replaced it, if it no longer holds.
-    pub replaced_by: Vec<Memory>,
-    /// The entities it names, or, for an entity, the memories that name it.
-    pub entities: Vec<Memory>,
-    /// Its strength now ([`atlas_domain::policy::decay::strength_at`]); 1 for what never decays.
-    pub strength: f64,
-    /// Whether it decays at all.
-    pub decays: bool,
-    /// For a fact: how the sleep cycle judged pairs of its object with another of the same
-    /// subject and predicate that the rules could not tell apart (the cycles' `judgments`,
-    /// newest first, from the last [`EXPLAINED_CYCLES`] cycles).
-    pub judgments: Vec<serde_json::Value>,
-}
-
-/// How many of the latest cycles `explain` searches for a fact's judgments.
-pub const EXPLAINED_CYCLES: usize = 1_000;
 
 /// What `stats` reports.
 #[derive(Debug, Clone)]
@@ -452,55 +429,6 @@ impl Atlas {
     /// Many memories by id; missing ones are skipped, the order follows `ids`.
     pub async fn get_many(&self, ids: Vec<MemoryId>) -> Result<Vec<Memory>> {
         self.parts.store.get_many(ids).await
-    }
-
-    /// A memory's provenance and history: its sources, the versions it replaced (following
-    /// `supersedes` edges back to the first), what replaced it, and the entities it names.
-    pub async fn explain(&self, id: MemoryId) -> Result<Option<Explanation>> {
-        let Some(memory) = self.parts.store.get(id).await? else {
-            return Ok(None);
-        };
-        let edges = self.parts.store.edges_of(id).await?;
-        let ends = |pick: &dyn Fn(&Edge) -> Option<MemoryId>| edges.iter().filter_map(pick).collect::<Vec<_>>();
-        let sources = ends(&|e| (e.kind == EdgeKind::DerivedFrom && e.src == id).then_some(e.dst));
-        let replaced_by = ends(&|e| (e.kind == EdgeKind::Supersedes && e.dst == id).then_some(e.src));
-        let entities = ends(&|e| (e.kind == EdgeKind::Entity).then(|| if e.src == id { e.dst } else { e.src }));
-        // The chain of older versions, each reached from the one that replaced it.
-        let mut replaced = Vec::new();
-        let mut at = id;
-        let mut seen = std::collections::HashSet::from([id]);
-        while let Some(older) = self
-            .parts
-            .store
-            .edges_of(at)
-            .await?
-            .into_iter()
-            .find(|e| e.kind == EdgeKind::Supersedes && e.src == at && seen.insert(e.dst))
-        {
-            at = older.dst;
-            replaced.extend(self.parts.store.get(at).await?);
-        }
-        let mut judgments = Vec::new();
-        if let (Body::Fact { subject, predicate, object, .. }, Some(store)) = (&memory.body, &self.parts.consolidator) {
-            for report in store.cycles(EXPLAINED_CYCLES).await? {
-                let found = report["judgments"].as_array().into_iter().flatten().filter(|j| {
-                    j["subject"] == subject.as_str()
-                        && j["predicate"] == predicate.as_str()
-                        && j["objects"].as_array().is_some_and(|o| o.iter().any(|x| x == object.as_str()))
-                });
-                judgments.extend(found.cloned());
-            }
-        }
-        Ok(Some(Explanation {
-            judgments,
-            sources: self.parts.store.get_many(sources).await?,
-            replaced,
-            replaced_by: self.parts.store.get_many(replaced_by).await?,
-            entities: self.parts.store.get_many(entities).await?,
-            strength: atlas_domain::policy::decay::strength_at(&memory, now()),
-            decays: atlas_domain::policy::decay::aging_of(&memory) != atlas_domain::policy::decay::Aging::Never,
-            memory,
-        }))
     }
 
     pub async fn stats(&self) -> Result<Stats> {

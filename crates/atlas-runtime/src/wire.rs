@@ -143,7 +143,7 @@ pub fn explanation_value(e: &crate::Explanation) -> Value {
     json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
            "replaced_by": lines(&e.replaced_by), "entities": lines(&e.entities),
            "decay": {"strength": e.strength, "decays": e.decays, "lifecycle": e.memory.lifecycle},
-           "judgments": e.judgments})
+           "judgments": e.judgments, "supersession": e.supersession})
 }
 
 /// What an import stored: how many, their ids, and whether it was a replay, a restore, renumbered.

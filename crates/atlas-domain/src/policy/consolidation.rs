@@ -307,101 +307,40 @@ pub fn proper_names(text: &str) -> Vec<String> {
     name_mentions(text).into_iter().filter(|m| !m.only_at_sentence_start).map(|m| m.name).collect()
 }
 
-/// Predicates with one current object per subject: a new object supersedes the old one.
-pub const FUNCTIONAL_PREDICATES: &[&str] = &[
-    "state",
-    "prefers",
-    "works_at",
-    "lives_in",
-    "employer",
-    "located_in",
-    "role",
-    "status",
-    "uses",
-    "favorite",
-    "on_call",
-    "owner",
-    "version",
-    "age",
-    "married_to",
-    "name",
-];
-
-pub fn is_functional(predicate: &str) -> bool {
-    FUNCTIONAL_PREDICATES.contains(&predicate)
-}
-
-/// Predicates that may hold many objects at once.
-pub const OTHER_PREDICATES: &[&str] = &[
-    "fact",
-    "did",
-    "believes",
-    "likes",
-    "dislikes",
-    "enjoys",
-    "wants",
-    "plans",
-    "has",
-    "owns",
-    "knows",
-    "visited",
-    "attended",
-    "studies",
-    "member_of",
-    "friend_of",
-    "parent_of",
-    "child_of",
-    "sibling_of",
-    "decided",
-    "caused",
-    "feels",
-    "preference",
-    "habit",
-    "pattern",
-    "goal",
-];
-
-/// The vocabulary's spelling of a predicate a model wrote ("Works at", "lives-in", "prefer"),
-/// or `None` when it is not in the vocabulary (such facts are rejected and counted).
-pub fn canonical_predicate(raw: &str) -> Option<&'static str> {
-    let key = normalize(&raw.replace(['_', '-'], " ")).replace(' ', "_");
-    let synonym = match key.as_str() {
-        "prefer" | "prefers_to_use" | "favors" | "favours" => "prefers",
-        "works_for" | "work_at" | "work_for" | "employed_at" | "employed_by" => "works_at",
-        "live_in" | "lives_at" | "resides_in" | "moved_to" => "lives_in",
-        "is" | "is_now" | "current_state" => "state",
-        "like" | "loves" | "love" => "likes",
-        "dislike" | "hates" => "dislikes",
-        "use" | "using" | "writes" | "codes_in" => "uses",
-        "own" => "owns",
-        "visit" => "visited",
-        "study" => "studies",
-        "plan" | "plans_to" | "intends_to" => "plans",
-        "want" | "wants_to" => "wants",
-        other => other,
-    };
-    FUNCTIONAL_PREDICATES.iter().chain(OTHER_PREDICATES).find(|p| **p == synonym).copied()
-}
-
-/// The fact a retain tag states, about whom.
+/// The fact a retain tag states, about whom, keyed by the one rule (`policy::reading::key_fact`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaggedFact {
     /// As written (`Proj-X`); [`normalize`] it to compare.
     pub subject: String,
-    pub predicate: &'static str,
+    pub predicate: String,
     pub object: String,
     pub confidence: f32,
     /// `tag:W`, `tag:B`, `tag:O`, `tag:S` or `tag:U`.
     pub origin: &'static str,
+    /// The statement as said, when a world fact was read from words: the fact's text.
+    pub wording: Option<String>,
 }
 
-/// What `tag`, said by `speaker`, states: a world fact, what the speaker did or believes, an
+/// What `tag`, said by `speaker`, states: a world fact (read into its subject, relation and
+/// value where the rules can: "Frank lives in Berlin"), what the speaker did or believes, an
 /// entity's state, or an observation about the user (its aspect in the vocabulary, else a
 /// `pattern`).
 pub fn tag_fact(tag: crate::policy::retain::RetainTag, speaker: &str) -> TaggedFact {
+    use crate::policy::relations::canonical_predicate;
     use crate::policy::retain::RetainTag;
     let (subject, predicate, object, confidence, origin) = match tag {
-        RetainTag::World(text) => ("world".to_owned(), "fact", text, 1.0, "tag:W"),
+        RetainTag::World(text) => {
+            let keyed = crate::policy::reading::key_fact("world", "fact", &text, speaker)
+                .expect("`fact` is a relation of the table");
+            return TaggedFact {
+                subject: keyed.subject_shown,
+                predicate: keyed.predicate,
+                object: keyed.object,
+                confidence: 1.0,
+                origin: "tag:W",
+                wording: keyed.wording,
+            };
+        }
         RetainTag::Behavior(text) => (speaker.to_owned(), "did", text, 1.0, "tag:B"),
         RetainTag::Opinion { confidence, text } => (speaker.to_owned(), "believes", text, confidence, "tag:O"),
         RetainTag::State { entity, state } => (entity, "state", state, 1.0, "tag:S"),
@@ -409,7 +348,7 @@ pub fn tag_fact(tag: crate::policy::retain::RetainTag, speaker: &str) -> TaggedF
             ("user".to_owned(), canonical_predicate(&aspect).unwrap_or("pattern"), text, 0.6, "tag:U")
         }
     };
-    TaggedFact { subject, predicate, object, confidence, origin }
+    TaggedFact { subject, predicate: predicate.to_owned(), object, confidence, origin, wording: None }
 }
 
 /// A fact on its way in: what, from which episode, said when.
@@ -424,6 +363,8 @@ pub struct Candidate {
     pub source: MemoryId,
     /// When the statement was made (the episode's event time): the fact's `valid_from`.
     pub said_at: Timestamp,
+    /// The statement as said, when it was read from words: the text of a fact it begins.
+    pub wording: Option<String>,
 }
 
 /// Word overlap (Jaccard of word sets) from which two objects are the same fact.
@@ -463,15 +404,6 @@ mod tests {
         for t in ["ok, I moved to Lisbon", "thanks for the tea recipe", "I prefer Rust", "see you at 5"] {
             assert!(!is_phatic(t), "{t:?}");
         }
-    }
-
-    #[test]
-    fn predicates_are_mapped_to_the_vocabulary_or_rejected() {
-        assert_eq!(canonical_predicate("Works for"), Some("works_at"));
-        assert_eq!(canonical_predicate("lives-in"), Some("lives_in"));
-        assert_eq!(canonical_predicate("prefer"), Some("prefers"));
-        assert_eq!(canonical_predicate("state"), Some("state"));
-        assert_eq!(canonical_predicate("teleported_to"), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Pure policies: query normalisation, rank fusion, standing instructions, what a long
 //! memory's text match is worth, recency, near-duplicate collapse, id references and their
 //! renumbering on restore, input limits, what is indexed and embedded,
-//! the rules of consolidation (retain tags, phatic turns, names, fact decisions) and of
+//! the rules of consolidation (retain tags, phatic turns, names, the relations it knows and the reading of facts in words, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
 //! the user into core memory; the agent memories' statistics (experience weights and
 //! clusters, strategy success rates and ranking), and the Concept library's program structure
@@ -22,9 +22,11 @@ pub mod limits;
 pub mod long_text;
 pub mod program;
 pub mod query;
+pub mod reading;
 pub mod recency;
 pub mod redundancy;
 pub mod references;
+pub mod relations;
 pub mod retain;
 pub mod strategy;
 pub mod summary;

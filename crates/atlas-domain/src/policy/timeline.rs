@@ -13,6 +13,7 @@
 
 use crate::policy::consolidation::{SAME_FACT_OVERLAP, word_overlap};
 use crate::policy::query::stem;
+use crate::policy::relations::Kind;
 use crate::policy::values::difference;
 use crate::{MemoryId, Timestamp, Validity};
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,6 +64,36 @@ pub fn by_rule(earlier: &str, later: &str, similarity: Option<f64>, same_from: f
         }
         Some(_) => Relation::Decided(Verdict::Both),
     }
+}
+
+/// How `later` relates to `earlier` by rule, for a relation of `kind` (`policy::relations`):
+/// [`by_rule`], except that under a relation the table does not know, values that differ are
+/// for a model to judge (without one, both hold: the rules do not guess), and under a relation
+/// with one value at a time, a negation of another value ("no longer lives in Berlin" while
+/// Vienna holds) agrees with the value that holds: it is one more statement of it.
+pub fn by_rule_for(
+    kind: Kind,
+    earlier: &str,
+    later: &str,
+    similarity: Option<f64>,
+    same_from: f64,
+    judge_from: f64,
+) -> Relation {
+    let relation = by_rule(earlier, later, similarity, same_from, judge_from);
+    match (kind, relation) {
+        (Kind::Unknown, Relation::Decided(Verdict::Both)) => Relation::Ambiguous,
+        (Kind::Single, Relation::Decided(Verdict::Both)) if negates_another(earlier, later) => {
+            Relation::Decided(Verdict::Same)
+        }
+        _ => relation,
+    }
+}
+
+/// Whether `later` is a negation as `policy::reading` writes it (`not Berlin`) of a value that
+/// `earlier`, an affirmed value, does not state.
+fn negates_another(earlier: &str, later: &str) -> bool {
+    let Some(negated) = later.strip_prefix("not ") else { return false };
+    !earlier.starts_with("not ") && difference(earlier, negated).is_some()
 }
 
 /// Words that change no fact when one replaces another ("by the river", "along the river").
@@ -157,6 +188,8 @@ pub struct Statement {
     pub confidence: f32,
     /// Where it came from (`tag:S`, `llm`), kept on the fact it begins.
     pub origin: String,
+    /// The statement as said, when it was read from words: the text of a fact it begins.
+    pub wording: Option<String>,
 }
 
 /// One fact of the timeline: a stored one continued (`fact`), or a new one.
@@ -167,6 +200,8 @@ pub struct Segment {
     pub validity: Validity,
     pub confidence: f32,
     pub origin: String,
+    /// The wording of the statement that began it, when it was read from words.
+    pub wording: Option<String>,
     /// Every statement it is derived from, in the order said.
     pub sources: Vec<(MemoryId, Timestamp)>,
     /// The segment this one ended and supersedes.
@@ -193,6 +228,7 @@ struct Said {
     object: String,
     confidence: f32,
     origin: String,
+    wording: Option<String>,
     stored: Option<MemoryId>,
 }
 
@@ -223,6 +259,7 @@ pub fn reconcile(
                 object: fact.object.clone(),
                 confidence: said_with,
                 origin: String::new(),
+                wording: None,
                 stored: Some(fact.id),
             });
         }
@@ -234,6 +271,7 @@ pub fn reconcile(
             object: s.object.clone(),
             confidence: s.confidence,
             origin: s.origin.clone(),
+            wording: s.wording.clone(),
             stored: None,
         });
     }
@@ -293,6 +331,7 @@ pub fn reconcile(
                     validity: Validity::from(s.said_at),
                     confidence: s.confidence,
                     origin: s.origin.clone(),
+                    wording: s.wording.clone(),
                     sources: Vec::new(),
                     replaces: replaced,
                     joined: 0,
@@ -353,6 +392,7 @@ mod tests {
             object: object.into(),
             confidence: 1.0,
             origin: "tag:S".into(),
+            wording: None,
         }
     }
 

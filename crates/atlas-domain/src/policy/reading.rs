@@ -1,0 +1,449 @@
+//! Facts in words: the subject, relation and value one English statement states ("Frank lives
+//! in Berlin" → `frank`, `lives_in`, `Berlin`; "Frank no longer lives in Berlin" → the same
+//! with `not Berlin`), and the one rule that keys every fact on its way in, whatever it came
+//! from (a world-fact tag, a model's extraction, a bank edit, a revision): [`key_fact`].
+//!
+//! A statement is read when its relation is in `policy::relations` ("lives in", "works at",
+//! "Frank's phone number is …"), or, with a person's name (or "I") as its subject, as an
+//! unknown relation named by its verb ("Frank drives a Toyota": `drives`), whose values only a
+//! model may judge. Anything else — several clauses, a question, "also" / "too" (an addition,
+//! which supersedes nothing), a past tense the table does not list — is left as the statement
+//! it is, under `fact`: never guessed.
+
+use crate::policy::consolidation::normalize;
+use crate::policy::relations::{Kind, RELATIONS, by_noun, canonical_predicate, kind};
+
+/// What a statement states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    /// As written ("Frank", or the speaker for "I").
+    pub subject: String,
+    /// A relation of the table, or the verb of an unknown one (`drives`, `plays_for`).
+    pub relation: String,
+    /// As written, without the adverbs that change nothing ("now", "again").
+    pub value: String,
+    /// "no longer", "not", "doesn't": the statement ends the value rather than stating it.
+    pub negated: bool,
+}
+
+impl Reading {
+    /// The fact's object: the value, or `not <value>` for a negation (which replaces the
+    /// value it negates, and agrees with any other).
+    pub fn object(&self) -> String {
+        if self.negated { format!("not {}", self.value) } else { self.value.clone() }
+    }
+}
+
+/// A fact keyed as the timeline files it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedFact {
+    /// Normalised: the key.
+    pub subject: String,
+    pub subject_shown: String,
+    pub predicate: String,
+    pub object: String,
+    /// The statement as said, when the fact was read from words: the fact's text.
+    pub wording: Option<String>,
+}
+
+/// The one rule for a fact on its way in: `predicate` in the table's spelling; a statement in
+/// words (`fact`) read into its subject, relation and value where it can be; a predicate the
+/// table does not know read with its subject and object as words. `None`: a predicate that is
+/// neither known nor readable (a model's invention), which is rejected.
+pub fn key_fact(subject: &str, predicate: &str, object: &str, speaker: &str) -> Option<KeyedFact> {
+    let keyed = |subject: &str, predicate: &str, object: &str, wording: Option<String>| KeyedFact {
+        subject: normalize(subject),
+        subject_shown: subject.to_owned(),
+        predicate: predicate.to_owned(),
+        object: object.to_owned(),
+        wording,
+    };
+    let read_from = |text: &str, wording: Option<String>| {
+        read(text, speaker).map(|r| keyed(&r.subject, &r.relation, &r.object(), wording))
+    };
+    match canonical_predicate(predicate) {
+        Some("fact") => {
+            Some(read_from(object, Some(object.to_owned())).unwrap_or_else(|| keyed(subject, "fact", object, None)))
+        }
+        Some(known) => Some(keyed(subject, known, object, None)),
+        None => {
+            let said = format!("{subject} {} {object}", predicate.replace('_', " "));
+            read_from(&said, None).filter(|k| kind(&k.predicate) != Kind::Unknown)
+        }
+    }
+}
+
+/// Words that stand for the speaker.
+const FIRST_PERSON: &[&str] = &["i"];
+
+/// Determiners a noun phrase subject may open with ("the Pro plan costs $9").
+const DETERMINERS: &[&str] = &["the", "our", "their", "his", "her", "its", "this", "that", "a", "an"];
+
+/// Adverbs between a subject and its relation, or after a value, that change no fact.
+const IDLE: &[&str] = &["now", "currently", "still", "actually", "officially", "again", "anymore", "nowadays"];
+
+/// Words that make a statement an addition ("Frank also lives in Vienna"): both hold.
+const ADDING: &[&str] = &["also", "too"];
+
+/// Words that end a value's clause: a statement with one of these says more than one thing.
+const CLAUSES: &[&str] = &[
+    "because", "but", "which", "who", "while", "although", "though", "since", "when", "where", "if", "until", "after",
+    "before",
+];
+
+/// Negations between a subject and its relation, longest first; `true`: it held the copula
+/// ("is no longer married to" reads as "is married to", negated).
+const NEGATORS: &[(&[&str], bool)] = &[
+    (&["is", "no", "longer"], true),
+    (&["is", "not"], true),
+    (&["isn't"], true),
+    (&["does", "not"], false),
+    (&["do", "not"], false),
+    (&["doesn't"], false),
+    (&["don't"], false),
+    (&["no", "longer"], false),
+    (&["not"], false),
+];
+
+/// Most words a value may have (a longer one is a sentence of its own).
+const MAX_VALUE_WORDS: usize = 8;
+
+/// One word of the statement: as written, and lower case without surrounding punctuation.
+#[derive(Debug, Clone)]
+struct Word {
+    shown: String,
+    key: String,
+}
+
+fn tokens(text: &str) -> Vec<Word> {
+    let mut out = Vec::new();
+    for raw in text.split_whitespace() {
+        let raw = raw.replace('’', "'");
+        let shown = raw.trim_matches(|c: char| matches!(c, ',' | '.' | '!' | ';' | ':' | '"' | '(' | ')')).to_owned();
+        if shown.is_empty() {
+            continue;
+        }
+        let key = shown.to_lowercase();
+        // "I'm" is "I am"; "am" and "are" are the copula "is" to the table.
+        match key.as_str() {
+            "i'm" => {
+                out.push(Word { shown: "I".into(), key: "i".into() });
+                out.push(Word { shown: "am".into(), key: "is".into() });
+            }
+            "am" | "are" => out.push(Word { shown, key: "is".into() }),
+            "aren't" => out.push(Word { shown, key: "isn't".into() }),
+            _ => out.push(Word { shown, key }),
+        }
+    }
+    out
+}
+
+/// The subject `words` name, as shown, or `None` when they are not one: "I", a name ("Frank",
+/// "Ann Lee"), "my sister" (the speaker's), or, where `noun_phrase`, a determiner and up to
+/// three words ("the Pro plan").
+fn subject(words: &[Word], speaker: &str, noun_phrase: bool) -> Option<String> {
+    let first = words.first()?;
+    if words.len() == 1 && FIRST_PERSON.contains(&first.key.as_str()) {
+        return Some(speaker.to_owned());
+    }
+    if first.key == "my" && (2..=3).contains(&words.len()) {
+        let rest: Vec<&str> = words[1..].iter().map(|w| w.key.as_str()).collect();
+        return Some(format!("{speaker}'s {}", rest.join(" ")));
+    }
+    let is_name = words.len() <= 4
+        && words.iter().all(|w| w.shown.chars().next().is_some_and(char::is_uppercase) && is_word(&w.key))
+        && !DETERMINERS.contains(&first.key.as_str())
+        && !crate::policy::consolidation::proper_names(&format!("x {}", join_shown(words))).is_empty();
+    if is_name {
+        return Some(join_shown(words));
+    }
+    let phrase = noun_phrase
+        && DETERMINERS.contains(&first.key.as_str())
+        && (2..=4).contains(&words.len())
+        && words.iter().all(|w| is_word(&w.key));
+    phrase.then(|| join_shown(words))
+}
+
+fn is_word(key: &str) -> bool {
+    !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '\'')
+}
+
+fn join_shown(words: &[Word]) -> String {
+    words.iter().map(|w| w.shown.as_str()).collect::<Vec<_>>().join(" ")
+}
+
+/// The value `words` state, as shown, without idle adverbs; `None` when it is not one value.
+fn value(words: &[Word]) -> Option<String> {
+    let mut end = words.len();
+    loop {
+        let key = |back: usize| words[end - back].key.as_str();
+        if end >= 1 && IDLE.contains(&key(1)) {
+            end -= 1;
+        } else if end >= 2 && matches!((key(2), key(1)), ("these", "days") | ("any", "more")) {
+            end -= 2;
+        } else {
+            break;
+        }
+    }
+    let words = &words[..end];
+    let clean = !words.is_empty()
+        && words.len() <= MAX_VALUE_WORDS
+        && words.iter().all(|w| !CLAUSES.contains(&w.key.as_str()) && !ADDING.contains(&w.key.as_str()));
+    clean.then(|| join_shown(words))
+}
+
+/// What `text`, said by `speaker`, states; `None` when it is not one fact the rules can read.
+pub fn read(text: &str, speaker: &str) -> Option<Reading> {
+    let text = text.trim();
+    let one_sentence = !text.contains(['?', ';', '\n'])
+        && !text.trim_end_matches(['.', '!']).contains(". ")
+        && !text.trim_end_matches(['.', '!']).contains(", ");
+    if !one_sentence {
+        return None;
+    }
+    let words = tokens(text);
+    if words.len() < 3 || words.iter().any(|w| ADDING.contains(&w.key.as_str())) {
+        return None;
+    }
+    possessive(&words, speaker).or_else(|| worded(&words, speaker))
+}
+
+/// "Frank's phone number is 555", "my email is …", "the price of the Pro plan is $9".
+fn possessive(words: &[Word], speaker: &str) -> Option<Reading> {
+    let is = words.iter().position(|w| w.key == "is")?;
+    let (before, after) = (&words[..is], &words[is + 1..]);
+    let (owner, noun): (String, Vec<&Word>) = if let Some(at) = before.iter().position(|w| w.key.ends_with("'s")) {
+        let mut owner_words = before[..=at].to_vec();
+        let last = owner_words.last_mut().expect("at least one");
+        last.shown = last.shown[..last.shown.len() - 2].to_owned();
+        last.key = last.key[..last.key.len() - 2].to_owned();
+        (subject(&owner_words, speaker, true)?, before[at + 1..].iter().collect())
+    } else if before.first().is_some_and(|w| w.key == "my") {
+        (speaker.to_owned(), before[1..].iter().collect())
+    } else if before.first().is_some_and(|w| w.key == "the") {
+        let of = before.iter().position(|w| w.key == "of")?;
+        (subject(&before[of + 1..], speaker, true)?, before[1..of].iter().collect())
+    } else {
+        return None;
+    };
+    if noun.is_empty() || noun.len() > 3 {
+        return None;
+    }
+    let noun = noun.iter().map(|w| w.key.as_str()).collect::<Vec<_>>().join(" ");
+    let (negated, after) = match after.first().map(|w| w.key.as_str()) {
+        Some("not") => (true, &after[1..]),
+        Some("no") if after.get(1).is_some_and(|w| w.key == "longer") => (true, &after[2..]),
+        _ => (false, after),
+    };
+    let relation = match by_noun(&noun) {
+        Some(r) => r.name.to_owned(),
+        None if noun.starts_with("favorite ") || noun.starts_with("favourite ") => {
+            format!("favorite_{}", noun.split_once(' ').expect("two words").1.replace(' ', "_"))
+        }
+        None => noun.replace(' ', "_"),
+    };
+    let value = value(after)?;
+    Some(Reading { subject: owner, relation, value, negated })
+}
+
+/// "Frank lives in Berlin", "I don't work at Acme anymore", "Frank is 34 years old", and an
+/// unknown relation by its verb: "Frank drives a Toyota".
+fn worded(words: &[Word], speaker: &str) -> Option<Reading> {
+    for split in 1..words.len().min(6) {
+        let Some(shown) = subject(&words[..split], speaker, true) else { continue };
+        let mut rest: Vec<Word> =
+            words[split..].iter().skip_while(|w| IDLE.contains(&w.key.as_str())).cloned().collect();
+        let mut negated = false;
+        for (negator, copula) in NEGATORS {
+            let keys: Vec<&str> = rest.iter().take(negator.len()).map(|w| w.key.as_str()).collect();
+            if keys == *negator {
+                negated = true;
+                rest.drain(..negator.len());
+                if *copula {
+                    rest.insert(0, Word { shown: "is".into(), key: "is".into() });
+                }
+                break;
+            }
+        }
+        // "is 34 years old": the age.
+        if let [is, number, years, old] = &rest[..]
+            && is.key == "is"
+            && number.key.chars().all(|c| c.is_ascii_digit())
+            && years.key == "years"
+            && old.key == "old"
+        {
+            return Some(Reading { subject: shown, relation: "age".into(), value: number.shown.clone(), negated });
+        }
+        if let Some((relation, length)) = phrase_at(&rest) {
+            let value = value(&rest[length..])?;
+            return Some(Reading { subject: shown, relation: relation.to_owned(), value, negated });
+        }
+    }
+    unknown(words, speaker)
+}
+
+/// The longest phrase of the table that `words` open with: its relation and length in words.
+fn phrase_at(words: &[Word]) -> Option<(&'static str, usize)> {
+    let mut best: Option<(&'static str, usize)> = None;
+    for r in RELATIONS {
+        for phrase in r.phrases {
+            let parts: Vec<&str> = phrase.split(' ').collect();
+            let matches = parts.len() < words.len() && parts.iter().zip(words).all(|(p, w)| *p == w.key);
+            if matches && best.is_none_or(|(_, len)| parts.len() > len) {
+                best = Some((r.name, parts.len()));
+            }
+        }
+    }
+    best
+}
+
+/// Words that cannot be the verb of a relation.
+const NOT_VERBS: &[&str] = &[
+    "and", "or", "with", "to", "of", "in", "on", "at", "from", "for", "said", "says", "told", "thinks", "think", "was",
+    "were", "had", "did", "will", "would", "could", "should", "might", "may", "can", "must", "used",
+];
+
+/// Prepositions an unknown relation keeps with its verb ("plays for").
+const PREPOSITIONS: &[&str] = &["in", "at", "on", "for", "to", "with", "as", "by", "from", "of", "into"];
+
+/// A person's name (or "I", "my X") and a verb the table does not know: an unknown relation.
+fn unknown(words: &[Word], speaker: &str) -> Option<Reading> {
+    let split = if words[0].key == "my" {
+        2
+    } else {
+        words.iter().take_while(|w| w.shown.chars().next().is_some_and(char::is_uppercase)).count().min(4)
+    };
+    let shown = subject(&words[..split.min(words.len())], speaker, false)?;
+    let rest = &words[split..];
+    let verb = rest.first()?;
+    let verb_like = is_word(&verb.key)
+        && verb.key.chars().all(char::is_alphabetic)
+        && !NOT_VERBS.contains(&verb.key.as_str())
+        && !NEGATORS.iter().any(|(n, _)| n[0] == verb.key)
+        && !IDLE.contains(&verb.key.as_str())
+        // A past tense the table does not list is history, not a relation that holds.
+        && !verb.key.ends_with("ed");
+    if !verb_like {
+        return None;
+    }
+    let with_preposition = rest.get(1).is_some_and(|w| PREPOSITIONS.contains(&w.key.as_str()));
+    let length = if with_preposition { 2 } else { 1 };
+    let relation = rest[..length].iter().map(|w| w.key.as_str()).collect::<Vec<_>>().join("_");
+    let value = value(rest.get(length..)?)?;
+    Some(Reading { subject: shown, relation, value, negated: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn reads(text: &str) -> Option<(String, String, String)> {
+        read(text, "user").map(|r| (normalize(&r.subject), r.relation.clone(), r.object()))
+    }
+
+    fn triple(s: &str, r: &str, v: &str) -> Option<(String, String, String)> {
+        Some((s.into(), r.into(), v.into()))
+    }
+
+    #[test]
+    fn relations_of_the_table_are_read() {
+        assert_eq!(reads("Frank lives in Berlin"), triple("frank", "lives_in", "Berlin"));
+        assert_eq!(reads("Frank now lives in Vienna."), triple("frank", "lives_in", "Vienna"));
+        assert_eq!(reads("Frank moved to Vienna"), triple("frank", "lives_in", "Vienna"));
+        assert_eq!(reads("Frank no longer lives in Berlin"), triple("frank", "lives_in", "not Berlin"));
+        assert_eq!(reads("Frank doesn't live in Berlin anymore"), triple("frank", "lives_in", "not Berlin"));
+        assert_eq!(reads("I live in Lisbon"), triple("user", "lives_in", "Lisbon"));
+        assert_eq!(reads("I'm married to Ann"), triple("user", "married_to", "Ann"));
+        assert_eq!(reads("Ann Lee is no longer married to Bo"), triple("ann lee", "married_to", "not Bo"));
+        assert_eq!(reads("Priya works at Initech"), triple("priya", "works_at", "Initech"));
+        assert_eq!(reads("Priya works as a nurse"), triple("priya", "role", "a nurse"));
+        assert_eq!(reads("Frank is 34 years old"), triple("frank", "age", "34"));
+        assert_eq!(reads("Frank's age is 35"), triple("frank", "age", "35"));
+        assert_eq!(reads("Frank's phone number is 555-0101"), triple("frank", "phone", "555-0101"));
+        assert_eq!(reads("My email is me@example.org"), triple("user", "email", "me@example.org"));
+        assert_eq!(reads("The Pro plan costs $30 a month"), triple("the pro plan", "price", "$30 a month"));
+        assert_eq!(reads("the price of the Pro plan is $25"), triple("the pro plan", "price", "$25"));
+        assert_eq!(
+            reads("The billing service runs on Kubernetes"),
+            triple("the billing service", "runs_on", "Kubernetes")
+        );
+        assert_eq!(reads("Frank likes jazz"), triple("frank", "likes", "jazz"));
+        assert_eq!(reads("Frank has visited Rome"), triple("frank", "visited", "Rome"));
+        assert_eq!(reads("Frank's favourite colour is green"), triple("frank", "favorite_colour", "green"));
+    }
+
+    #[test]
+    fn unknown_relations_are_read_by_their_verb_for_names_only() {
+        assert_eq!(reads("Frank drives a Toyota"), triple("frank", "drives", "a Toyota"));
+        assert_eq!(reads("Frank plays for the Lions"), triple("frank", "plays", "for the Lions"));
+        assert_eq!(reads("the night bus stops at the station"), None);
+        assert_eq!(reads("Frank and Ann went to Rome"), None);
+    }
+
+    #[test]
+    fn what_is_not_one_fact_is_left_alone() {
+        for text in [
+            "Frank also lives in Vienna",
+            "Frank lives in Vienna too",
+            "Frank lives in Berlin, and Ann in Rome",
+            "Does Frank live in Berlin?",
+            "Frank lives in Berlin because of work",
+            "Frank lived in Berlin",
+            "the cafeteria opens at 8am",
+            "visitor parking is free after 6pm",
+            "ok",
+            "",
+        ] {
+            assert_eq!(reads(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_one_rule_keys_facts_from_everywhere() {
+        let world = key_fact("world", "fact", "Frank lives in Vienna", "user").unwrap();
+        assert_eq!(
+            (world.subject.as_str(), world.predicate.as_str(), world.object.as_str()),
+            ("frank", "lives_in", "Vienna")
+        );
+        assert_eq!(world.wording.as_deref(), Some("Frank lives in Vienna"));
+        let plain = key_fact("world", "fact", "the cafeteria opens at 8am", "user").unwrap();
+        assert_eq!((plain.subject.as_str(), plain.predicate.as_str()), ("world", "fact"));
+        let model = key_fact("Frank", "Works for", "Acme", "user").unwrap();
+        assert_eq!((model.subject.as_str(), model.predicate.as_str()), ("frank", "works_at"));
+        let by_words = key_fact("Frank", "relocated to", "Oslo", "user").unwrap();
+        assert_eq!((by_words.predicate.as_str(), by_words.object.as_str()), ("lives_in", "Oslo"));
+        assert_eq!(key_fact("Frank", "teleported_to", "Mars", "user"), None);
+    }
+
+    proptest! {
+        #![proptest_config(atlas_testing::proptest_config(512))]
+        #[test]
+        fn reading_never_panics_and_keys_are_normalised(text in "\\PC{0,120}", speaker in "[a-z]{1,8}") {
+            if let Some(r) = read(&text, &speaker) {
+                prop_assert!(!r.value.is_empty());
+                prop_assert!(!r.relation.is_empty());
+                prop_assert!(r.value.split_whitespace().count() <= MAX_VALUE_WORDS);
+            }
+            let _ = key_fact("world", "fact", &text, &speaker);
+        }
+
+        #[test]
+        fn a_name_and_a_table_phrase_read_as_that_relation(
+            name in "K[a-z]{2,8}",
+            value in "Q[a-z]{2,8}",
+            relation in proptest::sample::select(RELATIONS.iter().filter(|r| !r.phrases.is_empty()).collect::<Vec<_>>()),
+            which in any::<prop::sample::Index>(),
+        ) {
+            let phrase = which.get(relation.phrases);
+            prop_assume!(!crate::policy::consolidation::proper_names(&format!("x {name}")).is_empty());
+            let text = format!("{name} {phrase} {value}");
+            let read = read(&text, "user");
+            prop_assert!(read.is_some(), "{text:?}");
+            let read = read.unwrap();
+            // A longer phrase of another relation may open with this one ("has" / "has visited").
+            prop_assert_eq!(&read.subject, &name);
+            prop_assert!(read.value.ends_with(&value), "{:?}", read);
+        }
+    }
+}
