@@ -4,27 +4,32 @@
 //! A cycle's outcome (facts, edges, supersessions, which episodes are done or failed, and its
 //! report) commits in one transaction: an episode is processed only when its outcome is stored.
 
+mod dialectic;
+mod extract;
+mod filing;
 mod judge;
+mod refile;
+mod sleeper;
+mod summary;
+
+pub(crate) use sleeper::Sleeper;
 
 use crate::Parts;
 use crate::config::ConsolidationConfig;
-use atlas_domain::policy::consolidation::{
-    Candidate, NameMention, fact_text, is_phatic, name_mentions, normalize, tag_fact,
-};
-use atlas_domain::policy::embedding::cosine;
-use atlas_domain::policy::reading::key_fact;
-use atlas_domain::policy::relations::{self, Kind};
+use atlas_domain::policy::consolidation::{Candidate, NameMention, is_phatic, name_mentions, normalize, tag_fact};
+use atlas_domain::policy::relations;
 use atlas_domain::policy::retain::{RetainTag, harvest};
-use atlas_domain::policy::timeline::{Relation, Statement, StoredFact, Verdict, by_rule_for, reconcile};
-use atlas_domain::ports::{Consolidation, LlmRequest, MemoryRef, NewEdge, Revision};
-use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
+use atlas_domain::policy::timeline::{Relation, StoredFact, Verdict};
+use atlas_domain::ports::Consolidation;
+use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, Result, Scope, Timestamp};
+use dialectic::dialectic;
+use extract::{TURNS_PER_CALL, extract};
+use filing::{Plan, Rules};
 use judge::{Pair, judge};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::Notify;
+use summary::summarise;
 
 /// What one cycle did; also its row in the store's ledger of cycles.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -39,6 +44,9 @@ pub struct CycleReport {
     pub facts_superseded: usize,
     /// Facts older than the current one they contradict, stored as history.
     pub facts_historical: usize,
+    /// Facts in words stored before the rules read them, filed again under their relation.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub facts_refiled: usize,
     pub entities_added: usize,
     pub entity_links: usize,
     /// Facts the model proposed with a predicate outside the vocabulary.
@@ -69,6 +77,10 @@ pub struct CycleReport {
     pub took_ms: f64,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// How the cycle decided one ambiguous pair of objects of a subject and predicate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Judgment {
@@ -81,260 +93,6 @@ pub struct Judgment {
     pub by: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
-}
-
-const SYSTEM: &str = "You extract durable facts from conversation turns for an agent's long-term memory. \
-Answer with JSON only, of the form {\"facts\": [{\"turn\": 1, \"subject\": \"...\", \"predicate\": \"...\", \
-\"object\": \"...\", \"confidence\": 0.9}]}. `turn` is the number of the turn that states the fact. Use the \
-speaker's name for \"I\" and \"me\". Skip small talk and questions. Predicates: ";
-
-/// Bounded everywhere: a constrained small model otherwise repeats items, or one string,
-/// until it runs out of tokens.
-fn schema(turns: usize) -> Value {
-    let text = |max: usize| json!({"type": "string", "minLength": 1, "maxLength": max});
-    json!({
-        "type": "object",
-        "required": ["facts"],
-        "properties": {"facts": {"type": "array", "maxItems": 2 * turns, "items": {
-            "type": "object",
-            "required": ["turn", "subject", "predicate", "object"],
-            "properties": {
-                "turn": {"type": "integer", "minimum": 1, "maximum": turns},
-                "subject": text(60), "predicate": text(30), "object": text(120),
-                "confidence": {"type": "number", "minimum": 0, "maximum": 1}
-            }
-        }}}
-    })
-}
-
-/// Most turns one model call reads.
-const TURNS_PER_CALL: usize = 24;
-
-/// One fact as the model proposed it, checked against the schema.
-struct Proposed {
-    turn: usize,
-    subject: String,
-    predicate: String,
-    object: String,
-    confidence: f32,
-}
-
-/// Reads the model's answer; any departure from the schema fails the whole answer, so that a
-/// half-understood reply never becomes memory.
-fn parse_answer(text: &str, turns: usize) -> std::result::Result<Vec<Proposed>, String> {
-    let trimmed = text.trim().trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```");
-    let value: Value =
-        serde_json::from_str(trimmed.trim()).map_err(|e| format!("the model's answer is not JSON ({e})"))?;
-    let facts = value.get("facts").and_then(Value::as_array).ok_or("the answer has no \"facts\" array")?;
-    facts
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let text = |key: &str| {
-                f.get(key)
-                    .and_then(Value::as_str)
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("facts[{i}].{key}: missing or not a non-empty string"))
-            };
-            let turn = f
-                .get("turn")
-                .and_then(Value::as_u64)
-                .filter(|t| (1..=turns as u64).contains(t))
-                .ok_or_else(|| format!("facts[{i}].turn: not a turn number from 1 to {turns}"))?;
-            let confidence = match f.get("confidence") {
-                None | Some(Value::Null) => 0.8,
-                Some(c) => c
-                    .as_f64()
-                    .filter(|c| (0.0..=1.0).contains(c))
-                    .ok_or_else(|| format!("facts[{i}].confidence: not a number from 0 to 1"))?
-                    as f32,
-            };
-            Ok(Proposed {
-                turn: turn as usize,
-                subject: text("subject")?,
-                predicate: text("predicate")?,
-                object: text("object")?,
-                confidence,
-            })
-        })
-        .collect()
-}
-
-/// The batch under construction, and the facts and entities it already knows of, where the
-/// ones it is adding carry negative ids (`-1` is the batch's first new memory).
-struct Plan {
-    batch: Consolidation,
-    known: Vec<Memory>,
-    now: Timestamp,
-}
-
-/// What the rules know of a group's objects: their embeddings, where an embedder is configured
-/// (near-duplicates that share no word, "NYC" and "New York City", are the same fact), and the
-/// similarities from which two are the same, or ambiguous.
-struct Rules {
-    objects: std::collections::HashMap<String, Vec<f32>>,
-    same_from: f64,
-    judge_from: f64,
-}
-
-impl Rules {
-    /// How `b` relates to `a` under a relation of `kind`.
-    fn relation(&self, kind: Kind, a: &str, b: &str) -> Relation {
-        let similarity = self.objects.get(a).zip(self.objects.get(b)).map(|(x, y)| cosine(x, y));
-        by_rule_for(kind, a, b, similarity, self.same_from, self.judge_from)
-    }
-}
-
-fn reference(id: MemoryId) -> MemoryRef {
-    if id.0 < 0 { MemoryRef::New((-id.0 - 1) as usize) } else { MemoryRef::Stored(id) }
-}
-
-impl Plan {
-    fn add(&mut self, memory: NewMemory) -> MemoryId {
-        self.batch.memories.push(memory.clone());
-        let id = MemoryId(-(self.batch.memories.len() as i64));
-        self.known.push(memory.with_id(id));
-        id
-    }
-
-    fn link(&mut self, src: MemoryId, dst: MemoryId, kind: EdgeKind, from: Timestamp) {
-        self.batch.edges.push(NewEdge {
-            src: reference(src),
-            dst: reference(dst),
-            kind,
-            weight: 1.0,
-            validity: Validity::from(from),
-            recorded_at: self.now,
-        });
-    }
-
-    /// The entity named `name` in `scope`, found or added.
-    fn entity(&mut self, name: &str, scope: &Scope, at: Timestamp, report: &mut CycleReport) -> MemoryId {
-        let key = normalize(name);
-        let found = self.known.iter().find(|m| matches!(&m.body, Body::Entity { name, .. } if normalize(name) == key));
-        if let Some(m) = found {
-            return m.id;
-        }
-        report.entities_added += 1;
-        self.add(NewMemory {
-            scope: scope.clone(),
-            text: name.to_owned(),
-            event_time: at,
-            recorded_at: self.now,
-            validity: Validity::from(at),
-            meta: serde_json::Map::new(),
-            body: Body::Entity { name: name.to_owned(), entity_type: None },
-        })
-    }
-
-    /// Files the statements a cycle read about one subject and predicate into the timeline of
-    /// that key's stored facts ([`reconcile`]): new facts, stored ones revised (validity,
-    /// confidence), sources added or moved, `supersedes` edges between the facts that follow
-    /// each other.
-    fn file(
-        &mut self,
-        stored: &[StoredFact],
-        statements: Vec<(Candidate, &'static str)>,
-        relate: &dyn Fn(&str, &str) -> Verdict,
-        scope: &Scope,
-        report: &mut CycleReport,
-    ) {
-        let Some((first, _)) = statements.first() else { return };
-        let (subject, shown, predicate) = (first.subject.clone(), first.subject_shown.clone(), first.predicate.clone());
-        let new: Vec<Statement> = statements
-            .iter()
-            .map(|(c, origin)| Statement {
-                source: c.source,
-                said_at: c.said_at,
-                object: c.object.clone(),
-                confidence: c.confidence,
-                origin: (*origin).to_owned(),
-                wording: c.wording.clone(),
-            })
-            .collect();
-        let timeline = reconcile(relations::is_functional(&predicate), stored, &new, relate);
-        let mut ids = Vec::with_capacity(timeline.segments.len());
-        for segment in &timeline.segments {
-            report.facts_merged += segment.joined;
-            let id = match segment.fact.and_then(|id| stored.iter().find(|f| f.id == id)) {
-                Some(before) => {
-                    let from = (segment.validity.valid_from != before.validity.valid_from)
-                        .then_some(segment.validity.valid_from);
-                    let confidence =
-                        ((segment.confidence - before.confidence).abs() > 1e-6).then_some(segment.confidence);
-                    if from.is_some()
-                        || confidence.is_some()
-                        || segment.validity.valid_until != before.validity.valid_until
-                    {
-                        self.batch.revisions.push(Revision {
-                            id: before.id,
-                            valid_from: from,
-                            valid_until: segment.validity.valid_until,
-                            confidence,
-                        });
-                    }
-                    before.id
-                }
-                None => {
-                    let mut meta = serde_json::Map::new();
-                    meta.insert("origin".into(), Value::from(segment.origin.clone()));
-                    report.facts_added += 1;
-                    if segment.validity.valid_until.is_some() {
-                        report.facts_historical += 1;
-                    }
-                    let id = self.add(NewMemory {
-                        scope: scope.clone(),
-                        text: segment.wording.clone().unwrap_or_else(|| fact_text(&shown, &predicate, &segment.object)),
-                        event_time: segment.validity.valid_from,
-                        recorded_at: self.now,
-                        validity: segment.validity,
-                        meta,
-                        body: Body::Fact {
-                            subject: subject.clone(),
-                            predicate: predicate.clone(),
-                            object: segment.object.clone(),
-                            confidence: segment.confidence,
-                        },
-                    });
-                    // A fact about a named thing joins that thing's node.
-                    let subject_is_entity = self
-                        .known
-                        .iter()
-                        .any(|m| matches!(&m.body, Body::Entity { name, .. } if normalize(name) == subject));
-                    if subject_is_entity {
-                        let entity = self.entity(&shown, scope, segment.validity.valid_from, report);
-                        self.link(id, entity, EdgeKind::Entity, segment.validity.valid_from);
-                    }
-                    id
-                }
-            };
-            let had: Vec<MemoryId> =
-                stored.iter().filter(|f| f.id == id).flat_map(|f| f.sources.iter().map(|s| s.0)).collect();
-            for (source, said_at) in &segment.sources {
-                if !had.contains(source) {
-                    self.link(id, *source, EdgeKind::DerivedFrom, *said_at);
-                }
-            }
-            ids.push(id);
-        }
-        for (i, segment) in timeline.segments.iter().enumerate() {
-            let Some(j) = segment.replaces else { continue };
-            let (newer, older) = (ids[i], ids[j]);
-            let linked = stored.iter().any(|f| f.id == newer && f.supersedes.contains(&older));
-            if !linked {
-                report.facts_superseded += 1;
-                self.link(newer, older, EdgeKind::Supersedes, segment.validity.valid_from);
-            }
-        }
-        self.batch
-            .unlinked
-            .extend(timeline.moved.iter().map(|(fact, episode)| (*fact, *episode, EdgeKind::DerivedFrom)));
-        self.batch
-            .unlinked
-            .extend(timeline.unlinked.iter().map(|(newer, older)| (*newer, *older, EdgeKind::Supersedes)));
-    }
 }
 
 /// The stored facts of one subject and predicate among `known`, each with its statements and
@@ -404,6 +162,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
     }
     let mut calls_left = if parts.llm.is_some() { config.llm_calls } else { 0 };
     let mut judgments_left = if parts.llm.is_some() { config.judge_calls } else { 0 };
+    let mut refiled = Vec::new();
     for ((user, agent), episodes) in groups {
         let scope = Scope { user, agent, session: None };
         let mut candidates: Vec<(Candidate, &'static str)> = Vec::new();
@@ -440,6 +199,11 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
                 for_model.push(e);
             }
         }
+        // Statements in words stored before they were read are filed again by the one rule.
+        let (statements, legacy) = refile::legacy_statements(parts, &scope).await?;
+        report.facts_refiled += legacy.len();
+        candidates.extend(statements);
+        refiled.extend(legacy);
         // The model reads what rules could not, within the cycle's call budget.
         let mut chunks = for_model.chunks(TURNS_PER_CALL);
         for chunk in chunks.by_ref() {
@@ -538,6 +302,7 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
     if report.episodes_seen > 0 || !plan.batch.memories.is_empty() {
         store.apply(plan.batch).await?;
     }
+    refile::forget_refiled(parts, refiled, now).await?;
     Ok(report)
 }
 
@@ -567,405 +332,6 @@ async fn embed_objects(
         Err(error) => {
             tracing::warn!(%error, "embedding facts for near-duplicates failed; rules alone decide this cycle");
             std::collections::HashMap::new()
-        }
-    }
-}
-
-/// A batch reference as the plan's id: stored ids as they are, new memories negative.
-fn plan_id(r: MemoryRef) -> MemoryId {
-    match r {
-        MemoryRef::Stored(id) => id,
-        MemoryRef::New(i) => MemoryId(-(i as i64) - 1),
-    }
-}
-
-/// The dialectic over the observations about the user (`U-` tags) this cycle touched: each
-/// one's stage from its distinct supporting episodes (stored and new), its confidence raised to
-/// match, and a verified one, still current, copied once into core memory (`derived_from` it).
-async fn dialectic(parts: &Parts, plan: &mut Plan, report: &mut CycleReport) -> Result<()> {
-    use atlas_domain::policy::dialectic::{Stage, confidence, enters_core, stage};
-    let mut support: BTreeMap<MemoryId, std::collections::BTreeSet<MemoryId>> = BTreeMap::new();
-    for e in plan.batch.edges.iter().filter(|e| e.kind == EdgeKind::DerivedFrom) {
-        support.entry(plan_id(e.src)).or_default().insert(plan_id(e.dst));
-    }
-    let stored_ids: Vec<MemoryId> = support.keys().copied().filter(|id| id.0 > 0).collect();
-    let stored: BTreeMap<MemoryId, Memory> =
-        parts.store.get_many(stored_ids).await?.into_iter().map(|m| (m.id, m)).collect();
-    let is_observation = |m: &serde_json::Map<String, Value>| m.get("origin").and_then(Value::as_str) == Some("tag:U");
-    for (fact, mut sources) in support {
-        let (memory, current) = match reference(fact) {
-            MemoryRef::New(i) => {
-                let m = &plan.batch.memories[i];
-                (m.clone().with_id(fact), m.validity.valid_until.is_none())
-            }
-            MemoryRef::Stored(id) => match stored.get(&id) {
-                Some(m) => (m.clone(), m.validity.valid_until.is_none()),
-                None => continue,
-            },
-        };
-        if !is_observation(&memory.meta) || !matches!(memory.body, Body::Fact { .. }) {
-            continue;
-        }
-        let mut promoted = false;
-        if fact.0 > 0 {
-            let edges = parts.store.edges_of(fact).await?;
-            sources.extend(edges.iter().filter(|e| e.kind == EdgeKind::DerivedFrom && e.src == fact).map(|e| e.dst));
-            let derived: Vec<MemoryId> =
-                edges.iter().filter(|e| e.kind == EdgeKind::DerivedFrom && e.dst == fact).map(|e| e.src).collect();
-            promoted = parts.store.get_many(derived).await?.iter().any(|m| matches!(m.body, Body::Core { .. }));
-        }
-        let reached = stage(sources.len());
-        match reached {
-            Stage::Observation => report.user_observations += 1,
-            Stage::Hypothesis => report.user_hypotheses += 1,
-            Stage::Verified => report.user_verified += 1,
-        }
-        let belief = confidence(reached);
-        match reference(fact) {
-            MemoryRef::New(i) => {
-                if let Body::Fact { confidence, .. } = &mut plan.batch.memories[i].body {
-                    *confidence = confidence.max(belief);
-                }
-            }
-            MemoryRef::Stored(id) => {
-                let revised = plan.batch.revisions.iter().any(|r| r.id == id);
-                let below = matches!(memory.body, Body::Fact { confidence, .. } if confidence < belief);
-                if current && below && !revised {
-                    plan.batch.revisions.push(Revision {
-                        id,
-                        valid_from: None,
-                        valid_until: None,
-                        confidence: Some(belief),
-                    });
-                }
-            }
-        }
-        if enters_core(reached) && current && !promoted {
-            report.core_added += 1;
-            let mut meta = serde_json::Map::new();
-            meta.insert("origin".into(), Value::from("dialectic"));
-            let core = plan.add(NewMemory {
-                scope: Scope { session: None, ..memory.scope.clone() },
-                text: memory.text.clone(),
-                event_time: plan.now,
-                recorded_at: plan.now,
-                validity: Validity::from(plan.now),
-                meta,
-                body: Body::Core { category: "user_profile".into() },
-            });
-            plan.link(core, fact, EdgeKind::DerivedFrom, plan.now);
-        }
-    }
-    Ok(())
-}
-
-const SUMMARY_SYSTEM: &str = "You summarise one conversation session for an agent's long-term memory, in at \
-most three sentences: who took part, what was decided, learned or planned, and what was left open. Answer with \
-JSON only: {\"summary\": \"...\"}.";
-
-/// Most characters of a session the model reads (its last turns when longer).
-const SUMMARY_INPUT_CHARS: usize = 12_000;
-
-/// Characters an extractive summary may quote.
-const EXTRACTIVE_CHARS: usize = 600;
-
-/// Adds the summary of a closed session to the plan: the model's, when one is configured and
-/// the cycle's budget allows (a session waits otherwise; a failed call falls back to the
-/// extractive summary), or an extractive one. It is `derived_from` every turn and supersedes
-/// the session's older summary.
-async fn summarise(
-    parts: &Parts,
-    session: atlas_domain::ports::ClosedSession,
-    plan: &mut Plan,
-    report: &mut CycleReport,
-    calls_left: &mut usize,
-) {
-    use atlas_domain::policy::summary::{Turn, extractive};
-    let Some(last) = session.turns.last() else { return };
-    let said_at = last.event_time;
-    let mut written: Option<(String, &str)> = None;
-    if let Some(llm) = &parts.llm {
-        if *calls_left == 0 {
-            report.summaries_deferred += 1;
-            return;
-        }
-        *calls_left -= 1;
-        report.llm_calls += 1;
-        let mut lines: Vec<String> = Vec::new();
-        let mut size = 0;
-        for turn in session.turns.iter().rev() {
-            let line = format!("[{}] {}", turn.event_time.to_rfc3339(), atlas_domain::policy::embedding::line(turn));
-            size += line.len() + 1;
-            if size > SUMMARY_INPUT_CHARS && !lines.is_empty() {
-                break;
-            }
-            lines.push(line);
-        }
-        lines.reverse();
-        let request = LlmRequest {
-            system: SUMMARY_SYSTEM.into(),
-            prompt: lines.join("\n"),
-            json_schema: Some(json!({
-                "type": "object", "required": ["summary"],
-                "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 600}}
-            })),
-        };
-        match llm.complete(request).await {
-            Ok(answer) => {
-                report.input_tokens += answer.input_tokens;
-                report.output_tokens += answer.output_tokens;
-                report.cost_usd += answer.cost;
-                let text = serde_json::from_str::<Value>(answer.text.trim())
-                    .ok()
-                    .and_then(|v| v.get("summary").and_then(Value::as_str).map(str::trim).map(str::to_owned))
-                    .filter(|s| !s.is_empty());
-                match text {
-                    Some(text) => written = Some((text, "llm")),
-                    None => {
-                        tracing::warn!("the model's summary is not {{\"summary\": text}}; an extractive one is kept")
-                    }
-                }
-            }
-            Err(error) => tracing::warn!(%error, "summary call failed; an extractive summary is kept"),
-        }
-    }
-    let (text, origin) = match written {
-        Some(w) => w,
-        None => {
-            let turns: Vec<Turn<'_>> =
-                session.turns.iter().map(|t| Turn { speaker: t.body.speaker(), text: &t.text }).collect();
-            (extractive(&turns, EXTRACTIVE_CHARS), "extractive")
-        }
-    };
-    if text.is_empty() {
-        return;
-    }
-    let name = session.scope.session.clone().unwrap_or_default();
-    let mut meta = serde_json::Map::new();
-    meta.insert("origin".into(), Value::from(origin));
-    let summary = plan.add(NewMemory {
-        scope: session.scope.clone(),
-        text,
-        event_time: said_at,
-        recorded_at: plan.now,
-        validity: Validity::from(said_at),
-        meta,
-        body: Body::Summary { session: name, turns: session.turns.len() as u32 },
-    });
-    report.summaries_added += 1;
-    for turn in &session.turns {
-        plan.link(summary, turn.id, EdgeKind::DerivedFrom, said_at);
-        // Provenance, not association: recall's graph walk does not pass through a summary
-        // from one turn of its session to all the others (the temporal walk relates turns).
-        plan.batch.edges.last_mut().expect("just linked").weight = 0.0;
-    }
-    if let Some(previous) = session.previous {
-        plan.batch.revisions.push(Revision {
-            id: previous,
-            valid_from: None,
-            valid_until: Some(said_at),
-            confidence: None,
-        });
-        plan.link(summary, previous, EdgeKind::Supersedes, said_at);
-    }
-}
-
-/// One model call over `turns`; the facts it proposed as candidates, or why it failed.
-async fn extract(
-    parts: &Parts,
-    turns: &[&Memory],
-    report: &mut CycleReport,
-) -> std::result::Result<Vec<(Candidate, &'static str)>, String> {
-    let llm = parts.llm.as_ref().expect("only called with a model");
-    let vocabulary = relations::vocabulary().collect::<Vec<_>>().join(", ");
-    let prompt = turns
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            format!("{}. [{}] {}", i + 1, e.event_time.to_rfc3339(), atlas_domain::policy::embedding::line(e))
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let request =
-        LlmRequest { system: format!("{SYSTEM}{vocabulary}."), prompt, json_schema: Some(schema(turns.len())) };
-    report.llm_calls += 1;
-    let answer = llm.complete(request).await.map_err(|e| e.to_string())?;
-    report.input_tokens += answer.input_tokens;
-    report.output_tokens += answer.output_tokens;
-    report.cost_usd += answer.cost;
-    let proposed = parse_answer(&answer.text, turns.len())?;
-    let mut out = Vec::new();
-    for p in proposed {
-        let episode = turns[p.turn - 1];
-        let speaker = episode.body.speaker().unwrap_or("user");
-        let subject = match p.subject.to_lowercase().as_str() {
-            "i" | "me" | "myself" => speaker.to_owned(),
-            _ => p.subject,
-        };
-        // The one rule keys it: a predicate of the table, or words it can read.
-        let Some(keyed) = key_fact(&subject, &p.predicate, &p.object, speaker) else {
-            report.predicates_rejected += 1;
-            continue;
-        };
-        out.push((
-            Candidate {
-                subject: keyed.subject,
-                subject_shown: keyed.subject_shown,
-                predicate: keyed.predicate,
-                object: keyed.object,
-                confidence: p.confidence,
-                source: episode.id,
-                said_at: episode.event_time,
-                wording: keyed.wording,
-            },
-            "llm",
-        ));
-    }
-    Ok(out)
-}
-
-/// The sleep cycle in the background of a long-lived process (a server, an agent's host): it
-/// runs after every `every` new episodes, after `idle_secs` without one when some wait, and at
-/// the end of a session. A CLI process is too short-lived and runs `atlas consolidate` instead.
-pub(crate) struct Sleeper {
-    shared: Arc<SleepShared>,
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-#[derive(Default)]
-struct SleepShared {
-    new_episodes: AtomicUsize,
-    wake: Notify,
-    /// A session ended: the next cycle closes (summarises) every session.
-    ending: std::sync::atomic::AtomicBool,
-}
-
-impl Sleeper {
-    pub fn new() -> Self {
-        Sleeper { shared: Arc::new(SleepShared::default()), task: std::sync::Mutex::new(None) }
-    }
-
-    /// Counts `n` new episodes; wakes the cycle once `every` have come in.
-    pub fn written(&self, n: usize, every: usize) {
-        let total = self.shared.new_episodes.fetch_add(n, Ordering::SeqCst) + n;
-        if every > 0 && total >= every {
-            self.shared.wake.notify_one();
-        }
-    }
-
-    pub fn session_ended(&self) {
-        self.shared.ending.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_one();
-    }
-
-    /// Starts the task once; later calls do nothing.
-    pub fn start(
-        &self,
-        parts: Arc<Parts>,
-        config: ConsolidationConfig,
-        decay_every_hours: f64,
-        bank_dir: Option<std::path::PathBuf>,
-    ) {
-        let mut task = self.task.lock().expect("sleeper lock");
-        if task.is_some() {
-            return;
-        }
-        let shared = Arc::clone(&self.shared);
-        *task = Some(tokio::spawn(async move {
-            let idle = std::time::Duration::from_secs(config.idle_secs.max(1));
-            let mut last_decay: Option<std::time::Instant> = None;
-            loop {
-                let woken = tokio::select! {
-                    () = shared.wake.notified() => true,
-                    () = tokio::time::sleep(idle) => false,
-                };
-                if !woken && shared.new_episodes.load(Ordering::SeqCst) == 0 {
-                    continue;
-                }
-                shared.new_episodes.store(0, Ordering::SeqCst);
-                let ending = shared.ending.swap(false, Ordering::SeqCst);
-                let config = ConsolidationConfig {
-                    session_idle_secs: if ending { 0 } else { config.session_idle_secs },
-                    ..config.clone()
-                };
-                // Full batches follow each other; a cycle that deferred or failed anything
-                // waits for the next occasion, so a model's budget is never run through.
-                loop {
-                    let outcome = run_cycle(&parts, &config, crate::now()).await;
-                    if outcome.is_ok()
-                        && let Some(dir) = &bank_dir
-                    {
-                        match crate::bank::write(&parts, dir).await {
-                            Ok(written) => {
-                                for s in &written.skipped {
-                                    tracing::warn!(bank = %dir.display(), path = %s.path, reason = %s.reason, "the bank left a file alone");
-                                }
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, bank = %dir.display(), "writing the bank after a sleep cycle failed; the next cycle writes it whole")
-                            }
-                        }
-                    }
-                    match outcome {
-                        Ok(r) if r.episodes_seen >= config.batch && r.deferred == 0 && r.failed == 0 => continue,
-                        Ok(_) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "background consolidation failed; it runs again at the next occasion");
-                            break;
-                        }
-                    }
-                }
-                let due = decay_every_hours > 0.0
-                    && last_decay.is_none_or(|t| t.elapsed().as_secs_f64() >= decay_every_hours * 3600.0);
-                if due {
-                    last_decay = Some(std::time::Instant::now());
-                    match crate::forgetting::decay_pass(parts.store.as_ref(), crate::now()).await {
-                        Ok(r) => tracing::info!(soft_deleted = r.ids.len(), "decay pass"),
-                        Err(e) => tracing::warn!(error = %e, "background decay pass failed; it runs again later"),
-                    }
-                }
-            }
-        }));
-    }
-}
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.lock().expect("sleeper lock").take() {
-            task.abort();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn answers_outside_the_schema_fail_whole() {
-        assert!(parse_answer("not json", 2).is_err());
-        assert!(parse_answer("{\"facts\": {}}", 2).is_err());
-        assert!(
-            parse_answer(
-                "{\"facts\": [{\"turn\": 3, \"subject\": \"a\", \"predicate\": \"b\", \"object\": \"c\"}]}",
-                2
-            )
-            .is_err()
-        );
-        assert!(
-            parse_answer("{\"facts\": [{\"turn\": 1, \"subject\": \"\", \"predicate\": \"b\", \"object\": \"c\"}]}", 2)
-                .is_err()
-        );
-        let ok = parse_answer("```json\n{\"facts\": [{\"turn\": 2, \"subject\": \"Ann\", \"predicate\": \"prefers\", \"object\": \"Rust\", \"confidence\": 0.7}]}\n```", 2).unwrap();
-        assert_eq!((ok[0].turn, ok[0].object.as_str(), ok[0].confidence), (2, "Rust", 0.7));
-    }
-
-    proptest! {
-        #![proptest_config(atlas_testing::proptest_config(256))]
-        #[test]
-        fn the_answer_parser_never_panics(text in "\\PC{0,300}", turns in 0usize..5) {
-            let _ = parse_answer(&text, turns);
         }
     }
 }

@@ -26,8 +26,8 @@ impl Atlas {
     /// Replaces memory `id`'s text with `text`: a new memory of the same kind, scope, speaker
     /// and metadata supersedes it (its validity ends now, and `explain` shows both ends of the
     /// change), in one write. What was said is never rewritten in place: an episode revised is
-    /// a correction recorded beside it. Only episodes and facts are revised; a fact keeps its
-    /// subject and predicate and takes `text` as its object. `meta`, when given, replaces the
+    /// a correction recorded beside it. Only episodes and facts are revised; a fact takes `text`
+    /// as its object, or, when `text` states its relation in words, the value it states. `meta`, when given, replaces the
     /// metadata the new version inherits.
     pub async fn revise(
         &self,
@@ -49,12 +49,16 @@ impl Atlas {
         }
         let body = match &old.body {
             Body::Episode { speaker } => Body::Episode { speaker: speaker.clone() },
-            Body::Fact { subject, predicate, confidence, .. } => Body::Fact {
-                subject: subject.clone(),
-                predicate: predicate.clone(),
-                object: text.clone(),
-                confidence: *confidence,
-            },
+            Body::Fact { subject, predicate, confidence, .. } => {
+                // The one rule: "Frank lives in Munich" revises `lives_in` to Munich.
+                let keyed = atlas_domain::policy::reading::revised_fact(subject, predicate, &text);
+                Body::Fact {
+                    subject: keyed.subject,
+                    predicate: keyed.predicate,
+                    object: keyed.object,
+                    confidence: *confidence,
+                }
+            }
             other => {
                 return Err(AtlasError::invalid(
                     format!("memory {id}"),

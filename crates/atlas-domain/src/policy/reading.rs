@@ -73,6 +73,22 @@ pub fn key_fact(subject: &str, predicate: &str, object: &str, speaker: &str) -> 
     }
 }
 
+/// The fact a revision of (`subject`, `predicate`) to `text` states: `text` read by the one
+/// rule when it states a relation of the same subject and predicate, or when the revised fact
+/// was a statement in words (`fact`); otherwise `text` is the new object under the same key.
+pub fn revised_fact(subject: &str, predicate: &str, text: &str) -> KeyedFact {
+    let read = key_fact(subject, "fact", text, subject).filter(|k| {
+        k.predicate != "fact" && (predicate == "fact" || (k.subject == normalize(subject) && k.predicate == predicate))
+    });
+    read.unwrap_or_else(|| KeyedFact {
+        subject: subject.to_owned(),
+        subject_shown: subject.to_owned(),
+        predicate: predicate.to_owned(),
+        object: text.to_owned(),
+        wording: None,
+    })
+}
+
 /// Words that stand for the speaker.
 const FIRST_PERSON: &[&str] = &["i"];
 
@@ -414,6 +430,21 @@ mod tests {
         let by_words = key_fact("Frank", "relocated to", "Oslo", "user").unwrap();
         assert_eq!((by_words.predicate.as_str(), by_words.object.as_str()), ("lives_in", "Oslo"));
         assert_eq!(key_fact("Frank", "teleported_to", "Mars", "user"), None);
+    }
+
+    #[test]
+    fn a_revision_in_words_keeps_the_key_it_states() {
+        let moved = revised_fact("frank", "lives_in", "Frank lives in Munich");
+        assert_eq!((moved.predicate.as_str(), moved.object.as_str()), ("lives_in", "Munich"));
+        let plain = revised_fact("frank", "lives_in", "Munich");
+        assert_eq!(
+            (plain.subject.as_str(), plain.predicate.as_str(), plain.object.as_str()),
+            ("frank", "lives_in", "Munich")
+        );
+        let world = revised_fact("world", "fact", "Frank works at Acme");
+        assert_eq!((world.subject.as_str(), world.predicate.as_str()), ("frank", "works_at"));
+        let other = revised_fact("frank", "lives_in", "Frank works at Acme");
+        assert_eq!((other.predicate.as_str(), other.object.as_str()), ("lives_in", "Frank works at Acme"));
     }
 
     proptest! {

@@ -107,3 +107,62 @@ async fn the_conflict_suite_on_the_local_model() {
         .collect();
     assert!(rules_decided.is_empty(), "what rules decide does not depend on the model:\n{}", rules_decided.join("\n"));
 }
+
+/// A space from before facts in words were read holds them under `world` / `fact`, both
+/// current. The next cycle of their user files their statements again under the relation (the
+/// newer value supersedes the older), forgets the old records softly, and a cycle after it
+/// doubles nothing.
+#[tokio::test]
+async fn facts_in_words_stored_before_the_rule_are_filed_again() {
+    use atlas_domain::{Body, NewMemory, Scope, Validity};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("atlas.db");
+    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+    let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store.clone());
+    let atlas = Atlas::from_parts(parts, Config { db, ..Config::default() }).await.unwrap();
+    let scope = Scope { user: Some("legacy".into()), agent: None, session: None };
+    let legacy = |text: &str, day: i64| NewMemory {
+        body: Body::Fact { subject: "world".into(), predicate: "fact".into(), object: text.into(), confidence: 1.0 },
+        validity: Validity::from(said_on(day)),
+        ..NewMemory::episode(text, scope.clone(), None, said_on(day), said_on(day))
+    };
+    use atlas_domain::ports::MemoryStore;
+    let old =
+        store.insert(vec![legacy("Frank lives in Berlin", 3), legacy("Frank lives in Vienna", 9)], None).await.unwrap();
+    let turn = |text: &str, day: i64| Remember {
+        text: text.into(),
+        speaker: Some("user".into()),
+        scope: Scope { session: Some("s".into()), ..scope.clone() },
+        time: Some(said_on(day)),
+        ..Remember::default()
+    };
+    atlas.remember(turn("planning the trip to see Frank next month", 20)).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!(report.facts_refiled, 2, "{report:?}");
+    let facts = store.known(vec!["frank".into(), "world".into()], Vec::new(), scope.clone()).await.unwrap();
+    let live = |facts: &[atlas_domain::Memory]| -> Vec<(String, bool)> {
+        let mut v: Vec<(String, bool)> = facts
+            .iter()
+            .filter(|m| !m.lifecycle.is_deleted())
+            .map(|m| (m.text.clone(), m.validity.valid_until.is_none()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        live(&facts),
+        [("Frank lives in Berlin".to_owned(), false), ("Frank lives in Vienna".to_owned(), true)],
+        "{facts:#?}"
+    );
+    let berlin = facts.iter().find(|m| m.text.contains("Berlin") && !m.lifecycle.is_deleted()).unwrap();
+    assert_eq!(berlin.validity.valid_until, Some(said_on(9)));
+    for id in &old {
+        let m = store.get(*id).await.unwrap().unwrap();
+        assert!(m.lifecycle.is_deleted(), "the old record is forgotten softly: {m:?}");
+    }
+    atlas.remember(turn("Frank says hi", 21)).await.unwrap();
+    let again = atlas.consolidate().await.unwrap();
+    assert_eq!((again.facts_refiled, again.facts_added), (0, 0), "{again:?}");
+    let after = store.known(vec!["frank".into(), "world".into()], Vec::new(), scope).await.unwrap();
+    assert_eq!(live(&after), live(&facts));
+}

@@ -1,6 +1,7 @@
 //! A person's edits of the current lines, as changes to the space.
 
 use super::*;
+use crate::policy::consolidation::normalize;
 use crate::policy::limits::validate;
 
 /// What a sync changes: edited lines become new versions, removed lines are forgotten, new
@@ -49,7 +50,9 @@ fn states(memory: &Memory, s: &Stated) -> bool {
     }
     match &memory.body {
         Body::Fact { subject, predicate, object, .. } => {
-            *subject == s.subject && *predicate == s.label && *object == s.value
+            let line = keyed_line(s);
+            (*subject == s.subject && *predicate == s.label && *object == s.value)
+                || (normalize(subject) == line.subject && *predicate == line.predicate && *object == line.object)
         }
         Body::Core { category } => *category == s.label && memory.text == s.value,
         _ => false,
@@ -122,6 +125,13 @@ pub fn plan_sync(bank: &Bank, space: SyncSpace<'_>, now: Timestamp) -> Result<Sy
             {
                 continue;
             }
+            // A new value of a relation with one value at a time is a new version of the
+            // current fact, which it supersedes: the same rule as the sleep cycle's.
+            if let Some(old) = superseded_by_line(&current, &memory, &plan) {
+                shown.insert(old);
+                plan.edited.push((old, memory));
+                continue;
+            }
             plan.added.push((memory, s.entity));
             continue;
         };
@@ -185,10 +195,66 @@ fn stated_memory(s: &Stated, old: Option<&Memory>, now: Timestamp) -> NewMemory 
                 Some(Body::Fact { subject, confidence, .. }) => (subject.clone(), *confidence),
                 _ => (s.subject.clone(), 1.0),
             };
-            let text = fact_text(&subject, &s.label, &s.value);
-            let body = Body::Fact { subject, predicate: s.label.clone(), object: s.value.clone(), confidence };
+            let body;
+            let text;
+            if old.is_some() {
+                text = fact_text(&subject, &s.label, &s.value);
+                body = Body::Fact { subject, predicate: s.label.clone(), object: s.value.clone(), confidence };
+            } else {
+                // A line a person added is keyed by the one rule ("fact: Frank lives in Vienna").
+                let line = keyed_line(s);
+                text = line.text;
+                body = Body::Fact { subject: line.subject, predicate: line.predicate, object: line.object, confidence };
+            }
             (body, text, old.map_or(s.scope.clone(), |o| o.scope.clone()))
         }
     };
     NewMemory { scope, text, event_time: now, recorded_at: now, validity: Validity::from(now), meta, body }
+}
+
+/// A fact line as the one rule (`policy::reading::key_fact`) keys it, with its text.
+struct KeyedLine {
+    subject: String,
+    predicate: String,
+    object: String,
+    text: String,
+}
+
+fn keyed_line(s: &Stated) -> KeyedLine {
+    match crate::policy::reading::key_fact(&s.subject, &s.label, &s.value, "user") {
+        Some(k) => KeyedLine {
+            text: k.wording.unwrap_or_else(|| fact_text(&k.subject_shown, &k.predicate, &k.object)),
+            subject: k.subject,
+            predicate: k.predicate,
+            object: k.object,
+        },
+        None => KeyedLine {
+            subject: s.subject.clone(),
+            predicate: s.label.clone(),
+            object: s.value.clone(),
+            text: fact_text(&s.subject, &s.label, &s.value),
+        },
+    }
+}
+
+/// The current fact of the same owner, subject and relation that `memory`, a fact added by a
+/// line, supersedes: only under a relation with one value at a time, and only one that no
+/// other line of this sync edits already.
+fn superseded_by_line(current: &HashMap<MemoryId, &Memory>, memory: &NewMemory, plan: &SyncPlan) -> Option<MemoryId> {
+    let Body::Fact { subject, predicate, object, .. } = &memory.body else { return None };
+    if !crate::policy::relations::is_functional(predicate) {
+        return None;
+    }
+    let mut found: Vec<MemoryId> = current
+        .values()
+        .filter(|m| owner_of(&m.scope) == owner_of(&memory.scope))
+        .filter(|m| {
+            matches!(&m.body, Body::Fact { subject: s, predicate: p, object: o, .. }
+                if normalize(s) == *subject && p == predicate && o != object)
+        })
+        .map(|m| m.id)
+        .filter(|id| !plan.edited.iter().any(|(edited, _)| edited == id))
+        .collect();
+    found.sort();
+    found.pop()
 }

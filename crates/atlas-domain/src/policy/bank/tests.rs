@@ -258,6 +258,37 @@ fn removed_and_added_lines_become_forgettings_and_facts() {
 }
 
 #[test]
+fn an_added_line_with_a_new_value_of_a_one_value_relation_supersedes_the_current_fact() {
+    let items = space(&["Vienna".into()], &["lives_in".into()], None);
+    let files = render(&items);
+    let page = files.iter().find(|f| f.path == "everyone/entities/Caroline.md").expect("Caroline's page");
+    let edit = |line: &str| -> Vec<BankFile> {
+        let text = page.text.replace("## Now\n\n", &format!("## Now\n\n{line}\n"));
+        files
+            .iter()
+            .map(|f| BankFile {
+                path: f.path.clone(),
+                text: if f.path == page.path { text.clone() } else { f.text.clone() },
+            })
+            .collect()
+    };
+    // "lives_in: Oslo" beside "lives_in: Vienna ^10": Oslo is the new version of fact 10.
+    let plan = plan_sync(&parse(&edit("- lives_in: Oslo")).unwrap(), &current(&items), t(50_000)).unwrap();
+    assert!(plan.added.is_empty() && plan.removed.is_empty(), "{plan:?}");
+    let (old, new) = &plan.edited[0];
+    assert_eq!(*old, MemoryId(10));
+    assert!(matches!(&new.body, Body::Fact { predicate, object, .. } if predicate == "lives_in" && object == "Oslo"));
+    // A statement in words on the page is read by the same rule.
+    let plan =
+        plan_sync(&parse(&edit("- fact: Caroline moved to Lisbon")).unwrap(), &current(&items), t(50_000)).unwrap();
+    assert_eq!(plan.edited.len(), 1, "{plan:?}");
+    assert_eq!(plan.edited[0].1.text, "Caroline moved to Lisbon");
+    // A value that adds up is added beside the others.
+    let plan = plan_sync(&parse(&edit("- likes: jazz")).unwrap(), &current(&items), t(50_000)).unwrap();
+    assert!(plan.edited.is_empty() && plan.added.len() == 1, "{plan:?}");
+}
+
+#[test]
 fn a_fact_learned_after_the_bank_was_written_is_left_alone() {
     let mut items = space(&["Vienna".into()], &["lives_in".into()], None);
     let files = render(&items);
