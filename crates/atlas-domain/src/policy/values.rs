@@ -1,6 +1,6 @@
 //! The values a statement states, so that two statements are the same fact only when they agree
 //! on every one: numbers (with decimals, versions, number words), quantities with their units,
-//! codes (`phase B`, `v2`, `Q3`), proper names, places, days and months (capitalised words),
+//! codes (`phase B`, `v2`, `Q3`, e-mail addresses and links), proper names, places, days and months (capitalised words),
 //! state words (`on` / `off`, `green` / `red`, `done` / `pending`) and negation (`not`, `no
 //! longer`). Embedding similarity puts "version 1.2" and "version 1.3", "Berlin" and "Vienna"
 //! close together; it may merge paraphrases ("NYC" and "New York City", "two cats" and "2
@@ -180,6 +180,11 @@ fn tokens(text: &str) -> Vec<Token> {
     for raw in text.split_whitespace() {
         let trimmed =
             raw.trim_matches(|c: char| !(c.is_alphanumeric() || c == '%' || c == '$' || c == '€' || c == '£'));
+        // An e-mail address or a link stays whole: it is one value.
+        if trimmed.contains('@') || trimmed.contains("://") {
+            out.push(Token { text: trimmed.to_owned(), first: out.is_empty() });
+            continue;
+        }
         // "don't" and "isn't" negate: split the "n't" off as its own word.
         let (word, negated) = match trimmed.to_lowercase().strip_suffix("n't") {
             Some(stem) if !stem.is_empty() => (trimmed[..stem.len()].to_owned(), true),
@@ -264,6 +269,12 @@ pub fn values(text: &str) -> Values {
             flush(&mut run, &mut v);
             continue;
         }
+        // An e-mail address or a link is a value of its own, whole.
+        if lower.contains('@') || lower.contains("://") {
+            v.codes.insert(lower);
+            flush(&mut run, &mut v);
+            continue;
+        }
         if NEGATIONS.contains(&lower.as_str()) {
             v.negated = true;
         }
@@ -338,6 +349,8 @@ mod tests {
             ("version 1.2 deployed", "version 1.3 deployed"),
             ("Berlin", "Vienna"),
             ("lives in Berlin", "lives in Vienna"),
+            ("ann@old.example", "ann@new.example"),
+            ("https://old.example/docs", "https://new.example/docs"),
             ("owner is Bob", "owner is Carol"),
             ("status green", "status red"),
             ("the feature flag is on", "the feature flag is off"),
