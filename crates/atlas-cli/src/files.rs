@@ -143,7 +143,7 @@ pub(crate) async fn docs(atlas: &Atlas, action: DocsAction, json: bool) -> Resul
 pub(crate) async fn export_cypher(atlas: &Atlas, out: Option<PathBuf>) -> Result<()> {
     let exported = match &out {
         Some(path) => {
-            let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let file = atlas_files::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             atlas.export_cypher(&mut std::io::BufWriter::new(file)).await?
         }
         None => atlas.export_cypher(&mut std::io::BufWriter::new(std::io::stdout().lock())).await?,

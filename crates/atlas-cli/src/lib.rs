@@ -724,7 +724,7 @@ async fn run(cli: Cli) -> Result<()> {
             let count = match &out {
                 Some(path) => {
                     let file =
-                        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+                        atlas_files::create(path).with_context(|| format!("cannot create {}", path.display()))?;
                     let mut writer = std::io::BufWriter::new(file);
                     atlas.export(&mut writer, vectors).await?
                 }

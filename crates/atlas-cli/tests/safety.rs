@@ -383,3 +383,61 @@ fn many_processes_opening_one_new_database_all_succeed() {
         assert_eq!(json(&ok(text_only(&db, &["stats", "--json"])))["memories"], 2 * processes);
     }
 }
+
+/// Under the usual umask (022), every file and folder a space's commands create is its owner's
+/// alone: the database and its WAL and SHM, the caches, the archive, an export, the bank.
+#[cfg(unix)]
+#[test]
+fn the_files_of_a_new_space_are_owner_only_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let space = dir.path().join("space");
+    std::fs::create_dir(&space).unwrap();
+    let db = space.join("t.db");
+    let run = |args: &[&str]| -> String {
+        let inner = command(&db, args);
+        let mut outer = Command::new("sh");
+        outer.arg("-c").arg("umask 022; exec \"$@\"").arg("sh").arg(inner.get_program()).args(inner.get_args());
+        for (key, value) in inner.get_envs() {
+            match value {
+                Some(value) => outer.env(key, value),
+                None => outer.env_remove(key),
+            };
+        }
+        ok(outer.output().expect("run atlas"))
+    };
+    let turns = write(
+        dir.path(),
+        "t.jsonl",
+        b"{\"text\": \"BOBSECRET lives in Oslo\", \"speaker\": \"bob\", \"scope\": {\"user\": \"bob\"}}\n\
+          {\"text\": \"- W: Bob works at Initech\", \"speaker\": \"bob\", \"scope\": {\"user\": \"bob\"}}\n",
+    );
+    run(&["import", turns.to_str().unwrap()]);
+    run(&["consolidate"]);
+    run(&["recall", "where does Bob live"]);
+    run(&["forget", "1"]);
+    run(&["archive", "--deleted-older-than", "0"]);
+    let export = space.join("export.jsonl");
+    run(&["export", "--out", export.to_str().unwrap()]);
+    run(&["bank", "write", space.join("bank").to_str().unwrap()]);
+    let mut seen = Vec::new();
+    let mut stack = vec![space.clone()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            let mode = std::fs::symlink_metadata(&path).unwrap().permissions().mode() & 0o777;
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            seen.push((path.strip_prefix(&space).unwrap().display().to_string(), mode));
+        }
+    }
+    seen.sort();
+    let names: Vec<&str> = seen.iter().map(|(name, _)| name.as_str()).collect();
+    for wanted in ["t.db", "export.jsonl", "archive", "bank"] {
+        assert!(names.contains(&wanted), "{wanted} was written: {seen:?}");
+    }
+    assert!(names.iter().any(|n| n.starts_with("archive/") && n.ends_with(".jsonl.gz")), "{seen:?}");
+    let open: Vec<&(String, u32)> = seen.iter().filter(|(_, mode)| mode & 0o077 != 0).collect();
+    assert!(open.is_empty(), "readable by others: {open:?} (all: {seen:?})");
+}

@@ -204,7 +204,7 @@ impl Atlas {
     /// the same ms takes the next.
     fn new_archive_file(&self, at: Timestamp) -> Result<PathBuf> {
         let dir = self.archive_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        atlas_files::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
         let mut stamp = at.millis();
         loop {
             let file = dir.join(format!("{}-{stamp:015}.jsonl.gz", self.archive_stem()));
@@ -346,7 +346,7 @@ struct ArchiveWriter {
 impl ArchiveWriter {
     fn create(path: PathBuf) -> Result<Self> {
         let tmp = path.with_extension("gz.tmp");
-        let file = std::fs::File::create(&tmp).map_err(|e| io_error(&path, e))?;
+        let file = atlas_files::create(&tmp).map_err(|e| io_error(&path, e))?;
         let gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default());
         let mut writer = ArchiveWriter { path, tmp, gz: Some(gz), count: 0 };
         let header = jsonl::header_line(&ExportHeader { embedding_model: None });

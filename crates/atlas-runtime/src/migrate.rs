@@ -35,7 +35,7 @@ impl Checkpoint {
     pub fn save(&self, path: &Path) -> Result<()> {
         let tmp = path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = atlas_files::create(&tmp)?;
             std::io::Write::write_all(&mut f, serde_json::to_string_pretty(self).expect("serialises").as_bytes())?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)

@@ -343,7 +343,7 @@ pub fn write(
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
     let mut written = Written { tmp: path.with_file_name(tmp_name), path: path.to_path_buf(), file: None };
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&written.tmp)?);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, atlas_files::create(&written.tmp)?);
     let mut e = Encoder { out: &mut out, crc: crc32fast::Hasher::new(), position: 0 };
     e.raw(MAGIC)?;
     e.raw(&FORMAT.to_le_bytes())?;

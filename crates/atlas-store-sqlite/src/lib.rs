@@ -179,6 +179,9 @@ impl SqliteStore {
         let mut flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
         if options.create {
             flags |= rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
+            // Owner-only before SQLite creates it (its -wal and -shm take the same mode).
+            atlas_files::touch(path)
+                .map_err(|e| AtlasError::Storage(format!("cannot create database {shown}: {e}")))?;
         }
         let mut conn = Connection::open_with_flags(path, flags)
             .map_err(|e| AtlasError::Storage(format!("cannot open database {shown}: {e}")))?;

@@ -18,7 +18,7 @@ use atlas_domain::policy::bank::files::{
 use atlas_domain::policy::bank::{self, BankFile};
 use atlas_domain::{AtlasError, Result};
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -46,7 +46,7 @@ pub(super) struct OpenBank {
 /// Opens `dir` for `access`, waiting for another process to let go of the lock.
 pub(super) fn open(dir: &Path, access: Access) -> Result<OpenBank> {
     if access == Access::Write {
-        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        atlas_files::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     }
     let dir = crate::markdown_files::resolve_dir(dir)?;
     let path = dir.join(LOCK);
@@ -66,7 +66,7 @@ pub(super) fn open(dir: &Path, access: Access) -> Result<OpenBank> {
 
 /// Opens (and with `create`, makes) a file without following a link in its place.
 fn open_no_follow(path: &Path, create: bool) -> Result<File> {
-    let mut options = OpenOptions::new();
+    let mut options = atlas_files::options();
     options.read(true);
     if create {
         options.write(true).create(true).truncate(false);
@@ -223,10 +223,10 @@ pub(super) fn write_files(dir: &Path, files: &[BankFile], consumed: &BTreeMap<St
         }
         _ => return Err(AtlasError::invalid(staging.display().to_string(), "not a folder the bank made: remove it")),
     }
-    std::fs::create_dir(&staging).map_err(|e| io_error(&staging, e))?;
+    atlas_files::create_dir_all(&staging).map_err(|e| io_error(&staging, e))?;
     let stage = |n: usize, bytes: &[u8]| -> Result<()> {
         let staged = staging.join(n.to_string());
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&staged).map_err(|e| io_error(&staged, e))?;
+        let mut f = atlas_files::create_new(&staged).map_err(|e| io_error(&staged, e))?;
         f.write_all(bytes).map_err(|e| io_error(&staged, e))?;
         f.sync_all().map_err(|e| io_error(&staged, e))
     };
@@ -247,7 +247,7 @@ pub(super) fn write_files(dir: &Path, files: &[BankFile], consumed: &BTreeMap<St
     stage(n, manifest_text.as_bytes())?;
     journal.steps.push(JournalStep::Manifest { staged: n, hash: sha256_hex(manifest_text.as_bytes()) });
     let pending = staging.join("JOURNAL.tmp");
-    let mut f = OpenOptions::new().write(true).create_new(true).open(&pending).map_err(|e| io_error(&pending, e))?;
+    let mut f = atlas_files::create_new(&pending).map_err(|e| io_error(&pending, e))?;
     f.write_all(journal.render().as_bytes()).map_err(|e| io_error(&pending, e))?;
     f.sync_all().map_err(|e| io_error(&pending, e))?;
     std::fs::rename(&pending, staging.join(JOURNAL)).map_err(|e| io_error(&pending, e))?;
@@ -355,7 +355,7 @@ pub(super) fn finish_staged(dir: &Path) -> Result<()> {
             match action {
                 Action::Rename(from, to) => {
                     if let Some(parent) = to.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+                        atlas_files::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
                     }
                     std::fs::rename(&from, &to).map_err(|e| io_error(&to, e))?;
                 }
