@@ -27,6 +27,13 @@ pub(crate) async fn serve(
     // On loopback the Host check stops DNS rebinding; beyond it the tokens guard, and the Host
     // is checked only against the names given with --allowed-host.
     options.check_host = atlas_server::is_loopback(&addr) || !options.allowed_hosts.is_empty();
+    if atlas_server::is_loopback(&addr) {
+        // The address it listens on is one it answers to (127.0.0.2 is loopback, not a name).
+        options.allowed_hosts.push(match addr.ip() {
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        });
+    }
     options.require_token = !atlas_server::is_loopback(&addr);
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr().with_context(|| format!("cannot read the address bound for {addr}"))?;

@@ -441,3 +441,36 @@ fn the_files_of_a_new_space_are_owner_only_under_umask_022() {
     let open: Vec<&(String, u32)> = seen.iter().filter(|(_, mode)| mode & 0o077 != 0).collect();
     assert!(open.is_empty(), "readable by others: {open:?} (all: {seen:?})");
 }
+
+/// `atlas ui` on another loopback address answers its own page at the address it printed
+/// (the Host a browser sends for it), and still refuses a name it was not given.
+#[test]
+fn the_inspector_answers_at_the_address_it_listens_on() {
+    use std::net::TcpStream;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ui.db");
+    ok(text_only(&db, &["remember", "hello"]));
+    let mut child = command(&db, &["ui", "--listen", "127.0.0.2:0"])
+        .env("ATLAS_EMBEDDER", "none")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut url).unwrap();
+    let authority = url.trim().trim_start_matches("http://").trim_end_matches('/').to_owned();
+    assert!(authority.starts_with("127.0.0.2:"), "{url:?}");
+    let get = |host: &str| -> String {
+        let mut stream = TcpStream::connect(&authority).unwrap();
+        write!(stream, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    };
+    let own = get(&authority);
+    let other = get("evil.example");
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(own.contains(" 200 "), "its own page: {own}");
+    assert!(other.contains(" 403 "), "another name: {other}");
+}

@@ -353,17 +353,38 @@ fn route_matches(pattern: &str, path: &str) -> bool {
     p.len() == q.len() && p.iter().zip(&q).all(|(a, b)| a.starts_with('{') || a == b)
 }
 
-/// The host part of a `Host` header or an origin's authority (`[::1]:7431` → `[::1]`).
-fn host_name(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        authority.find(']').map_or(authority, |end| &authority[..=end])
+/// A `Host` header as an authority (RFC 9110): a host (a bracketed IPv6 address, or letters,
+/// digits, dots and dashes) and an optional port of plain digits from 1 to 65535; `None` for
+/// anything else (`[::1]evil.example`, `127.0.0.1:7431@evil`, `localhost:abc`, `:99999`).
+fn parse_authority(authority: &str) -> Option<(&str, Option<u16>)> {
+    let (host, rest) = if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        authority[1..end].parse::<std::net::Ipv6Addr>().ok()?;
+        authority.split_at(end + 1)
     } else {
-        authority.rsplit_once(':').map_or(authority, |(host, _)| host)
-    }
+        let end = authority.find(':').unwrap_or(authority.len());
+        let host = &authority[..end];
+        let name = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+        if !name {
+            return None;
+        }
+        authority.split_at(end)
+    };
+    let port = match rest {
+        "" => None,
+        _ => {
+            let digits = rest.strip_prefix(':')?;
+            if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            Some(u16::try_from(digits.parse::<u32>().ok()?).ok().filter(|p| *p > 0)?)
+        }
+    };
+    Some((host, port))
 }
 
 fn host_allowed(options: &ServerOptions, host: &str) -> bool {
-    let name = host_name(host);
+    let Some((name, _)) = parse_authority(host) else { return false };
     LOOPBACK_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(name))
         || options.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
@@ -482,12 +503,25 @@ async fn guarded(
     started: Instant,
 ) -> Response {
     let options = &state.options;
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let (first, second) = (hosts.next(), hosts.next());
+    if second.is_some() {
+        return ApiError::new(400, "bad_request", "two Host headers: send one", Some("host")).into_response();
+    }
+    let target = request.uri().authority().map(|a| a.to_string());
+    let host = first.and_then(|h| h.to_str().ok()).map(str::to_owned).or_else(|| target.clone());
+    if options.check_host && host.as_deref().is_some_and(|h| parse_authority(h).is_none()) {
+        let message =
+            format!("Host {:?} is not a host with an optional port (1 to 65535)", host.as_deref().unwrap_or(""));
+        return ApiError::new(400, "bad_request", message, Some("host")).into_response();
+    }
+    // An absolute-form target (`GET http://x/v1/stats`) must name the Host it came with.
+    if let (Some(target), Some(host)) = (&target, &host)
+        && !target.eq_ignore_ascii_case(host)
+    {
+        let message = format!("the request's target names {target:?}, its Host {host:?}: send the path alone");
+        return ApiError::new(400, "bad_request", message, Some("host")).into_response();
+    }
     if options.check_host && !host.as_deref().is_some_and(|h| host_allowed(options, h)) {
         let message = format!(
             "Host {:?} is not one this server answers to (loopback names; more with --allowed-host)",

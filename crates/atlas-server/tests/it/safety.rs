@@ -97,6 +97,39 @@ async fn host_origin_and_content_type_guard_every_route() {
 }
 
 #[tokio::test]
+async fn a_host_is_parsed_as_an_authority_and_sent_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    for host in [
+        "[::1]evil.example",
+        "127.0.0.1:17431@evil",
+        "localhost:abc",
+        "127.0.0.1:99999",
+        "127.0.0.1:0",
+        "localhost:",
+        "127.0.0.1:+80",
+        "",
+    ] {
+        let (status, body, _) = api.raw("GET", "/v1/stats", None, None, &[("host", host)]).await;
+        assert!(status == StatusCode::BAD_REQUEST || status == StatusCode::FORBIDDEN, "{host:?}: {status} {body}");
+        assert_eq!(body["error"]["field"].as_str(), Some("host"), "{host:?}: {body}");
+    }
+    // Two Host headers: the first no longer wins.
+    let two = [("host", "127.0.0.1:7431"), ("host", "evil.example")];
+    let (status, body, _) = api.raw("GET", "/v1/stats", None, None, &two).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("host")), "{body}");
+    // An absolute-form target names another authority than its good Host.
+    let (status, body, _) = api.raw("GET", "http://evil.example/v1/stats", None, None, &[]).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("host")), "{body}");
+    // Good ones still pass, with or without a port, and an absolute target naming the Host.
+    for host in ["localhost", "127.0.0.1:65535", "[::1]", "LOCALHOST:1"] {
+        assert_eq!(api.raw("GET", "/v1/stats", None, None, &[("host", host)]).await.0, StatusCode::OK, "{host}");
+    }
+    let (status, _, _) = api.raw("GET", "http://127.0.0.1:7431/v1/stats", None, None, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn the_path_id_is_the_only_id_and_unknown_query_parameters_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let api = start(dir.path(), ServerOptions::default()).await;
