@@ -227,14 +227,17 @@ pub fn session_value(view: &crate::inspect::SessionView, at: atlas_domain::Times
            "earlier": view.earlier.map(|c| c.to_string())})
 }
 
-/// What the archive holds: memories (each with its file) and the files with their counts.
+/// What the archive holds: memories (each with its file, when the caller may see file names)
+/// and the files with their counts.
 pub fn archived_value(archived: &crate::inspect::Archived) -> Value {
     let memories: Vec<Value> = archived
         .memories
         .iter()
         .map(|(file, m)| {
             let mut line = jsonl::to_line(m);
-            line["archive"] = Value::from(file.as_str());
+            if !file.is_empty() {
+                line["archive"] = Value::from(file.as_str());
+            }
             line
         })
         .collect();

@@ -669,6 +669,9 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
             if *caller != Caller::All {
                 // A file holds every tenant's memories: its name and size are not a tenant's to see.
                 archived.files.clear();
+                for (file, _) in &mut archived.memories {
+                    file.clear();
+                }
             }
             Ok(wire::archived_value(&archived))
         }

@@ -302,6 +302,8 @@ async fn run(steps: Vec<(usize, Step)>) -> Result<(), TestCaseError> {
                 let answer = call("GET", "/v1/archive".into(), None).await;
                 prop_assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
                 prop_assert!(answer.1["files"].as_array().is_some_and(Vec::is_empty), "no file names: {}", answer.1);
+                let named = answer.1["memories"].as_array().into_iter().flatten().any(|m| m.get("archive").is_some());
+                prop_assert!(!named, "no archive file on a tenant's memory: {}", answer.1);
                 answer
             }
             Step::Cycles => {
@@ -410,4 +412,27 @@ async fn keys_added_or_revoked_while_serving_take_effect_at_once() {
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (status, _, _) = api.raw("GET", &format!("/v1/memories/{id}"), None, Some(&made.token), &[]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "revoked within a second");
+}
+
+/// A tenant lists its own archived memories without the archive's file names (a file holds
+/// every tenant's memories); the whole-space token sees them.
+#[tokio::test]
+async fn a_tenant_sees_its_archived_memories_without_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = atlas(dir.path()).await;
+    let api = Api { app: atlas_server::router(std::sync::Arc::clone(&atlas), ServerOptions::default()), token: None };
+    let ann = atlas.add_key(Scope { user: Some("ann".into()), ..Scope::default() }, Role::Write).await.unwrap().token;
+    let admin = atlas.add_key(Scope::default(), Role::Admin).await.unwrap().token;
+    let (status, body, _) =
+        api.raw("POST", "/v1/remember", Some(json!({"text": "ann's old note"}).to_string()), Some(&ann), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    assert_eq!(api.raw("DELETE", &format!("/v1/memories/{id}"), None, Some(&ann), &[]).await.0, StatusCode::OK);
+    let policy = atlas_runtime::forgetting::ArchivePolicy { deleted_days: 0.0, episode_days: None };
+    assert_eq!(atlas.archive(policy).await.unwrap().archived, 1);
+    let (_, own, _) = api.raw("GET", "/v1/archive", None, Some(&ann), &[]).await;
+    assert_eq!(own["memories"][0]["id"], id, "{own}");
+    assert!(own["memories"][0].get("archive").is_none() && own["files"] == json!([]), "no file name: {own}");
+    let (_, all, _) = api.raw("GET", "/v1/archive", None, Some(&admin), &[]).await;
+    assert!(all["memories"][0]["archive"].as_str().is_some_and(|f| f.ends_with(".jsonl.gz")), "{all}");
 }
