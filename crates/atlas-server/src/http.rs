@@ -112,10 +112,16 @@ impl IntoResponse for ApiError {
 /// refused, naming it, so that a query never overrides the path or the body.
 fn query_flag(op: Op, query: Option<&str>) -> Result<bool, ApiError> {
     let mut flag = false;
+    let mut given = false;
     for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, "true"));
         match crate::query_parameter(op) {
+            // `?hard=true&hard=false` has no one meaning: refused, never the last one taken.
+            Some((known, _)) if known == name && given => {
+                return Err(ApiError::invalid(name, format!("`{name}` is given twice in the query")));
+            }
             Some((known, _)) if known == name => {
+                given = true;
                 flag = match raw {
                     "true" | "1" => true,
                     "false" | "0" => false,
@@ -150,9 +156,11 @@ fn arguments(op: Op, path: &RawPathParams, query: Option<&str>, body: &Bytes) ->
         }
     };
     for (name, value) in path.iter() {
-        let id = value
-            .parse::<i64>()
-            .ok()
+        // Canonical decimal only: `+5` and `05` are not another spelling of 5.
+        let canonical = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) && !value.starts_with('0');
+        let id = canonical
+            .then(|| value.parse::<i64>().ok())
+            .flatten()
             .filter(|n| *n > 0)
             .ok_or_else(|| ApiError::invalid(name, format!("not a memory id: {value:?}")))?;
         if args.insert(name.to_owned(), Value::from(id)).is_some() {

@@ -150,6 +150,15 @@ async fn the_path_id_is_the_only_id_and_unknown_query_parameters_are_refused() {
         let (_, body, _) = api.call("GET", &format!("/v1/memories/{id}"), None).await;
         assert!(body["lifecycle"]["deleted_at"].is_null(), "memory {id} untouched: {body}");
     }
+    // Ids in canonical decimal only; a query parameter given twice has no one meaning.
+    for path in ["/v1/memories/+2", "/v1/memories/02", "/v1/memories/2.0", "/v1/memories/0"] {
+        let (status, body, _) = api.call("GET", path, None).await;
+        assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("id")), "{path}: {body}");
+    }
+    let (status, body, _) = api.call("DELETE", "/v1/memories/2?hard=true&hard=false", None).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("hard")), "{body}");
+    let (_, body, _) = api.call("GET", "/v1/memories/2", None).await;
+    assert!(body["lifecycle"]["deleted_at"].is_null(), "memory 2 untouched: {body}");
     let (status, _, _) = api.call("DELETE", "/v1/memories/3?hard=true", None).await;
     assert_eq!(status, StatusCode::OK);
 }
