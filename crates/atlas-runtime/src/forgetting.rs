@@ -82,14 +82,33 @@ pub struct HardForget {
 
 impl Atlas {
     /// Soft-deletes a memory: recall stops returning it; `get`, `explain`, exports and
-    /// [`Atlas::recover`] still see it. Returns whether it exists.
+    /// [`Atlas::recover`] still see it. A memory only the archive holds is already out of
+    /// recall; its archive copy records the forget. Returns whether it exists anywhere.
     pub async fn forget(&self, id: MemoryId) -> Result<bool> {
-        let Some(m) = self.parts.store.get(id).await? else { return Ok(false) };
+        let at = now();
+        let Some(m) = self.parts.store.get(id).await? else {
+            for file in self.archive_files()? {
+                if mark_forgotten(&file, id, at)? {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        };
         if !m.lifecycle.is_deleted() {
-            let lifecycle = Lifecycle { deleted_at: Some(now()), ..m.lifecycle };
+            let lifecycle = Lifecycle { deleted_at: Some(at), ..m.lifecycle };
             self.parts.store.update(vec![Update { id, lifecycle, body: None }]).await?;
         }
         Ok(true)
+    }
+
+    /// The archive's copy of a memory the store no longer holds, if any archive file has it.
+    pub fn archived_memory(&self, id: MemoryId) -> Result<Option<Memory>> {
+        for file in self.archive_files()? {
+            if let Some(item) = read_archive(&file)?.into_iter().find(|s| s.memory.id == id) {
+                return Ok(Some(item.memory));
+            }
+        }
+        Ok(None)
     }
 
     /// Removes a memory for good: from every table, index, vector table and edge of the store,
@@ -444,11 +463,29 @@ fn rewrite_without(path: &Path, ids: &HashSet<MemoryId>) -> Result<bool> {
     if kept.is_empty() {
         std::fs::remove_file(path).map_err(|e| io_error(path, e))?;
     } else {
-        let mut rewritten = ArchiveWriter::create(path.to_owned())?;
-        for item in &kept {
-            rewritten.push(item)?;
-        }
-        rewritten.finish()?;
+        write_archive(path, &kept)?;
     }
     Ok(true)
+}
+
+/// Records a soft forget at `at` on the archive's copy of `id` in `path` (a no-op when it was
+/// already forgotten). Returns whether the file holds `id`.
+fn mark_forgotten(path: &Path, id: MemoryId, at: Timestamp) -> Result<bool> {
+    let mut items = read_archive(path)?;
+    let Some(item) = items.iter_mut().find(|s| s.memory.id == id) else { return Ok(false) };
+    if item.memory.lifecycle.deleted_at.is_none() {
+        item.memory.lifecycle.deleted_at = Some(at);
+        write_archive(path, &items)?;
+    }
+    Ok(true)
+}
+
+/// Replaces an archive file with `items`, complete and synced before the rename.
+fn write_archive(path: &Path, items: &[StoredMemory]) -> Result<()> {
+    let mut rewritten = ArchiveWriter::create(path.to_owned())?;
+    for item in items {
+        rewritten.push(item)?;
+    }
+    rewritten.finish()?;
+    Ok(())
 }

@@ -477,6 +477,16 @@ async fn own_memory(atlas: &Atlas, caller: &Caller, id: i64) -> Result<atlas_run
     }
 }
 
+/// Whether memory `id` is the caller's: one still in the store is checked there, one only the
+/// archive holds by the archive's copy. Whole-space callers own whatever exists.
+async fn owns(atlas: &Atlas, caller: &Caller, id: MemoryId) -> Result<bool, ApiError> {
+    let scope = match atlas.get(id).await? {
+        Some(detail) => Some(detail.memory.scope),
+        None => atlas.archived_memory(id)?.map(|m| m.scope),
+    };
+    Ok(scope.is_some_and(|scope| caller.sees(&scope)))
+}
+
 /// The receipt key of a write under the caller's `Idempotency-Key`: a tenant's keys live in
 /// their own space, and a batch's key never meets a single write's.
 fn receipt_key(caller: &Caller, kind: &str, key: Option<String>) -> Option<String> {
@@ -540,10 +550,12 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         }
         Op::Forget => {
             let ForgetArgs { id, hard } = args(arguments)?;
-            let id = own_memory(atlas, caller, id).await.map(|d| d.memory.id).or_else(|e| {
-                // A hard forget also reaches what only the archive still holds (an admin's).
-                if hard && *caller == Caller::All && e.status == 404 { memory_id(id) } else { Err(e) }
-            })?;
+            // Wherever the memory lives, the store or only the archive: erasure must not depend
+            // on where it is.
+            let id = memory_id(id)?;
+            if !owns(atlas, caller, id).await? {
+                return Err(AtlasError::NotFound(id).into());
+            }
             let found = if hard {
                 let done = atlas.forget_hard(id).await?;
                 done.from_store || done.archive_files > 0
@@ -612,18 +624,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         Op::List => list(atlas, caller, args(arguments)?).await,
         Op::Recover => {
             let id = memory_id(args::<IdArgs>(arguments)?.id)?;
-            // Only the caller's own: a memory still in the store is checked there, an archived
-            // one by the archive's copy.
-            let own = match atlas.get(id).await? {
-                Some(detail) => caller.sees(&detail.memory.scope),
-                None => atlas
-                    .archived(usize::MAX, |m| m.id == id)
-                    .await?
-                    .memories
-                    .iter()
-                    .any(|(_, m)| caller.sees(&m.scope)),
-            };
-            if !own {
+            if !owns(atlas, caller, id).await? {
                 return Err(AtlasError::NotFound(id).into());
             }
             match atlas.recover(id).await? {

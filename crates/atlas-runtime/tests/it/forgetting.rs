@@ -142,6 +142,25 @@ async fn the_archive_moves_old_forgotten_memories_out_and_restores_them_with_the
     assert_eq!(found(&atlas, "Miso", vec![]).await.len(), 3);
 }
 
+/// A memory only the archive holds can be forgotten softly too: the archive's copy records it,
+/// nothing else is touched, and `recover` still brings it back.
+#[tokio::test]
+async fn a_soft_forget_reaches_an_archived_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = space(dir.path()).await;
+    let old = atlas.remember(said("Miso slept on the keyboard", 1)).await.unwrap();
+    let later = Timestamp(atlas_runtime::now().millis() + 31 * DAY);
+    atlas.archive_at(later, ArchivePolicy { deleted_days: 30.0, episode_days: Some(30.0) }).await.unwrap();
+    assert!(atlas.get(old).await.unwrap().is_none() && atlas.archived_memory(old).unwrap().is_some());
+
+    assert!(atlas.forget(old).await.unwrap(), "found in the archive");
+    let copy = atlas.archived_memory(old).unwrap().expect("still archived, not erased");
+    assert!(copy.lifecycle.deleted_at.is_some(), "{copy:?}");
+    assert!(!atlas.forget(MemoryId(old.0 + 100)).await.unwrap(), "a memory that is nowhere");
+    assert_eq!(atlas.recover(old).await.unwrap(), Some(Recovered::FromArchive));
+    assert!(atlas.get(old).await.unwrap().is_some_and(|d| d.memory.lifecycle.deleted_at.is_none()));
+}
+
 #[tokio::test]
 async fn a_hard_forget_leaves_nothing_in_the_database_files_or_the_archive() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use support::{Api, atlas};
+use support::{Api, atlas, mcp_tool};
 
 const TENANTS: [&str; 2] = ["ann", "bob"];
 
@@ -435,4 +435,65 @@ async fn a_tenant_sees_its_archived_memories_without_file_names() {
     assert!(own["memories"][0].get("archive").is_none() && own["files"] == json!([]), "no file name: {own}");
     let (_, all, _) = api.raw("GET", "/v1/archive", None, Some(&admin), &[]).await;
     assert!(all["memories"][0]["archive"].as_str().is_some_and(|f| f.ends_with(".jsonl.gz")), "{all}");
+}
+
+/// Erasure does not depend on where a memory lives: a tenant soft-forgets and hard-forgets its
+/// own archived memories over HTTP and MCP (before, both answered 404 "no memory"), another
+/// tenant cannot touch them, and after the hard forget no file of the space holds a byte of them.
+#[tokio::test]
+async fn a_tenant_forgets_its_archived_memories_softly_and_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = atlas(dir.path()).await;
+    let api = Api { app: atlas_server::router(std::sync::Arc::clone(&atlas), ServerOptions::default()), token: None };
+    let write = |user: &str| Scope { user: Some(user.into()), ..Scope::default() };
+    let ann = atlas.add_key(write("ann"), Role::Write).await.unwrap().token;
+    let bob = atlas.add_key(write("bob"), Role::Write).await.unwrap().token;
+    let secret = "quuxwarbleannsecret";
+    let mut ids = Vec::new();
+    for text in [format!("ann's passport is {secret}1"), format!("ann's pin is {secret}2")] {
+        let (status, body, _) =
+            api.raw("POST", "/v1/remember", Some(json!({"text": text}).to_string()), Some(&ann), &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    // Both archived as old episodes: live, out of the store.
+    let policy = atlas_runtime::forgetting::ArchivePolicy { deleted_days: 0.0, episode_days: Some(0.0) };
+    assert_eq!(atlas.archive(policy).await.unwrap().archived, 2);
+    let (first, second) = (ids[0], ids[1]);
+
+    for path in [format!("/v1/memories/{first}"), format!("/v1/memories/{first}?hard=true")] {
+        let (status, body, _) = api.raw("DELETE", &path, None, Some(&bob), &[]).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "another tenant's archived memory: {body}");
+    }
+    let (status, body, _) = api.raw("DELETE", &format!("/v1/memories/{first}"), None, Some(&ann), &[]).await;
+    assert_eq!((status, &body), (StatusCode::OK, &json!({"forgotten": first, "hard": false})));
+    let archived = atlas.archived_memory(atlas_domain::MemoryId(first)).unwrap().expect("still archived");
+    assert!(archived.lifecycle.deleted_at.is_some(), "the archive's copy records the soft forget");
+
+    let (status, body, _) = api.raw("DELETE", &format!("/v1/memories/{first}?hard=true"), None, Some(&ann), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let refused = mcp_tool(&api, Some(&bob), "forget", json!({"id": second, "hard": true})).await;
+    assert_eq!(refused["result"]["isError"], json!(true), "another tenant's, over MCP: {refused}");
+    let answer = mcp_tool(&api, Some(&ann), "forget", json!({"id": second, "hard": true})).await;
+    assert_eq!(answer["result"]["structuredContent"], json!({"forgotten": second, "hard": true}), "{answer}");
+    let (_, listed, _) = api.raw("GET", "/v1/archive", None, Some(&ann), &[]).await;
+    assert_eq!(listed["memories"], json!([]), "{listed}");
+
+    drop(api);
+    drop(atlas);
+    let files = files_under(dir.path());
+    // The archive file held only these two, so it is gone (a gzip would hide the bytes).
+    assert!(!files.iter().any(|f| f.to_string_lossy().ends_with(".gz")), "{files:?}");
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()), "{} holds it", file.display());
+    }
+}
+
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .flat_map(|p| if p.is_dir() { files_under(&p) } else { vec![p] })
+        .collect()
 }

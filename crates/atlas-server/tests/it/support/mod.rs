@@ -73,3 +73,34 @@ pub async fn start(dir: &std::path::Path, options: ServerOptions) -> Api {
     let token = options.token.clone();
     Api { app: router(atlas(dir).await, options), token }
 }
+
+/// Calls an MCP tool over `/mcp` as a client would: `initialize`, the `initialized` notice, then
+/// `tools/call` in that session. Returns the call's JSON-RPC answer (read from the event stream).
+pub async fn mcp_tool(api: &Api, token: Option<&str>, tool: &str, arguments: Value) -> Value {
+    let accept = ("accept", "application/json, text/event-stream");
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}});
+    let (status, body, headers) = api.raw("POST", "/mcp", Some(init.to_string()), token, &[accept]).await;
+    assert_eq!(status, StatusCode::OK, "initialize: {body}");
+    let session = headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let in_session = [accept, ("mcp-session-id", session.as_str())];
+    let notice = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, body, _) = api.raw("POST", "/mcp", Some(notice.to_string()), token, &in_session).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "initialized: {body}");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    let (status, body, _) = api.raw("POST", "/mcp", Some(call.to_string()), token, &in_session).await;
+    assert_eq!(status, StatusCode::OK, "tools/call: {body}");
+    event_stream_answer(&body, 2)
+}
+
+/// The JSON-RPC message with `id` among an event stream's `data:` lines (or the body itself
+/// when the server answered in plain JSON).
+fn event_stream_answer(body: &Value, id: i64) -> Value {
+    let Some(text) = body.as_str() else { return body.clone() };
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .find(|message| message["id"] == id)
+        .unwrap_or_else(|| panic!("no answer with id {id} in {text}"))
+}
