@@ -119,7 +119,12 @@ impl fmt::Display for Denied {
 impl Denied {
     /// As the error a port or the runtime returns, at `location` (a field, `file:line`).
     pub fn at(&self, location: &str) -> crate::AtlasError {
-        crate::AtlasError::Forbidden { location: location.to_owned(), message: self.to_string() }
+        let message = match self {
+            // Named like every other field error, so that the door reports `scope.user`.
+            Denied::Scope { field, .. } => format!("field \"scope.{field}\": {self}"),
+            Denied::Role { .. } => self.to_string(),
+        };
+        crate::AtlasError::Forbidden { location: location.to_owned(), message }
     }
 }
 

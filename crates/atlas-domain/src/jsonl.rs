@@ -124,10 +124,10 @@ pub fn parse_trailer(line: &str) -> Result<Option<u64>, LineError> {
 
 fn object(line: &str) -> Result<Map<String, Value>, LineError> {
     let value: Value =
-        serde_json::from_str(line).map_err(|e| LineError { field: None, message: format!("not valid JSON ({e})") })?;
+        serde_json::from_str(line).map_err(|e| LineError::at("line", format!("not valid JSON ({e})")))?;
     match value {
         Value::Object(obj) => Ok(obj),
-        _ => Err(LineError { field: None, message: "expected a JSON object".into() }),
+        _ => Err(LineError::at("line", "expected a JSON object")),
     }
 }
 

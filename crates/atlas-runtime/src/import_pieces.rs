@@ -146,7 +146,7 @@ impl<R: BufRead> Iterator for Lines<R> {
                     self.failed = true;
                     return Some(Err(AtlasError::invalid(
                         &location,
-                        format!("not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
+                        format!("field \"line\": not valid UTF-8 (at byte {} of the line)", e.valid_up_to()),
                     )));
                 }
                 Ok(line) if line.trim().is_empty() => continue,
@@ -179,7 +179,7 @@ pub fn check_export_source(source: &Source, origin: &str, rule: &LineRule, keep:
     let Some((header, reader)) = open_export(lines, rule.now)? else {
         return Err(AtlasError::invalid(origin, "the file changed while it was imported; nothing of it was stored"));
     };
-    check_export(header, reader, origin, rule, keep)
+    check_export(header, reader, rule, keep)
 }
 
 /// What the first pass found.
@@ -294,6 +294,12 @@ impl<R: BufRead> ExportReader<R> {
     pub fn digest(&self) -> String {
         self.lines.digest()
     }
+
+    /// Once read to the end, the line past the last one (`origin:N`, the read that found the
+    /// end counts): where a missing trailer was due.
+    pub fn end_location(&self) -> String {
+        format!("{}:{}", self.lines.origin, self.lines.number)
+    }
 }
 
 impl<R: BufRead> Iterator for ExportReader<R> {
@@ -344,7 +350,6 @@ pub struct CheckedExport {
 pub fn check_export<R: BufRead>(
     header: ExportHeader,
     mut reader: ExportReader<R>,
-    origin: &str,
     rule: &LineRule,
     keep: bool,
 ) -> Result<CheckedExport> {
@@ -405,10 +410,11 @@ pub fn check_export<R: BufRead>(
     match trailer {
         None => {
             return Err(AtlasError::invalid(
-                origin,
+                reader.end_location(),
                 format!(
-                    "the export ends without its last line (atlas_export_end) after {} memories: the file was cut \
+                    "field \"{}\": the export ends without its last line after {} memories: the file was cut \
                      short; nothing was imported",
+                    jsonl::TRAILER_KEY,
                     checked.ids.len()
                 ),
             ));

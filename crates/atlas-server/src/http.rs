@@ -16,6 +16,7 @@ use atlas_domain::access::Caller;
 use atlas_runtime::{Atlas, ImportOptions};
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{RawPathParams, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -28,6 +29,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+
+/// The most header lines a request may carry (hyper's own default), answered 431 in JSON.
+pub const MAX_HEADERS: usize = 100;
+
+/// How many header lines hyper parses, so that a request over [`MAX_HEADERS`] reaches the guard
+/// and its JSON answer; past this hyper itself answers 431 without a body.
+const PARSED_HEADERS: usize = 1024;
 
 /// The host names a loopback server answers to.
 pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "[::1]", "::1"];
@@ -234,12 +242,10 @@ async fn import(
     let again = query_flag(Op::Import, query.as_deref())?;
     caller.may(atlas_domain::access::Role::Write).map_err(|d| ApiError::forbidden("authorization", &d.to_string()))?;
     let spooled = spooled.ok_or_else(|| ApiError::new(500, "internal", "the import body was not received", None))?;
-    let origin = match idempotency_key(&headers)? {
-        Some(k) => format!("body ({k})"),
-        None => "body".to_owned(),
-    };
+    idempotency_key(&headers)?;
     let options = ImportOptions { again, caller };
-    let imported = state.atlas.import_file_named(spooled.file.path(), &origin, options, None).await?;
+    // A body's lines are named `line:N` in errors, as the API documents.
+    let imported = state.atlas.import_file_named(spooled.file.path(), "line", options, None).await?;
     let status = if imported.replayed { StatusCode::OK } else { StatusCode::CREATED };
     let value = atlas_runtime::wire::imported_value(&imported);
     Ok((status, axum::Json(value)).into_response())
@@ -490,19 +496,6 @@ async fn read_body(body: Body, limit: usize, timeout: Duration, spool: bool) -> 
     }
 }
 
-/// An MCP `tools/call` whose `arguments` is not an object: rmcp would answer "method not
-/// found"; JSON-RPC says invalid params (-32602), with the request's id.
-fn mcp_bad_arguments(body: &[u8]) -> Option<Response> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    let arguments = message.get("params")?.get("arguments")?;
-    if message.get("method")? != "tools/call" || arguments.is_object() || arguments.is_null() {
-        return None;
-    }
-    let error = json!({"jsonrpc": "2.0", "id": message.get("id").cloned().unwrap_or(Value::Null),
-                       "error": {"code": -32602, "message": "invalid params: tools/call `arguments` must be an object"}});
-    Some(axum::Json(error).into_response())
-}
-
 async fn guarded(
     state: &AppState,
     request: Request,
@@ -511,6 +504,10 @@ async fn guarded(
     started: Instant,
 ) -> Response {
     let options = &state.options;
+    if request.headers().len() > MAX_HEADERS {
+        let message = format!("{} header lines; at most {MAX_HEADERS}", request.headers().len());
+        return ApiError::new(431, "headers_too_large", message, Some("headers")).into_response();
+    }
     let mut hosts = request.headers().get_all(header::HOST).iter();
     let (first, second) = (hosts.next(), hosts.next());
     if second.is_some() {
@@ -601,7 +598,7 @@ async fn guarded(
     if is_mcp
         && parts.method == Method::POST
         && let Received::Memory(bytes) = &received
-        && let Some(answer) = mcp_bad_arguments(bytes)
+        && let Some(answer) = crate::mcp::refuse_message(bytes)
     {
         return answer;
     }
@@ -632,12 +629,19 @@ async fn guarded(
         return next.run(request).await;
     }
     match tokio::time::timeout_at(deadline.into(), next.run(request)).await {
+        Ok(response) if is_mcp => crate::mcp::json_transport_error(response).await,
         Ok(response) => response,
         Err(_) => {
             let message = format!("no answer within {} ms", options.timeout.as_millis());
             ApiError::new(503, "timeout", message, None).into_response()
         }
     }
+}
+
+/// A path whose parameter does not decode (`/v1/memories/%ff`), named by the route's parameter.
+fn bad_path(route: &Route, e: &RawPathParamsRejection) -> ApiError {
+    let name = route.path.split_once('{').and_then(|(_, rest)| rest.split_once('}')).map_or("path", |(n, _)| n);
+    ApiError::invalid(name, format!("not a memory id: {e}"))
 }
 
 async fn not_found() -> ApiError {
@@ -648,7 +652,7 @@ fn handler(route: &'static Route) -> MethodRouter<Arc<AppState>> {
     let method = MethodFilter::try_from(Method::from_bytes(route.method.as_bytes()).expect("a method"))
         .expect("a routable method");
     let handle = move |State(state): State<Arc<AppState>>,
-                       path: RawPathParams,
+                       path: Result<RawPathParams, RawPathParamsRejection>,
                        RawQuery(query): RawQuery,
                        headers: HeaderMap,
                        request: Request| async move {
@@ -671,9 +675,10 @@ fn handler(route: &'static Route) -> MethodRouter<Arc<AppState>> {
                 Ok(()) => export(state, query, caller).await,
                 Err(d) => Err(ApiError::forbidden("authorization", &d.to_string())),
             },
-            _ => match axum::body::to_bytes(request.into_body(), usize::MAX).await {
-                Ok(body) => json_operation(state, route, path, query, headers, caller, body).await,
-                Err(e) => Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body"))),
+            _ => match (path, axum::body::to_bytes(request.into_body(), usize::MAX).await) {
+                (Ok(path), Ok(body)) => json_operation(state, route, path, query, headers, caller, body).await,
+                (Err(e), _) => Err(bad_path(route, &e)),
+                (_, Err(e)) => Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body"))),
             },
         };
         result.unwrap_or_else(IntoResponse::into_response)
@@ -727,7 +732,7 @@ pub async fn serve(
     use hyper_util::server::conn::auto::Builder;
     use hyper_util::service::TowerToHyperService;
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.timeout);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.timeout).max_headers(PARSED_HEADERS);
     let builder = builder.http1_only();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);

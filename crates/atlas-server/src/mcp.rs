@@ -4,10 +4,12 @@
 //! tool's failure is a tool result with `isError` and the API's error object, so that the
 //! model reads what was wrong and which field.
 
-use crate::ops::{self, schema_of};
+use crate::ops::{self, ApiError, schema_of};
 use crate::{Op, ROUTES};
 use atlas_domain::access::Caller;
 use atlas_runtime::Atlas;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, ToolAnnotations,
@@ -173,6 +175,62 @@ pub async fn serve_stdio(atlas: Arc<Atlas>) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::other(format!("MCP handshake: {e}")))?;
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
+}
+
+/// An MCP message refused before rmcp reads it, in the forms a client can act on: a body that
+/// is not JSON is the API's 400 naming `body` (rmcp would answer 415 in plain text), and a
+/// `tools/call` whose `arguments` is not an object is JSON-RPC's invalid params (-32602, with
+/// the request's id; rmcp would say "method not found").
+pub(crate) fn refuse_message(body: &[u8]) -> Option<Response> {
+    let message: Value = match serde_json::from_slice(body) {
+        Ok(message) => message,
+        Err(e) => return Some(ApiError::invalid("body", format!("request body: {e}")).into_response()),
+    };
+    let arguments = message.get("params")?.get("arguments")?;
+    if message.get("method")? != "tools/call" || arguments.is_object() || arguments.is_null() {
+        return None;
+    }
+    let error = serde_json::json!({"jsonrpc": "2.0", "id": message.get("id").cloned().unwrap_or(Value::Null),
+                       "error": {"code": -32602, "message": "invalid params: tools/call `arguments` must be an object"}});
+    Some(axum::Json(error).into_response())
+}
+
+/// rmcp's transport errors (a missing `Accept`, an unknown session, a message that is JSON but
+/// no JSON-RPC) come as plain text: they become the API's JSON error with their status and a
+/// code, except 415, which past the guard's own content-type check can only mean a malformed
+/// message (400). JSON answers, event streams and successes pass unchanged.
+pub(crate) async fn json_transport_error(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    // rmcp's messages are one short sentence; more is not read.
+    let text = match axum::body::to_bytes(response.into_body(), 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_owned(),
+        Err(_) => String::new(),
+    };
+    let (status, code, field) = match status.as_u16() {
+        406 => (406, "not_acceptable", Some("accept")),
+        400 if text.contains("Session ID") => (400, "bad_request", Some("mcp-session-id")),
+        400 if text.contains("MCP-Protocol-Version") => (400, "bad_request", Some("mcp-protocol-version")),
+        415 | 400 => (400, "invalid_input", Some("body")),
+        404 => (404, "not_found", Some("mcp-session-id")),
+        405 => (405, "method_not_allowed", None),
+        413 => (413, "too_large", Some("body")),
+        other if other < 500 => (other, "bad_request", None),
+        other => (other, "internal", None),
+    };
+    let message = if text.is_empty() { status_text(status) } else { text };
+    ApiError::new(status, code, message, field).into_response()
+}
+
+fn status_text(status: u16) -> String {
+    StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("error").to_owned()
 }
 
 /// The streamable HTTP transport, for `atlas serve` to nest at `/mcp`.

@@ -343,3 +343,107 @@ async fn mcp_tool_calls_with_non_object_arguments_are_invalid_params() {
         assert_eq!((body["id"].as_i64(), body["error"]["code"].as_i64()), (Some(7), Some(-32602)), "{body}");
     }
 }
+
+/// A refused import names where (`line:N`) and what (`field`), whatever was wrong with the
+/// line: not JSON, not UTF-8, an export cut short, another user's scope (403). Nothing is stored.
+#[tokio::test]
+async fn import_errors_name_the_line_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let atlas = support::atlas(dir.path()).await;
+    let api = support::Api { app: router(std::sync::Arc::clone(&atlas), ServerOptions::default()), token: None };
+    let ann = atlas
+        .add_key(
+            atlas_domain::Scope { user: Some("ann".into()), ..Default::default() },
+            atlas_domain::access::Role::Write,
+        )
+        .await
+        .unwrap()
+        .token;
+    let admin = atlas.add_key(atlas_domain::Scope::default(), atlas_domain::access::Role::Admin).await.unwrap().token;
+    let fine = "{\"text\": \"fine\"}\n";
+    let mut export =
+        atlas_domain::jsonl::header_line(&atlas_domain::jsonl::ExportHeader { embedding_model: None }).to_string();
+    export.push('\n');
+    // The body, the key it is sent with, then the status, location and field it must answer.
+    type Case<'a> = (Vec<u8>, Option<&'a str>, u16, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (format!("{fine}{{\"text\": \"x\",}}\n").into_bytes(), None, 400, "line:2", "line"),
+        ([fine.as_bytes(), b"{\"text\": \"caf\xe9\"}\n"].concat(), None, 400, "line:2", "line"),
+        (export.clone().into_bytes(), None, 400, "line:2", "atlas_export_end"),
+        (
+            format!("{fine}{{\"text\": \"x\", \"scope\": {{\"user\": \"bob\"}}}}\n").into_bytes(),
+            Some(ann.as_str()),
+            403,
+            "line:2",
+            "scope.user",
+        ),
+        (format!("{fine}{{\"text\": \"x\", \"time\": \"soon\"}}\n").into_bytes(), None, 400, "line:2", "time"),
+    ];
+    for (body, token, status, location, field) in cases {
+        let request = axum::http::Request::builder()
+            .method("POST")
+            .uri("/v1/import")
+            .header("host", "127.0.0.1:7431")
+            .header("content-type", "application/x-ndjson");
+        let request = request.header("authorization", format!("Bearer {}", token.unwrap_or(&admin)));
+        let response = tower::ServiceExt::oneshot(api.app.clone(), request.body(axum::body::Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let got = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(got, status, "{answer}");
+        assert_eq!(answer["error"]["location"], location, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
+    assert!(
+        atlas.stats().await.unwrap().store.memories_by_kind.values().all(|n| *n == 0),
+        "nothing of a refused body is stored"
+    );
+}
+
+/// Every error is the documented JSON error, where axum or the MCP library would have answered
+/// in plain text or with an empty body: an undecodable path, the MCP transport's refusals, a
+/// malformed MCP message (400, not 415), and too many headers (431, over a real socket).
+#[tokio::test]
+async fn errors_outside_the_routes_are_json_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let (status, body, _) = api.raw("GET", "/v1/memories/%ff", None, None, &[]).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("id")), "{body}");
+
+    let accept = ("accept", "application/json, text/event-stream");
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "stats", "arguments": {}}});
+    let unknown_session = [accept, ("mcp-session-id", "no-such-session")];
+    // The message (empty: the tool call), its headers, then the status and field answered.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], StatusCode, &'a str);
+    let cases: [Case; 5] = [
+        ("{\"jsonrpc\": ", &[accept], StatusCode::BAD_REQUEST, "body"),
+        ("{\"hello\": 1}", &[accept], StatusCode::BAD_REQUEST, "body"),
+        ("", &[], StatusCode::NOT_ACCEPTABLE, "accept"),
+        ("", &unknown_session, StatusCode::NOT_FOUND, "mcp-session-id"),
+        ("", &[accept], StatusCode::BAD_REQUEST, "mcp-session-id"),
+    ];
+    for (message, headers, expected, field) in cases {
+        let message = if message.is_empty() { call.to_string() } else { message.to_owned() };
+        let (status, body, headers) = api.raw("POST", "/mcp", Some(message.clone()), None, headers).await;
+        assert_eq!(status, expected, "{message}: {body}");
+        assert_eq!(headers["content-type"], "application/json", "{message}: {body}");
+        assert_eq!(body["error"]["field"].as_str(), Some(field), "{message}: {body}");
+        assert!(body["error"]["code"].is_string() && body["error"]["message"].is_string(), "{body}");
+    }
+
+    let options = ServerOptions::default();
+    let app = router(atlas(dir.path()).await, options.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { atlas_server::serve(listener, app, &options, std::future::pending()).await.unwrap() });
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let many: String = (0..150).map(|i| format!("X-Probe-{i}: {i}\r\n")).collect();
+    let request = format!("GET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n{many}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer)).await.unwrap().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(answer.contains("\"code\":\"headers_too_large\""), "a JSON body: {answer}");
+}
