@@ -123,8 +123,10 @@ pub fn parse_trailer(line: &str) -> Result<Option<u64>, LineError> {
 }
 
 fn object(line: &str) -> Result<Map<String, Value>, LineError> {
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| LineError::at("line", format!("not valid JSON ({e})")))?;
+    let value = crate::strict_json::from_str(line).map_err(|e| match e.field {
+        Some(field) => LineError::at(&field, e.message),
+        None => LineError::at("line", format!("not valid JSON ({e})")),
+    })?;
     match value {
         Value::Object(obj) => Ok(obj),
         _ => Err(LineError::at("line", "expected a JSON object")),
@@ -587,8 +589,10 @@ mod tests {
             (r#"{"text": "x", "kind": "fact"}"#, Some("body")),
             (r#"{"text": "x", "kind": "fact", "body": {"subject": "a"}}"#, Some("body")),
             (r#"{"text": "x", "meta": [1]}"#, Some("meta")),
-            (r#"{"text": "x""#, None),
-            (r#"[1, 2]"#, None),
+            (r#"{"text": "x""#, Some("line")),
+            (r#"[1, 2]"#, Some("line")),
+            (r#"{"text": "x", "text": "y"}"#, Some("text")),
+            (r#"{"text": "x", "meta": {"a": 1, "a": 2}}"#, Some("meta.a")),
         ];
         for (line, field) in cases {
             let err = parse_line(line, NOW).unwrap_err();

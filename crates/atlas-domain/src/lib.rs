@@ -15,6 +15,7 @@ pub mod memory;
 pub mod policy;
 pub mod ports;
 pub mod scope;
+pub mod strict_json;
 pub mod time;
 pub mod trajectory;
 

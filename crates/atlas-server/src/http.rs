@@ -157,10 +157,12 @@ fn arguments(op: Op, path: &RawPathParams, query: Option<&str>, body: &Bytes) ->
     let mut args = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
-        match serde_json::from_slice::<Value>(body) {
+        match atlas_domain::strict_json::from_slice(body) {
             Ok(Value::Object(o)) => o,
             Ok(_) => return Err(ApiError::invalid("body", "the body must be a JSON object")),
-            Err(e) => return Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body"))),
+            Err(e) => {
+                return Err(ApiError::invalid(e.field.as_deref().unwrap_or("body"), format!("request body: {e}")));
+            }
         }
     };
     for (name, value) in path.iter() {

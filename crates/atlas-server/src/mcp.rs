@@ -182,9 +182,13 @@ pub async fn serve_stdio(atlas: Arc<Atlas>) -> std::io::Result<()> {
 /// `tools/call` whose `arguments` is not an object is JSON-RPC's invalid params (-32602, with
 /// the request's id; rmcp would say "method not found").
 pub(crate) fn refuse_message(body: &[u8]) -> Option<Response> {
-    let message: Value = match serde_json::from_slice(body) {
+    let message = match atlas_domain::strict_json::from_slice(body) {
         Ok(message) => message,
-        Err(e) => return Some(ApiError::invalid("body", format!("request body: {e}")).into_response()),
+        Err(e) => {
+            // A tool's argument given twice is named as the tool's field.
+            let field = e.field.as_deref().map(|f| f.strip_prefix("params.arguments.").unwrap_or(f));
+            return Some(ApiError::invalid(field.unwrap_or("body"), format!("request body: {e}")).into_response());
+        }
     };
     let arguments = message.get("params")?.get("arguments")?;
     if message.get("method")? != "tools/call" || arguments.is_object() || arguments.is_null() {

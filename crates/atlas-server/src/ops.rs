@@ -6,6 +6,7 @@
 
 use crate::Op;
 use atlas_domain::access::{Caller, Role};
+use atlas_domain::policy::limits::{MAX_NAME_CHARS, check_name};
 use atlas_domain::{AtlasError, MemoryId, MemoryKind, Scope, Timestamp};
 use atlas_runtime::{Atlas, RecallRequest, Remember, wire};
 use schemars::JsonSchema;
@@ -103,10 +104,13 @@ pub type OpResult = Result<Value, ApiError>;
 #[serde(deny_unknown_fields)]
 pub struct ScopeArgs {
     /// The user the memory is about or from (one per person the agent serves).
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub user: Option<String>,
     /// The agent that keeps it (when several agents share one space).
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub agent: Option<String>,
     /// One conversation or task run.
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub session: Option<String>,
 }
 
@@ -128,14 +132,17 @@ pub struct RememberArgs {
     /// facts, summaries and the profile are consolidated from them in the background.
     pub text: String,
     /// Who said it: "user", "assistant", a name or a tool.
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub speaker: Option<String>,
     /// The conversation it belongs to (the same as `scope.session`); turns of one session are
     /// linked in order.
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub session: Option<String>,
     pub scope: Option<ScopeArgs>,
     /// When it happened (RFC 3339, e.g. "2026-11-23T17:00:00Z"); now when absent.
     pub time: Option<String>,
-    /// Any JSON object kept with the memory and returned with it.
+    /// Any JSON object kept with the memory and returned with it (at most 64 KiB of JSON; keys
+    /// of at most 256 characters).
     #[serde(default)]
     pub meta: serde_json::Map<String, Value>,
 }
@@ -220,6 +227,7 @@ pub struct ContextArgs {
     #[serde(default = "default_budget")]
     pub budget: usize,
     /// The session whose recent history ends the context.
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub session: Option<String>,
     pub scope: Option<ScopeArgs>,
 }
@@ -329,6 +337,7 @@ pub struct FeedbackArgs {
 #[serde(deny_unknown_fields)]
 pub struct EntityArgs {
     /// Its name as said ("Caroline", "the Lisbon office"); case and spacing do not matter.
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub name: String,
     /// The user and agent whose memories speak of it.
     pub scope: Option<ScopeArgs>,
@@ -355,6 +364,7 @@ fn default_sessions() -> usize {
 #[serde(deny_unknown_fields)]
 pub struct SessionArgs {
     /// The session's name.
+    #[schemars(length(max = MAX_NAME_CHARS))]
     pub session: String,
     /// Its user and agent.
     pub scope: Option<ScopeArgs>,
@@ -418,6 +428,11 @@ fn at_most(field: &str, value: usize, cap: usize) -> Result<(), ApiError> {
     if value > cap { Err(ApiError::invalid(field, format!("at most {cap}, got {value}"))) } else { Ok(()) }
 }
 
+/// A name given to look something up, within the cap every stored name has.
+fn a_name(field: &str, value: &str) -> Result<(), ApiError> {
+    check_name(value, field, field).map_err(ApiError::from)
+}
+
 fn not_blank(field: &str, value: &str) -> Result<(), ApiError> {
     if value.trim().is_empty() { Err(ApiError::invalid(field, format!("`{field}` is empty"))) } else { Ok(()) }
 }
@@ -458,6 +473,13 @@ pub fn permit(caller: &Caller, op: Op) -> Result<(), ApiError> {
 /// The request's scope within the caller's tenant: its user and agent forced, another's refused
 /// (403 naming `<prefix>scope.user`).
 fn confined(caller: &Caller, s: Option<ScopeArgs>, prefix: &str) -> Result<Scope, ApiError> {
+    if let Some(s) = &s {
+        for (field, value) in [("user", &s.user), ("agent", &s.agent), ("session", &s.session)] {
+            if let Some(value) = value {
+                a_name(&format!("{prefix}scope.{field}"), value)?;
+            }
+        }
+    }
     caller.confine(scope(s)).map_err(|d| {
         let field = match &d {
             atlas_domain::access::Denied::Scope { field, .. } => format!("{prefix}scope.{field}"),
@@ -573,6 +595,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         }
         Op::Context => {
             let ContextArgs { task, budget, session, scope: s } = args(arguments)?;
+            session.as_deref().map_or(Ok(()), |session| a_name("session", session))?;
             not_blank("task", &task)?;
             let mut scope = confined(caller, s, "")?;
             scope.session = session.or(scope.session);
@@ -641,6 +664,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         Op::Entity => {
             let EntityArgs { name, scope: s } = args(arguments)?;
             not_blank("name", &name)?;
+            a_name("name", &name)?;
             let view =
                 atlas.entity(&name, confined(caller, s, "")?).await.map_err(|e| ApiError::from(e).or_field("name"))?;
             Ok(wire::entity_value(&view, atlas_runtime::now()))
@@ -654,6 +678,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
         Op::Session => {
             let SessionArgs { session, scope: s, before, limit } = args(arguments)?;
             not_blank("session", &session)?;
+            a_name("session", &session)?;
             at_most("limit", limit, MAX_PAGE)?;
             let mut scope = confined(caller, s, "")?;
             scope.session = Some(session);

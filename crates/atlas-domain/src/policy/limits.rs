@@ -1,9 +1,112 @@
-//! Checks a new memory against the configured limits before anything is written.
+//! Checks a new memory against the configured limits before anything is written: every door
+//! (HTTP, MCP, the CLI, Python, imports, the bank) stores through [`validate`], so that one set
+//! of caps bounds every string a memory carries.
 
-use crate::{AtlasError, NewMemory, Result};
+use crate::{AtlasError, Body, NewMemory, Result};
 
 /// The default cap on one memory's text: 1 MiB.
 pub const DEFAULT_MAX_TEXT_BYTES: usize = 1 << 20;
+
+/// The cap on a name, in characters: scope ids (user, agent, session), a speaker, an entity's
+/// name and type, a fact's subject and predicate, a core category, a concept's name, a tag,
+/// and each key of `meta`.
+pub const MAX_NAME_CHARS: usize = 256;
+
+/// The cap on a synced document's path, in characters.
+pub const MAX_PATH_CHARS: usize = 4096;
+
+/// The cap on a memory's `meta` object, in bytes of its JSON.
+pub const MAX_META_BYTES: usize = 64 * 1024;
+
+/// A name (see [`MAX_NAME_CHARS`]) within its cap; `field` names it in the error.
+pub fn check_name(value: &str, field: &str, location: &str) -> Result<()> {
+    check_chars(value, MAX_NAME_CHARS, field, location)
+}
+
+fn check_chars(value: &str, cap: usize, field: &str, location: &str) -> Result<()> {
+    // Bytes bound characters from above: only a long value is counted.
+    if value.len() > cap && value.chars().count() > cap {
+        return Err(AtlasError::invalid(
+            location,
+            format!("field \"{field}\": {} characters exceeds the limit of {cap}", value.chars().count()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_bytes(value: &str, cap: usize, field: &str, location: &str) -> Result<()> {
+    if value.len() > cap {
+        return Err(AtlasError::invalid(
+            location,
+            format!("field \"{field}\": {} bytes exceeds the limit of {cap} bytes (max_text_bytes)", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Every string of a memory besides its text within its cap: names, `meta`, and the body's
+/// longer fields (at most `max_text_bytes` each, like the text).
+fn check_strings(memory: &NewMemory, max_text_bytes: usize, location: &str) -> Result<()> {
+    let scope = &memory.scope;
+    for (field, value) in
+        [("scope.user", &scope.user), ("scope.agent", &scope.agent), ("scope.session", &scope.session)]
+    {
+        if let Some(value) = value {
+            check_name(value, field, location)?;
+        }
+    }
+    for key in memory.meta.keys() {
+        check_name(key, "meta", location)?;
+    }
+    if !memory.meta.is_empty() {
+        let bytes = serde_json::to_vec(&memory.meta).map_or(0, |v| v.len());
+        if bytes > MAX_META_BYTES {
+            return Err(AtlasError::invalid(
+                location,
+                format!("field \"meta\": {bytes} bytes of JSON exceeds the limit of {MAX_META_BYTES}"),
+            ));
+        }
+    }
+    let name = |value: &str, field: &str| check_name(value, field, location);
+    let long = |value: &str, field: &str| check_bytes(value, max_text_bytes, field, location);
+    match &memory.body {
+        Body::Episode { speaker } => speaker.as_deref().map_or(Ok(()), |s| name(s, "speaker")),
+        Body::Fact { subject, predicate, object, .. } => {
+            name(subject, "body.subject")?;
+            name(predicate, "body.predicate")?;
+            long(object, "body.object")
+        }
+        Body::Entity { name: entity, entity_type } => {
+            name(entity, "body.name")?;
+            entity_type.as_deref().map_or(Ok(()), |t| name(t, "body.entity_type"))
+        }
+        Body::Core { category } => name(category, "body.category"),
+        Body::Experience { task, feedback, trajectory, steps, output, tags, merged, .. } => {
+            long(task, "body.task")?;
+            long(output, "body.output")?;
+            for (field, value) in [("body.feedback", feedback), ("body.trajectory", trajectory)] {
+                value.as_deref().map_or(Ok(()), |v| long(v, field))?;
+            }
+            steps.iter().chain(merged).try_for_each(|s| long(s, "body.steps"))?;
+            tags.iter().try_for_each(|t| name(t, "body.tags"))
+        }
+        Body::Concept { name: concept, code, detail, .. } => {
+            name(concept, "body.name")?;
+            long(code, "body.code")?;
+            long(&detail.description, "body.detail.description")?;
+            detail.params.iter().chain(&detail.examples).try_for_each(|s| long(s, "body.detail"))
+        }
+        Body::Strategy { situation, suggestion, .. } => {
+            long(situation, "body.situation")?;
+            long(suggestion, "body.suggestion")
+        }
+        Body::Summary { session, .. } => name(session, "body.session"),
+        Body::Doc { path, heading, .. } => {
+            check_chars(path, MAX_PATH_CHARS, "body.path", location)?;
+            long(heading, "body.heading")
+        }
+    }
+}
 
 /// Validates what every store needs to hold: non-blank text within `max_text_bytes`, a valid
 /// interval, and a body consistent with its kind. `location` prefixes the error (e.g.
@@ -25,6 +128,7 @@ pub fn validate(memory: &NewMemory, max_text_bytes: usize, location: &str) -> Re
     if memory.text.contains('\0') {
         return Err(AtlasError::invalid(location, "field \"text\": contains a NUL character"));
     }
+    check_strings(memory, max_text_bytes, location)?;
     if let Some(until) = memory.validity.valid_until
         && until <= memory.validity.valid_from
     {
@@ -61,5 +165,42 @@ mod tests {
         let big = validate(&episode(&"x".repeat(11)), 10, "x").unwrap_err().to_string();
         assert!(big.contains("11 bytes exceeds the limit of 10"), "{big}");
         assert!(validate(&episode("a\0b"), 10, "x").is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(atlas_testing::proptest_config(256))]
+        #[test]
+        fn a_name_passes_exactly_when_within_its_cap(name in "\\PC{0,300}") {
+            let passes = check_name(&name, "speaker", "x").is_ok();
+            proptest::prop_assert_eq!(passes, name.chars().count() <= MAX_NAME_CHARS);
+        }
+    }
+
+    /// Every name is capped in characters (a long name of multi-byte letters within the cap
+    /// passes), `meta` in bytes of JSON, and the error names the field.
+    #[test]
+    fn caps_every_name_and_meta() {
+        let named = |field: &str, e: AtlasError| {
+            let shown = e.to_string();
+            assert!(shown.starts_with(&format!("remember: field \"{field}\"")), "{shown}");
+        };
+        let long = "x".repeat(MAX_NAME_CHARS + 1);
+        let mut m = episode("hi");
+        m.body = Body::episode(Some(long.clone()));
+        named("speaker", validate(&m, 1 << 20, "remember").unwrap_err());
+        m.body = Body::episode(Some("é".repeat(MAX_NAME_CHARS)));
+        assert!(validate(&m, 1 << 20, "remember").is_ok(), "256 characters of two bytes each");
+        let mut m = episode("hi");
+        m.scope.session = Some(long.clone());
+        named("scope.session", validate(&m, 1 << 20, "remember").unwrap_err());
+        let mut m = episode("hi");
+        m.meta.insert(long.clone(), serde_json::Value::Null);
+        named("meta", validate(&m, 1 << 20, "remember").unwrap_err());
+        let mut m = episode("hi");
+        m.meta.insert("k".into(), serde_json::Value::from("v".repeat(MAX_META_BYTES)));
+        named("meta", validate(&m, 1 << 20, "remember").unwrap_err());
+        let mut m = episode("hi");
+        m.body = Body::Entity { name: long, entity_type: None };
+        named("body.name", validate(&m, 1 << 20, "remember").unwrap_err());
     }
 }

@@ -447,3 +447,39 @@ async fn errors_outside_the_routes_are_json_too() {
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
     assert!(answer.contains("\"code\":\"headers_too_large\""), "a JSON body: {answer}");
 }
+
+/// Every string a write carries is bounded, the bounds are in the OpenAPI document, and a key
+/// given twice is refused naming it (serde_json alone would keep the last): nothing is stored.
+#[tokio::test]
+async fn strings_are_bounded_and_keys_are_given_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path(), ServerOptions::default()).await;
+    let long = "n".repeat(atlas_domain::policy::limits::MAX_NAME_CHARS + 1);
+    let refused = [
+        (json!({"text": "hi", "speaker": long}), "speaker"),
+        (json!({"text": "hi", "session": long}), "scope.session"),
+        (json!({"text": "hi", "scope": {"user": long}}), "scope.user"),
+        (json!({"text": "hi", "meta": {long.as_str(): 1}}), "meta"),
+        (json!({"text": "hi", "meta": {"big": "m".repeat(70 * 1024)}}), "meta"),
+    ];
+    for (body, field) in refused {
+        let (status, answer, _) = api.call("POST", "/v1/remember", Some(body)).await;
+        assert_eq!((status, answer["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some(field)), "{answer}");
+    }
+    let (status, answer, _) = api.call("POST", "/v1/entity", Some(json!({"name": long}))).await;
+    assert_eq!((status, answer["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("name")), "{answer}");
+    let twice = r#"{"text": "a", "text": "b"}"#;
+    let (status, answer, _) = api.raw("POST", "/v1/remember", Some(twice.into()), None, &[]).await;
+    assert_eq!((status, answer["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("text")), "{answer}");
+    let call = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "remember", "arguments": {"text": "a", "text": "b"}}}"#;
+    let accept = ("accept", "application/json, text/event-stream");
+    let (status, answer, _) = api.raw("POST", "/mcp", Some(call.into()), None, &[accept]).await;
+    assert_eq!((status, answer["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("text")), "{answer}");
+    let (_, stats, _) = api.call("GET", "/v1/stats", None).await;
+    assert_eq!(stats["memories"], 0, "nothing refused was stored: {stats}");
+
+    let (_, document, _) = api.call("GET", "/openapi.json", None).await;
+    let text = document.to_string();
+    assert!(text.contains("\"maxLength\":256"), "the name caps are in the OpenAPI document");
+    assert!(text.contains("64 KiB"), "the meta cap is in the OpenAPI document");
+}
