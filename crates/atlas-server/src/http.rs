@@ -10,8 +10,11 @@
 //! "field"}}` with the status that fits: bad input never gives a 500.
 
 use crate::auth::{Keys, authenticate};
+use crate::body::{Received, SpooledBody, read_body};
+use crate::edge::{MAX_HEADERS, host_allowed, json_body, origin_allowed, parse_authority};
 use crate::ops::{self, ApiError};
-use crate::{Op, ROUTES, Route};
+use crate::options::ServerOptions;
+use crate::{Op, ROUTES, Route, batch_field, op_name};
 use atlas_domain::access::Caller;
 use atlas_runtime::{Atlas, ImportOptions};
 use axum::Router;
@@ -22,68 +25,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
-use http_body_util::BodyExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::Semaphore;
-
-/// The most header lines a request may carry (hyper's own default), answered 431 in JSON.
-pub const MAX_HEADERS: usize = 100;
-
-/// How many header lines hyper parses, so that a request over [`MAX_HEADERS`] reaches the guard
-/// and its JSON answer; past this hyper itself answers 431 without a body.
-const PARSED_HEADERS: usize = 1024;
-
-/// The host names a loopback server answers to.
-pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "[::1]", "::1"];
-
-/// How the server guards itself.
-#[derive(Debug, Clone)]
-pub struct ServerOptions {
-    /// The admin token: `Authorization: Bearer <token>` sees every tenant. Tenants' keys are
-    /// read from the space ([`atlas_runtime::Atlas::keys`]).
-    pub token: Option<String>,
-    pub max_body_bytes: usize,
-    /// The largest body `POST /v1/import` reads (it streams; the import is one transaction).
-    pub max_import_bytes: usize,
-    /// Reading a request (headers, then body) and answering a read take at most this long.
-    pub timeout: Duration,
-    /// Requests in flight beyond this are answered 503 with `Retry-After`.
-    pub max_in_flight: usize,
-    /// Check every request's `Host` against the loopback names and `allowed_hosts` (against
-    /// DNS rebinding): on when listening on loopback.
-    pub check_host: bool,
-    /// Refuse calls without a token even when no token and no key exist (beyond loopback: the
-    /// last key revoked must not open the server).
-    pub require_token: bool,
-    /// Host names (without port) accepted besides the loopback names.
-    pub allowed_hosts: Vec<String>,
-    /// Web origins (`scheme://host[:port]`) whose pages may call, besides the server's own.
-    pub allowed_origins: Vec<String>,
-    /// Cancelled at shutdown: ends the MCP sessions' open event streams, which a graceful
-    /// shutdown would otherwise wait for.
-    pub shutdown: tokio_util::sync::CancellationToken,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            token: None,
-            max_body_bytes: 8 << 20,
-            max_import_bytes: 1 << 30,
-            timeout: Duration::from_secs(30),
-            max_in_flight: 256,
-            check_host: true,
-            require_token: false,
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
-            shutdown: tokio_util::sync::CancellationToken::new(),
-        }
-    }
-}
 
 #[derive(Default)]
 struct RouteMetrics {
@@ -100,20 +47,6 @@ struct AppState {
     importing: Semaphore,
     keys: Keys,
     metrics: Mutex<BTreeMap<&'static str, Arc<RouteMetrics>>>,
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, axum::Json(self.body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"atlas\""));
-        }
-        response
-    }
 }
 
 /// The query's boolean parameter of `op` (`?hard=true`), the only one it takes: any other is
@@ -218,15 +151,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
             Ok(k) if !k.trim().is_empty() => Ok(Some(k.to_owned())),
             _ => Err(ApiError::invalid("Idempotency-Key", "the header must be non-empty visible ASCII text")),
         },
-    }
-}
-
-/// The field that holds a batch form's items.
-pub fn batch_field(op: Op) -> &'static str {
-    match op {
-        Op::RememberMany => "memories",
-        Op::RecallMany => "queries",
-        other => unreachable!("{other:?} has no batch form"),
     }
 }
 
@@ -344,158 +268,9 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
     response
 }
 
-/// The operation's name in metrics and the OpenAPI document (its tool's name when it has one).
-pub fn op_name(op: Op) -> &'static str {
-    match op {
-        Op::Health => "health",
-        Op::Metrics => "metrics",
-        Op::OpenApi => "openapi",
-        Op::Import => "import",
-        Op::Export => "export",
-        Op::RememberMany => "remember_many",
-        Op::RecallMany => "recall_many",
-        Op::List => "list_memories",
-        Op::Entity => "entity",
-        Op::Sessions => "sessions",
-        Op::Session => "session",
-        Op::Cycles => "cycles",
-        Op::Archived => "archive",
-        _ => ROUTES.iter().find(|r| r.op == op).and_then(|r| r.tool.as_ref()).map_or("unknown", |t| t.name),
-    }
-}
-
 fn route_matches(pattern: &str, path: &str) -> bool {
     let (p, q): (Vec<&str>, Vec<&str>) = (pattern.split('/').collect(), path.split('/').collect());
     p.len() == q.len() && p.iter().zip(&q).all(|(a, b)| a.starts_with('{') || a == b)
-}
-
-/// A `Host` header as an authority (RFC 9110): a host (a bracketed IPv6 address, or letters,
-/// digits, dots and dashes) and an optional port of plain digits from 1 to 65535; `None` for
-/// anything else (`[::1]evil.example`, `127.0.0.1:7431@evil`, `localhost:abc`, `:99999`).
-fn parse_authority(authority: &str) -> Option<(&str, Option<u16>)> {
-    let (host, rest) = if authority.starts_with('[') {
-        let end = authority.find(']')?;
-        authority[1..end].parse::<std::net::Ipv6Addr>().ok()?;
-        authority.split_at(end + 1)
-    } else {
-        let end = authority.find(':').unwrap_or(authority.len());
-        let host = &authority[..end];
-        let name = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
-        if !name {
-            return None;
-        }
-        authority.split_at(end)
-    };
-    let port = match rest {
-        "" => None,
-        _ => {
-            let digits = rest.strip_prefix(':')?;
-            if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            Some(u16::try_from(digits.parse::<u32>().ok()?).ok().filter(|p| *p > 0)?)
-        }
-    };
-    Some((host, port))
-}
-
-fn host_allowed(options: &ServerOptions, host: &str) -> bool {
-    let Some((name, _)) = parse_authority(host) else { return false };
-    LOOPBACK_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(name))
-        || options.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
-}
-
-/// A page's `Origin` may call when it is the server's own (the origin's authority is the
-/// request's `Host`) or one of `--allowed-origin`; `null` (a sandboxed page, a file) never.
-fn origin_allowed(options: &ServerOptions, origin: &str, host: Option<&str>) -> bool {
-    if options.allowed_origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(origin)) {
-        return true;
-    }
-    let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
-    matches!((authority, host), (Some(a), Some(h)) if a.eq_ignore_ascii_case(h))
-}
-
-/// Whether a `Content-Type` names JSON (or, for an import, JSON Lines).
-fn json_body(content_type: &str, lines: bool) -> bool {
-    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    media == "application/json"
-        || (media.starts_with("application/") && media.ends_with("+json"))
-        || (lines && matches!(media.as_str(), "application/x-ndjson" | "application/jsonl" | "application/json-lines"))
-}
-
-/// A request body as the guard read it: in memory, or, for an import, in a temporary file (so
-/// that the size of an import does not decide the server's memory), deleted when dropped.
-enum Received {
-    Memory(Bytes),
-    Spooled(SpooledBody),
-}
-
-/// An import's body in a temporary file, handed to the route through the request's extensions.
-#[derive(Clone)]
-pub struct SpooledBody {
-    file: Arc<tempfile::NamedTempFile>,
-    /// Nothing but whitespace (or nothing) was sent.
-    blank: bool,
-}
-
-impl Received {
-    fn is_blank(&self) -> bool {
-        match self {
-            Received::Memory(bytes) => bytes.iter().all(u8::is_ascii_whitespace),
-            Received::Spooled(spooled) => spooled.blank,
-        }
-    }
-}
-
-/// Reads a body within `limit` bytes, each piece within the request timeout: a client that
-/// stalls gets 503 and a body over the limit 413. With `spool`, the pieces go to a temporary
-/// file instead of memory.
-async fn read_body(body: Body, limit: usize, timeout: Duration, spool: bool) -> Result<Received, ApiError> {
-    let mut body = http_body_util::Limited::new(body, limit);
-    let mut bytes = Vec::new();
-    let spool_failed = |e: std::io::Error| {
-        ApiError::new(500, "storage", format!("cannot keep the request body in a temporary file: {e}"), Some("body"))
-    };
-    let mut file = if spool { Some(tempfile::NamedTempFile::new().map_err(spool_failed)?) } else { None };
-    let mut blank = true;
-    loop {
-        match tokio::time::timeout(timeout, body.frame()).await {
-            Err(_) => {
-                let message = format!("the request body stalled for {} ms; nothing was done", timeout.as_millis());
-                return Err(ApiError::new(503, "timeout", message, Some("body")));
-            }
-            Ok(None) => {
-                return Ok(match file {
-                    Some(file) => Received::Spooled(SpooledBody { file: Arc::new(file), blank }),
-                    None => Received::Memory(Bytes::from(bytes)),
-                });
-            }
-            Ok(Some(Err(e))) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                    return Err(ApiError::new(
-                        413,
-                        "too_large",
-                        format!("request body over {limit} bytes"),
-                        Some("body"),
-                    ));
-                }
-                return Err(ApiError::new(400, "invalid_input", format!("request body: {e}"), Some("body")));
-            }
-            Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    match file.as_mut() {
-                        Some(file) => {
-                            blank = blank && data.iter().all(u8::is_ascii_whitespace);
-                            // A frame is at most a few tens of kilobytes, written to the page
-                            // cache: not worth a trip to the blocking pool.
-                            std::io::Write::write_all(file.as_file_mut(), &data).map_err(spool_failed)?;
-                        }
-                        None => bytes.extend_from_slice(&data),
-                    }
-                }
-            }
-        }
-    }
 }
 
 async fn guarded(
@@ -718,51 +493,4 @@ pub fn router(atlas: Arc<Atlas>, options: ServerOptions) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))
         .with_state(state)
-}
-
-/// Serves `app` on `listener` until `shutdown` completes: then it stops accepting, ends the
-/// MCP event streams (`options.shutdown`) and lets requests in flight finish. Each connection
-/// must send a request's headers within `options.timeout` (hyper's header read timeout;
-/// the guard times the body), so that a silent client holds a socket, never a slot.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    options: &ServerOptions,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.timeout).max_headers(PARSED_HEADERS);
-    let builder = builder.http1_only();
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, do not spin.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("connection ended: {e}");
-            }
-        });
-    }
-    drop(listener);
-    options.shutdown.cancel();
-    graceful.shutdown().await;
-    Ok(())
 }

@@ -3,26 +3,39 @@
 //! policy here. One table ([`ROUTES`]) names every operation, its route and, for those an agent
 //! calls, its MCP tool: an operation that lands later gets both in one place.
 //!
-//! - [`ops`]: the operations, transport-free (JSON arguments in, JSON out) and their argument
-//!   types, from which the OpenAPI document and the tools' input schemas are generated.
+//! - [`ops`]: the operations, transport-free (JSON arguments in, JSON out); `args` holds their
+//!   argument types (from which the OpenAPI document and the tools' input schemas are
+//!   generated) and shared checks, `access` who may do what, `error` the one error shape.
 //! - [`http`]: axum routes from the table, and the guard around all of them (Host, Origin,
 //!   caller, JSON bodies, limits, timeouts, metrics); import and export stream JSON Lines.
+//!   `edge` holds the request-edge checks, `body` reads bodies, `serve` accepts connections,
+//!   `options` is how the server guards itself.
 //! - [`auth`]: who is calling: the server's token, a tenant's key, or nobody on an open
 //!   loopback server.
 //! - [`mcp`]: the same operations as MCP tools (rmcp), over stdio (`atlas mcp`) and at `/mcp`.
 //! - [`openapi`]: `/openapi.json`, generated from the table and the argument types.
 //! - [`inspector`]: the memory inspector, a page at `/` over the same API.
 
+mod access;
+pub mod args;
 pub mod auth;
+mod body;
+mod edge;
+mod error;
 pub mod http;
 pub mod inspector;
 pub mod mcp;
 pub mod openapi;
 pub mod ops;
+mod options;
+mod serve;
 
 pub use axum::Router;
-pub use http::{ServerOptions, router, serve};
+pub use edge::{LOOPBACK_HOSTS, MAX_HEADERS};
+pub use http::router;
 pub use ops::{MAX_BATCH, MAX_K};
+pub use options::ServerOptions;
+pub use serve::serve;
 
 /// Where `atlas serve` listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7431";
@@ -292,4 +305,33 @@ pub fn writes(op: Op) -> bool {
 /// Whether `addr` only listens on this machine.
 pub fn is_loopback(addr: &std::net::SocketAddr) -> bool {
     addr.ip().is_loopback()
+}
+
+/// The operation's name in metrics and the OpenAPI document (its tool's name when it has one).
+pub fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Health => "health",
+        Op::Metrics => "metrics",
+        Op::OpenApi => "openapi",
+        Op::Import => "import",
+        Op::Export => "export",
+        Op::RememberMany => "remember_many",
+        Op::RecallMany => "recall_many",
+        Op::List => "list_memories",
+        Op::Entity => "entity",
+        Op::Sessions => "sessions",
+        Op::Session => "session",
+        Op::Cycles => "cycles",
+        Op::Archived => "archive",
+        _ => ROUTES.iter().find(|r| r.op == op).and_then(|r| r.tool.as_ref()).map_or("unknown", |t| t.name),
+    }
+}
+
+/// The field that holds a batch form's items.
+pub fn batch_field(op: Op) -> &'static str {
+    match op {
+        Op::RememberMany => "memories",
+        Op::RecallMany => "queries",
+        other => unreachable!("{other:?} has no batch form"),
+    }
 }

@@ -2,9 +2,9 @@
 //! argument types of [`crate::ops`] (their JSON Schemas come from the types, through schemars),
 //! so that it cannot drift from what the server answers.
 
-use crate::http::{batch_field, op_name};
 use crate::ops::schema_of;
 use crate::{Op, ROUTES};
+use crate::{batch_field, op_name};
 use serde_json::{Map, Value, json};
 
 fn error_response(description: &str) -> Value {
