@@ -1,8 +1,9 @@
 //! The `experience`, `strategy` and `concept` commands: the agent memories, translated into runtime calls
 //! and printed (human lines, or the JSON shapes scripts read).
 
+use crate::args::{ConceptAction, ExperienceAction, StrategyAction};
 use crate::output::print_line;
-use crate::{ConceptAction, ExperienceAction, StrategyAction, parse_scope};
+use crate::parse_scope;
 use anyhow::Result;
 use atlas_runtime::Atlas;
 use atlas_runtime::agents::{PruneCriteria, StrategyHit};

@@ -312,6 +312,32 @@ def test_the_console_script_is_the_cli(tmp_path):
     assert missing.returncode == 1 and "error" in missing.stderr
 
 
+def test_an_archived_memory_is_forgotten_from_python_and_the_cli(tmp_path):
+    """Erasure does not depend on where a memory lives: one only the archive holds is
+    forgotten softly and for good from Python and from the CLI (both answered "not found")."""
+    script = Path(sys.executable).with_name("atlas")
+    db = str(tmp_path / "archived.db")
+    with atlas.Memory(db) as m:
+        kept = m.remember("an old note about the garden")
+        other = m.remember("an old note about the boat")
+    done = subprocess.run([script, "--db", db, "archive", "--episodes-older-than", "0", "--json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and json.loads(done.stdout)["archived"] == 2, done.stderr
+    archive = list((tmp_path / "archive").glob("*.jsonl.gz"))
+    assert len(archive) == 1
+    with atlas.Memory(db) as m:
+        assert m.get(str(kept)) is None, "out of the store"
+        assert m.forget(kept) == {"forgotten": kept, "hard": False}
+        assert m.forget(kept, hard=True) == {"forgotten": kept, "hard": True}
+        with pytest.raises(atlas.NotFound):
+            m.recover(kept)
+    soft = subprocess.run([script, "--db", db, "forget", str(other), "--json"], capture_output=True, text=True)
+    assert soft.returncode == 0 and json.loads(soft.stdout)["forgotten"] == other, soft.stderr
+    hard = subprocess.run([script, "--db", db, "forget", str(other), "--hard", "--json"], capture_output=True, text=True)
+    assert hard.returncode == 0 and json.loads(hard.stdout)["archive_files"] == 1, hard.stderr
+    assert not archive[0].exists(), "the emptied archive file is removed"
+
+
 def test_times_without_a_zone_are_utc(memory):
     naive = datetime(2025, 5, 1, 12, 0)
     memory.remember("a naive time", time=naive)

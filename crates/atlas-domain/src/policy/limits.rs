@@ -87,7 +87,8 @@ fn check_strings(memory: &NewMemory, max_text_bytes: usize, location: &str) -> R
             for (field, value) in [("body.feedback", feedback), ("body.trajectory", trajectory)] {
                 value.as_deref().map_or(Ok(()), |v| long(v, field))?;
             }
-            steps.iter().chain(merged).try_for_each(|s| long(s, "body.steps"))?;
+            steps.iter().try_for_each(|s| long(s, "body.steps"))?;
+            merged.iter().try_for_each(|s| long(s, "body.merged"))?;
             tags.iter().try_for_each(|t| name(t, "body.tags"))
         }
         Body::Concept { name: concept, code, detail, .. } => {
