@@ -1,7 +1,6 @@
 //! `atlas embed --batch`: the vectors of a JSON Lines file's texts, one line out per line in,
 //! read a piece at a time after every line was checked.
 
-use crate::parse_line;
 use anyhow::{Context, Result, anyhow};
 use atlas_runtime::Config;
 use std::io::Write;
@@ -37,22 +36,12 @@ pub(crate) async fn embed(config: &Config, batch: &std::path::Path, json: bool) 
     Ok(())
 }
 
-/// The rows of a JSON Lines file read a line at a time, as `parse_lines` reads a whole text.
+/// The rows of a JSON Lines file, read a line at a time.
 fn stream_lines<const N: usize>(
     path: &std::path::Path,
     origin: &str,
     fields: [&'static str; N],
 ) -> Result<impl Iterator<Item = Result<(String, [String; N])>>> {
-    use std::io::BufRead as _;
     let file = std::fs::File::open(path).with_context(|| format!("cannot read {origin}"))?;
-    let origin = origin.to_owned();
-    let rows = std::io::BufReader::new(file).lines().enumerate().filter_map(move |(i, line)| {
-        let at = format!("{origin}:{}", i + 1);
-        let row = line.with_context(|| format!("cannot read {at}")).and_then(|line| {
-            let line = if i == 0 { line.strip_prefix('\u{feff}').unwrap_or(&line).to_owned() } else { line };
-            parse_line(&line, &at, fields)
-        });
-        row.transpose().map(|row| row.map(|row| (at, row)))
-    });
-    Ok(rows)
+    Ok(crate::json_lines(std::io::BufReader::new(file), origin, fields))
 }

@@ -512,8 +512,9 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
         (Some(query), None) => vec![(None, query)],
         (None, Some(batch)) => {
             let shown = batch.display().to_string();
-            let text = std::fs::read_to_string(&batch).with_context(|| format!("cannot read {shown}"))?;
-            let lines = parse_lines(&text, &shown, ["id", "query"])?;
+            let file = std::fs::File::open(&batch).with_context(|| format!("cannot read {shown}"))?;
+            let lines =
+                json_lines(std::io::BufReader::new(file), &shown, ["id", "query"]).collect::<Result<Vec<_>>>()?;
             lines.into_iter().map(|(at, [id, query])| (Some((at, id)), query)).collect()
         }
         _ => return Err(anyhow!("recall needs a QUERY or --batch FILE")),
@@ -544,29 +545,28 @@ async fn recall(atlas: &Atlas, args: RecallArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Lines of JSON objects with string `fields` (`id` may be a number), each with where it
-/// stands (`file:line`); errors name the file, line and field. A UTF-8 byte-order mark is read
-/// as the start of the file, not as part of its first line.
-fn parse_lines<const N: usize>(text: &str, origin: &str, fields: [&str; N]) -> Result<Vec<(String, [String; N])>> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let at = format!("{origin}:{}", i + 1);
-        if let Some(row) = parse_line(line, &at, fields)? {
-            out.push((at, row));
-        }
-    }
-    Ok(out)
+/// The rows of a JSON Lines stream, read a line at a time by the runtime's one reader
+/// ([`atlas_runtime::JsonLines`]: BOM, blank lines, `file:line`): each line's string `fields`
+/// (`id` may be a number) with where it stands; errors name the file, line and field.
+pub(crate) fn json_lines<const N: usize>(
+    reader: impl std::io::BufRead,
+    origin: &str,
+    fields: [&'static str; N],
+) -> impl Iterator<Item = Result<(String, [String; N])>> {
+    atlas_runtime::JsonLines::new(reader, origin, usize::MAX).map(move |line| {
+        let (at, line) = line?;
+        let row = parse_line(&line, &at, fields)?;
+        Ok((at, row))
+    })
 }
 
-/// One JSON line's string `fields` (`id` may be a number); `None` for a blank line. Errors name
-/// `at` (`file:line`) and the field.
-pub(crate) fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result<Option<[String; N]>> {
-    let line = line.trim();
-    if line.is_empty() {
-        return Ok(None);
-    }
-    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow!("{at}: not valid JSON ({e})"))?;
+/// One JSON line's string `fields` (`id` may be a number). Errors name `at` (`file:line`) and
+/// the field; a key given twice is refused, as everywhere.
+fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result<[String; N]> {
+    let value = atlas_domain::strict_json::from_str(line).map_err(|e| match &e.field {
+        Some(field) => anyhow!("{at}: field \"{field}\": {e}"),
+        None => anyhow!("{at}: not valid JSON ({e})"),
+    })?;
     let field = |name: &str| -> Result<String> {
         match value.get(name) {
             Some(serde_json::Value::String(s)) => Ok(s.clone()),
@@ -579,7 +579,7 @@ pub(crate) fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]
     for (slot, name) in row.iter_mut().zip(fields) {
         *slot = field(name)?;
     }
-    Ok(Some(row))
+    Ok(row)
 }
 
 pub(crate) fn parse_scope(pairs: &[String]) -> Result<Scope> {

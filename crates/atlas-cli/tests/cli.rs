@@ -152,6 +152,15 @@ fn bad_input_is_named_and_nothing_is_half_imported() {
     let queries = write(dir.path(), "q.jsonl", "{\"id\": \"a\"}\n");
     let err = failed(atlas(&db, &["recall", "--batch", queries.to_str().unwrap()]));
     assert!(err.contains("q.jsonl:1") && err.contains("field \"query\""), "{err}");
+    // The one JSON Lines reader: a BOM and blank lines are skipped, lines keep their numbers,
+    // and a key given twice is refused naming it.
+    let queries = write(
+        dir.path(),
+        "q2.jsonl",
+        "\u{feff}{\"id\": \"a\", \"query\": \"x\"}\n\n{\"id\": \"b\", \"query\": \"x\", \"query\": \"y\"}\n",
+    );
+    let err = failed(atlas(&db, &["recall", "--batch", queries.to_str().unwrap()]));
+    assert!(err.contains("q2.jsonl:3") && err.contains("field \"query\"") && err.contains("twice"), "{err}");
     let not_db = write(dir.path(), "notes.txt", &"this is not a database\n".repeat(200));
     let err = failed(atlas(&not_db, &["stats"]));
     assert!(err.contains("not") && err.contains("database"), "{err}");

@@ -37,6 +37,9 @@ pub use docs::DocsSynced;
 pub use editing::Revised;
 pub use explain::{EXPLAINED_CYCLES, Explanation};
 pub use graph_export::GraphExported;
+/// The one JSON Lines reader (BOM, blank lines, `origin:N` in errors, a line limit) of every
+/// door that reads JSON Lines: imports, and the CLI's batch inputs.
+pub use import_pieces::Lines as JsonLines;
 pub use recall::{Hit, Recall, RecallRequest, SignalReport, StageTimings, recall};
 
 use atlas_domain::policy::limits::validate;
