@@ -152,6 +152,8 @@ fn bad_input_is_named_and_nothing_is_half_imported() {
     let queries = write(dir.path(), "q.jsonl", "{\"id\": \"a\"}\n");
     let err = failed(atlas(&db, &["recall", "--batch", queries.to_str().unwrap()]));
     assert!(err.contains("q.jsonl:1") && err.contains("field \"query\""), "{err}");
+    let err = failed(atlas(&db, &["recall", "--k", "10001", "x"]));
+    assert!(err.contains("field \"k\": at most 10000"), "{err}");
     // The one JSON Lines reader: a BOM and blank lines are skipped, lines keep their numbers,
     // and a key given twice is refused naming it.
     let queries = write(

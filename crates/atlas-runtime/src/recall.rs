@@ -224,10 +224,10 @@ fn lift_instruction(hits: &mut [Hit]) {
 pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest, now: Timestamp) -> Result<Recall> {
     let started = Instant::now();
     if request.query.trim().is_empty() {
-        return Err(AtlasError::invalid("recall", "the query is empty"));
+        return Err(AtlasError::invalid("recall", "field \"query\": empty"));
     }
     if request.k > MAX_K {
-        return Err(AtlasError::invalid("recall", format!("k = {} is more than the maximum of {MAX_K}", request.k)));
+        return Err(AtlasError::invalid("recall", format!("field \"k\": at most {MAX_K}, got {}", request.k)));
     }
     if request.k == 0 {
         return Err(AtlasError::invalid("recall", "field \"k\": must be at least 1 (how many memories to return)"));

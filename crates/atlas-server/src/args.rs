@@ -13,7 +13,8 @@ use serde_json::Value;
 /// Most memories one `remember` request may carry, and most queries in one batch recall.
 pub const MAX_BATCH: usize = 1_000;
 
-/// Most hits one recall may ask for.
+/// Most hits one recall may ask for over the network (an answer of 10,000 memories, the
+/// runtime's own cap for a local caller, is too large to send to any client that asks).
 pub const MAX_K: usize = 1_000;
 
 /// Who a memory belongs to; recall only looks inside the scope it is given.

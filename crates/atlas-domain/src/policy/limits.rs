@@ -52,6 +52,10 @@ fn check_strings(memory: &NewMemory, max_text_bytes: usize, location: &str) -> R
         [("scope.user", &scope.user), ("scope.agent", &scope.agent), ("scope.session", &scope.session)]
     {
         if let Some(value) = value {
+            // Given means named: an empty session would be a scope no query can name.
+            if value.trim().is_empty() {
+                return Err(AtlasError::invalid(location, format!("field \"{field}\": empty")));
+            }
             check_name(value, field, location)?;
         }
     }

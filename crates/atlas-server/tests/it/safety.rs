@@ -458,6 +458,7 @@ async fn strings_are_bounded_and_keys_are_given_once() {
     let refused = [
         (json!({"text": "hi", "speaker": long}), "speaker"),
         (json!({"text": "hi", "session": long}), "scope.session"),
+        (json!({"text": "hi", "session": " "}), "scope.session"),
         (json!({"text": "hi", "scope": {"user": long}}), "scope.user"),
         (json!({"text": "hi", "meta": {long.as_str(): 1}}), "meta"),
         (json!({"text": "hi", "meta": {"big": "m".repeat(70 * 1024)}}), "meta"),
