@@ -3,7 +3,8 @@
 //! printed as one table, so every recall change is judged on both.
 
 use anyhow::{Context, Result, bail};
-use std::collections::{HashMap, HashSet};
+use atlas_domain::policy::bm25;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -233,7 +234,7 @@ fn locomo_bm25_floor(set: &Path) -> Result<[f64; 3]> {
                         text.push_str(&format!(" [shares {caption}]"));
                     }
                     ids.push(turn["dia_id"].as_str().unwrap_or_default().trim().to_owned());
-                    docs.push(words(&text));
+                    docs.push(text);
                 }
             }
         }
@@ -250,7 +251,7 @@ fn locomo_bm25_floor(set: &Path) -> Result<[f64; 3]> {
                 continue;
             }
             let question = qa["question"].as_str().unwrap_or_default();
-            let ranked = index.rank(&words(question));
+            let ranked = index.rank(question);
             for (slot, k) in [5, 10, 20].into_iter().enumerate() {
                 let found = ranked.iter().take(k).filter(|&&i| evidence.contains(&ids[i])).count();
                 sums[slot] += found as f64 / evidence.len() as f64;
@@ -264,53 +265,33 @@ fn locomo_bm25_floor(set: &Path) -> Result<[f64; 3]> {
     Ok(sums.map(|s| s / questions as f64))
 }
 
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-}
-
+/// The LoCoMo floor: plain BM25 over each turn's text, the domain's one pipeline and score
+/// ([`bm25`]) without fields, fusion or vectors: what full text alone finds.
 struct Bm25 {
-    docs: Vec<HashMap<String, u32>>,
-    lengths: Vec<f64>,
+    docs: Vec<bm25::Document>,
     average: f64,
-    df: HashMap<String, u32>,
 }
 
 impl Bm25 {
-    fn new(docs: &[Vec<String>]) -> Self {
-        let mut df: HashMap<String, u32> = HashMap::new();
-        let counted: Vec<HashMap<String, u32>> = docs
-            .iter()
-            .map(|d| {
-                let mut tf = HashMap::new();
-                for w in d {
-                    *tf.entry(w.clone()).or_insert(0) += 1;
-                }
-                for w in tf.keys() {
-                    *df.entry(w.clone()).or_insert(0) += 1;
-                }
-                tf
-            })
-            .collect();
-        let lengths: Vec<f64> = docs.iter().map(|d| d.len() as f64).collect();
-        let average = lengths.iter().sum::<f64>() / lengths.len().max(1) as f64;
-        Bm25 { docs: counted, lengths, average, df }
+    fn new(texts: &[String]) -> Self {
+        let docs: Vec<bm25::Document> = texts.iter().map(|t| bm25::Document::of(t, None, None)).collect();
+        let average = docs.iter().map(|d| f64::from(d.length)).sum::<f64>() / docs.len().max(1) as f64;
+        Bm25 { docs, average }
     }
 
     /// Document indices, best first (ties in document order).
-    fn rank(&self, query: &[String]) -> Vec<usize> {
-        let (k1, b, n) = (1.2, 0.75, self.docs.len() as f64);
-        let terms: HashSet<&String> = query.iter().collect();
-        let mut scores = vec![0.0f64; self.docs.len()];
-        for term in terms {
-            let Some(&df) = self.df.get(term) else { continue };
-            let idf = (1.0 + (n - f64::from(df) + 0.5) / (f64::from(df) + 0.5)).ln();
-            for (i, doc) in self.docs.iter().enumerate() {
-                if let Some(&tf) = doc.get(term) {
-                    let tf = f64::from(tf);
-                    scores[i] += idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self.lengths[i] / self.average));
-                }
-            }
-        }
+    fn rank(&self, query: &str) -> Vec<usize> {
+        let rows = self.docs.len() as u64;
+        let weighted: Vec<(String, u32, f64)> = bm25::query_tokens(&[query.to_owned()])
+            .into_iter()
+            .map(|(token, times)| {
+                let n = self.docs.iter().filter(|d| d.frequencies.contains_key(&token)).count() as u64;
+                let idf = bm25::idf(rows, n);
+                (token, times, idf)
+            })
+            .collect();
+        let scores: Vec<f64> =
+            self.docs.iter().map(|d| bm25::score(d, &weighted, self.average).unwrap_or(0.0)).collect();
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
         order
@@ -324,12 +305,12 @@ mod tests {
     #[test]
     fn bm25_ranks_the_rare_word_first_and_penalises_length() {
         let docs = [
-            words("the cat sat on the mat"),
-            words("a zebra"),
-            words("the dog and the cat and the bird and the zebra"),
+            "the cat sat on the mat".to_owned(),
+            "a zebra".to_owned(),
+            "the dog and the cat and the bird and the zebra".to_owned(),
         ];
         let index = Bm25::new(&docs);
-        assert_eq!(index.rank(&words("zebra"))[..2], [1, 2]);
-        assert_eq!(index.rank(&words("cat"))[0], 0);
+        assert_eq!(index.rank("zebra")[..2], [1, 2]);
+        assert_eq!(index.rank("cat")[0], 0);
     }
 }

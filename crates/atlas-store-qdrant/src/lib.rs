@@ -2,8 +2,8 @@
 //!
 //! One collection per memory space holds every kind of memory as points (point id = memory id,
 //! the record as payload with indexes on scope, kind, times and validity), a dense named vector
-//! per embedding model and a sparse `text` vector that finds BM25 candidates, rescored as FTS5
-//! scores them (see [`sparse`]). Filters are
+//! per embedding model and a sparse `text` vector that finds BM25 candidates, rescored as every
+//! store scores them (see [`sparse`]). Filters are
 //! pushed down to Qdrant. What Qdrant does not model (id allocation, the ledger of acknowledged
 //! writes, settings) lives in the space's SQLite file ([`sidecar`]); typed edges are points of
 //! the space's meta collection ([`meta`]), the vector queue is state of the points ([`queue`]).

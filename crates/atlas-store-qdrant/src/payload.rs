@@ -23,9 +23,12 @@ pub mod field {
     pub const DELETED_AT: &str = "deleted_at";
     /// Use and review schedule, only once something happened ([`atlas_domain::Lifecycle`]).
     pub const LIFECYCLE: &str = "lifecycle";
-    /// The distinct stems of the text, speaker and context (indexed): counting the points that
-    /// hold a stem gives its document frequency for the exact BM25 rescoring (`sparse.rs`).
-    pub const TERMS: &str = "terms";
+    /// The distinct tokens of the text, speaker and context, by stable index (indexed):
+    /// counting the points that hold a token gives its document frequency for the exact BM25
+    /// rescoring (`sparse.rs`). Named after the text pipeline's generation: `terms` held the
+    /// stems of the Qdrant store's own pipeline, which did not fold diacritics; a collection
+    /// without this field's index is upgraded at open (every point written again).
+    pub const TERMS: &str = "tokens";
     /// The length in tokens of the text, speaker and context: the rescoring's document length.
     pub const TEXT_LEN: &str = "text_len";
 }

@@ -5,14 +5,15 @@
 use crate::collection::{self, dense_vector_name};
 use crate::decode::{CONSOLIDATED_AT, Kept, decode};
 use crate::payload::{self, point_id, to_payload};
-use crate::{QdrantStore, ledger, queue};
+use crate::{QdrantStore, ledger, queue, sparse};
+use atlas_domain::policy::bm25::Document;
 use atlas_domain::{Memory, MemoryId, Result};
 use qdrant_client::qdrant::{GetPointsBuilder, PointId, PointStruct, Vector, VectorsSelector};
 use std::collections::HashMap;
 
 impl QdrantStore {
     pub(crate) fn point(&self, m: &Memory, dense: Option<(&str, Vec<f32>)>, kept: Kept) -> Result<PointStruct> {
-        let document = self.bm25.analyse(&m.text, m.body.speaker(), m.context.as_deref());
+        let document = Document::of(&m.text, m.body.speaker(), m.context.as_deref());
         let text = self.bm25.document(&document);
         let mut vectors: HashMap<String, Vector> = HashMap::new();
         if !text.indices.is_empty() {
@@ -23,8 +24,9 @@ impl QdrantStore {
             vectors.insert(name.into(), Vector::new_dense(v));
         }
         let mut record = to_payload(m);
-        let terms: Vec<i64> = document.frequencies.keys().map(|&t| i64::from(t)).collect();
-        record.insert(payload::field::TERMS.into(), serde_json::Value::from(terms));
+        let terms: std::collections::BTreeSet<i64> =
+            document.frequencies.keys().map(|t| i64::from(sparse::term_index(t))).collect();
+        record.insert(payload::field::TERMS.into(), serde_json::Value::from(terms.into_iter().collect::<Vec<_>>()));
         record.insert(payload::field::TEXT_LEN.into(), serde_json::Value::from(document.length));
         if queued {
             record.insert(queue::field::VECTOR_QUEUE.into(), serde_json::Value::from(0));

@@ -4,6 +4,7 @@
 use super::*;
 use crate::api::MockQdrantApi;
 use crate::text_index::TEXT_POOL_MIN;
+use atlas_domain::policy::bm25;
 use atlas_domain::ports::{MemoryStore, ScoredId, TextIndex};
 use atlas_domain::{MemoryId, NewMemory, RecallFilter, Scope, Timestamp};
 use qdrant_client::qdrant::{DeletePoints, PointStruct, QueryPoints, RetrievedPoint, ScoredPoint};
@@ -268,7 +269,7 @@ async fn forgetting_a_turn_rewrites_its_reply_without_it_before_deleting_it() {
 }
 
 #[tokio::test]
-async fn text_search_finds_candidates_by_the_sparse_vector_and_ranks_them_as_fts5() {
+async fn text_search_finds_candidates_by_the_sparse_vector_and_ranks_them_by_bm25() {
     let dir = tempfile::tempdir().unwrap();
     let mut api = existing_collection();
     let long = "we went to Lisbon and Lisbon again on a long trip of many days";
@@ -306,10 +307,8 @@ async fn text_search_finds_candidates_by_the_sparse_vector_and_ranks_them_as_fts
     let store = open(dir.path(), api).await;
     let only_ann = RecallFilter { scope: Scope { user: Some("ann".into()), ..Scope::default() }, ..Default::default() };
     let hits = store.search_text(vec!["lisbon".into()], only_ann, 5).await.unwrap();
-    let bm = Bm25::new(20.0);
-    let term = bm.query_terms(&["lisbon".into()])[0].0;
-    let idf = sparse::idf(10, 2);
-    let exact = |text: &str| sparse::score(&bm.analyse(text, None, None), &[(term, 1, idf)], 6.0);
+    let idf = bm25::idf(10, 2);
+    let exact = |text: &str| bm25::score(&bm25::Document::of(text, None, None), &[("lisbon", 1, idf)], 6.0).unwrap();
     assert_eq!(
         hits,
         [ScoredId { id: MemoryId(8), score: exact("Lisbon") }, ScoredId { id: MemoryId(7), score: exact(long) }]

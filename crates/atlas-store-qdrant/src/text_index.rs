@@ -1,9 +1,10 @@
 //! The text index's port on Qdrant: candidates by the sparse `text` vector under the filter,
-//! rescored exactly as FTS5 scores them from the corpus' statistics (read again when stale).
+//! rescored exactly by the domain's BM25 from the corpus' statistics (read again when stale).
 
 use crate::decode::{include, memory_id};
 use crate::{CorpusStats, QdrantStore, collection, filter, payload, sparse};
 use async_trait::async_trait;
+use atlas_domain::policy::bm25::{self, Document};
 use atlas_domain::ports::{ScoredId, TextIndex};
 use atlas_domain::{RecallFilter, Result};
 use qdrant_client::qdrant::point_id::PointIdOptions;
@@ -20,10 +21,10 @@ const CORPUS_STATS_TTL: Duration = Duration::from_secs(30);
 const CORPUS_LENGTH_SAMPLE: usize = 20_000;
 impl QdrantStore {
     /// How many points hold each stem, counted once per stem while the corpus statistics last.
-    async fn stem_frequencies(&self, terms: &[(u32, u32)]) -> Result<Vec<u64>> {
+    async fn stem_frequencies(&self, terms: &[u32]) -> Result<Vec<u64>> {
         let missing: Vec<u32> = {
             let known = self.stem_counts.lock().expect("stem counts lock");
-            terms.iter().map(|(t, _)| *t).filter(|t| !known.contains_key(t)).collect()
+            terms.iter().copied().filter(|t| !known.contains_key(t)).collect()
         };
         let filters = missing
             .iter()
@@ -37,7 +38,7 @@ impl QdrantStore {
         let counted = self.collection.count_each(filters).await?;
         let mut known = self.stem_counts.lock().expect("stem counts lock");
         known.extend(missing.into_iter().zip(counted));
-        Ok(terms.iter().map(|(t, _)| known.get(t).copied().unwrap_or(0)).collect())
+        Ok(terms.iter().map(|t| known.get(t).copied().unwrap_or(0)).collect())
     }
 
     /// Rows and average length of the collection, read again when stale.
@@ -99,7 +100,7 @@ impl TextIndex for QdrantStore {
         if limit == 0 || query.indices.is_empty() || !self.collection.exists().await? {
             return Ok(Vec::new());
         }
-        // Candidates by the sparse vector, a pool wide enough to hold FTS5's best `limit`...
+        // Candidates by the sparse vector, a pool wide enough to hold the best `limit`...
         let pairs: Vec<(u32, f32)> = query.indices.into_iter().zip(query.values).collect();
         let fields = [payload::field::TEXT, payload::field::SPEAKER, payload::field::CONTEXT];
         let request = QueryPointsBuilder::new(self.collection.name())
@@ -112,25 +113,27 @@ impl TextIndex for QdrantStore {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        // ... rescored exactly as FTS5 scores them, from their text and the corpus' statistics.
-        let terms = self.bm25.query_terms(&terms);
+        // ... rescored exactly as every store scores them, from their text and the corpus'
+        // statistics. A candidate that holds none of the tokens (it shares only a hash) drops out.
+        let terms = bm25::query_tokens(&terms);
         let stats = self.corpus_stats().await?;
-        let frequencies = self.stem_frequencies(&terms).await?;
-        let weighted: Vec<(u32, u32, f64)> = terms
-            .iter()
-            .zip(&frequencies)
-            .map(|(&(term, times), &n)| (term, times, sparse::idf(stats.rows.max(n), n)))
-            .collect();
-        let mut hits = candidates
+        let indices: Vec<u32> = terms.iter().map(|(token, _)| sparse::term_index(token)).collect();
+        let frequencies = self.stem_frequencies(&indices).await?;
+        let weighted: Vec<(String, u32, f64)> = terms
             .into_iter()
-            .map(|p| {
-                let id = memory_id(p.id.as_ref())?;
-                let text = |f: &str| p.payload.get(f).and_then(|v| v.as_str()).map(String::as_str);
-                let document = self.bm25.analyse(text(fields[0]).unwrap_or_default(), text(fields[1]), text(fields[2]));
-                Ok(ScoredId { id, score: sparse::score(&document, &weighted, stats.avg_len) })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // FTS5's order: best first, ties to the smaller id.
+            .zip(&frequencies)
+            .map(|((token, times), &n)| (token, times, bm25::idf(stats.rows.max(n), n)))
+            .collect();
+        let mut hits = Vec::with_capacity(candidates.len());
+        for p in candidates {
+            let id = memory_id(p.id.as_ref())?;
+            let text = |f: &str| p.payload.get(f).and_then(|v| v.as_str()).map(String::as_str);
+            let document = Document::of(text(fields[0]).unwrap_or_default(), text(fields[1]), text(fields[2]));
+            if let Some(score) = bm25::score(&document, &weighted, stats.avg_len) {
+                hits.push(ScoredId { id, score });
+            }
+        }
+        // Best first, ties to the smaller id, as on every store.
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         hits.truncate(limit);
         Ok(hits)

@@ -1,6 +1,6 @@
-//! A collection written before the exact text ranking (no `terms` and `text_len` payloads, no
-//! `terms` index) is upgraded when a store opens it: every point is written again with its
-//! vectors kept, then `terms` is indexed, and full text ranks as FTS5 (the fake) ranks. Needs a
+//! A collection written before the one text pipeline (no `tokens` and `text_len` payloads, no
+//! `tokens` index) is upgraded when a store opens it: every point is written again with its
+//! vectors kept, then `tokens` is indexed, and full text ranks as the fake ranks. Needs a
 //! Qdrant server, like the conformance suite. So does what a space file of an earlier version kept.
 
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, TextIndex, VectorIndex};
@@ -43,10 +43,10 @@ fn a_collection_without_stems_is_upgraded_at_open() {
         store.put_vectors(vectors).await.unwrap();
         let name = store.collection().to_owned();
         // As an older version left it: no stems, no lengths, no index on stems.
-        client.delete_field_index(DeleteFieldIndexCollectionBuilder::new(&name, "terms").wait(true)).await.unwrap();
+        client.delete_field_index(DeleteFieldIndexCollectionBuilder::new(&name, "tokens").wait(true)).await.unwrap();
         client
             .delete_payload(
-                DeletePayloadPointsBuilder::new(&name, vec!["terms".to_owned(), "text_len".to_owned()])
+                DeletePayloadPointsBuilder::new(&name, vec!["tokens".to_owned(), "text_len".to_owned()])
                     .points_selector(Filter::default())
                     .wait(true),
             )
@@ -58,7 +58,7 @@ fn a_collection_without_stems_is_upgraded_at_open() {
         runtime.block_on(async {
             let store = QdrantStore::open(&space, options.clone()).await.unwrap();
             let info = client.collection_info(&name).await.unwrap().result.unwrap();
-            assert!(info.payload_schema.contains_key("terms"), "indexed after the upgrade");
+            assert!(info.payload_schema.contains_key("tokens"), "indexed after the upgrade");
             let stats = store.stats().await.unwrap();
             assert_eq!((stats.memories(), stats.vectors), (30, 30), "every point and vector kept");
             let reference = FakeStore::new();

@@ -6,7 +6,7 @@
 
 use crate::cache_file::{self, Stamp};
 use crate::error::storage;
-use crate::text_cache::{Fields, TextCache, Tokenizer};
+use crate::text_cache::{Fields, TextCache, tokenize};
 use crate::vector_cache::{Index, Precision};
 use atlas_domain::{AtlasError, Result};
 use rusqlite::{Connection, OptionalExtension};
@@ -130,12 +130,7 @@ impl CacheFiles {
     }
 
     /// The text cache, from its file (caught up if behind) or from SQL.
-    pub fn load_text(
-        &self,
-        conn: &Connection,
-        slot: &Arc<RwLock<Option<TextCache>>>,
-        tokenizer: &Tokenizer,
-    ) -> Result<TextCache> {
+    pub fn load_text(&self, conn: &Connection, slot: &Arc<RwLock<Option<TextCache>>>) -> Result<TextCache> {
         let tx = conn.unchecked_transaction().map_err(storage)?;
         let c = &self.counters;
         let kind = Kind {
@@ -143,7 +138,7 @@ impl CacheFiles {
             key: TextCache::file_key(),
             counters: [&c.text_from_file, &c.text_caught_up, &c.text_rebuilt],
             decode: &TextCache::decode,
-            catch_up: &|conn, cache, changed| catch_up_text(conn, cache, tokenizer, changed),
+            catch_up: &catch_up_text,
             rebuild: &TextCache::load,
             encode: TextCache::encode,
             // The text cache stays in memory: its lists are read whole by every search.
@@ -273,7 +268,7 @@ fn vectors_key(model: &str, dim: usize, precision: Option<Precision>) -> String 
 /// Brings a text cache read from a file up to the read transaction `conn`: the memories in
 /// `changed` lose whatever version the file held and get the one the database holds, if any.
 /// Replaying a change the file already holds is harmless.
-fn catch_up_text(conn: &Connection, cache: &mut TextCache, tokenizer: &Tokenizer, changed: &[i64]) -> Result<()> {
+fn catch_up_text(conn: &Connection, cache: &mut TextCache, changed: &[i64]) -> Result<()> {
     cache.remove_ids(changed);
     let mut stmt =
         conn.prepare_cached("SELECT id, text, speaker, context FROM memories WHERE id = ?1").map_err(storage)?;
@@ -285,7 +280,7 @@ fn catch_up_text(conn: &Connection, cache: &mut TextCache, tokenizer: &Tokenizer
             .map_err(storage)?;
         rows.extend(row);
     }
-    cache.add(tokenizer.tokenize(&rows)?);
+    cache.add(tokenize(&rows));
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! The SQLite adapter: every storage port of `atlas-domain` over one database file.
 //!
-//! Records live in `memories` and `edges`; FTS5 indexes the text with external content kept in
-//! step by triggers; sqlite-vec's `vec0` table `memory_vectors` holds one vector per memory,
+//! Records live in `memories` and `edges`; full text is an in-memory index over the domain's
+//! tokens built from `memories` ([`text_cache`], kept in a cache file); sqlite-vec's `vec0` table `memory_vectors` holds one vector per memory,
 //! linked by rowid. One writer thread serialises all writes ([`writer`]); reads run on pooled
 //! `query_only` connections ([`readers`]). WAL mode lets both proceed at once.
 
@@ -28,7 +28,7 @@ use crate::caches::CacheFiles;
 pub use crate::caches::CacheLoads;
 use crate::error::storage;
 use crate::readers::Readers;
-use crate::text_cache::{TextCache, Tokenizer};
+use crate::text_cache::TextCache;
 use crate::writer::Writer;
 use atlas_domain::ports::EmbeddingModel;
 use atlas_domain::{AtlasError, Result};
@@ -131,7 +131,6 @@ pub struct SqliteStore {
     vector_shortlist: usize,
     /// The in-memory BM25 index; `None` until the first text search.
     text_cache: SharedTextCache,
-    tokenizer: Arc<Tokenizer>,
     cache_files: CacheFiles,
 }
 
@@ -269,7 +268,6 @@ impl SqliteStore {
             codes_in_file_from: options.codes_in_file_from,
             vector_shortlist: options.vector_shortlist.max(1),
             text_cache: Arc::new(RwLock::new(None)),
-            tokenizer: Arc::new(Tokenizer::new()?),
             cache_files: CacheFiles::new(options.cache_files.then(|| path.to_path_buf())),
         })
     }

@@ -269,8 +269,8 @@ impl MemoryStore for SqliteStore {
 impl SqliteStore {
     /// Copies the WAL into the database and empties it, so that the page images of a row just
     /// deleted (which the WAL keeps until a checkpoint) leave the disk with it; the deletion
-    /// itself zeroed the row's content (`secure_delete`) and its full-text terms (FTS5
-    /// `secure-delete`). Waits for readers like any write; a reader that outlasts the wait only
+    /// itself zeroed the row's content (`secure_delete`; its full-text tokens live only in the
+    /// in-memory text cache, whose file never keeps a token no row holds). Waits for readers like any write; a reader that outlasts the wait only
     /// delays the emptying to the next checkpoint (logged).
     async fn truncate_wal(&self) -> Result<()> {
         let path = self.path.clone();

@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_short_context",
         sql: include_str!("../../../migrations/0010_short_context.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_one_text_pipeline",
+        sql: include_str!("../../../migrations/0011_one_text_pipeline.sql"),
+    },
 ];
 
 /// The newest schema this build understands.

@@ -1,38 +1,27 @@
-//! An in-memory inverted index over FTS5's own tokens, scoring exactly as FTS5's `bm25()`.
+//! The SQLite store's full-text index: an in-memory inverted index over the domain's tokens
+//! ([`atlas_domain::policy::text`]), scoring by the domain's BM25 ([`bm25`]).
 //!
-//! FTS5 finds the matches of a query in a few milliseconds but spends most of a search in
-//! `bm25()`, which walks every matching row's position lists through its extension API (tens of
-//! milliseconds at 100k memories when common words match most of them). This cache holds, per
-//! token, the rows containing it with their column-weighted frequency, and per row its length
-//! in tokens; summing over a query's postings gives the same score as FTS5 (checked against it
-//! by a property test). A search scores the rarest terms first and stops reading a common
-//! term's list once no row it alone matches can make the cut ([`TextCache::search`]), so the
-//! top k is the exhaustive one without reading every posting of "the". SQLite stays the
-//! truth: the cache is loaded from the `fts5vocab` table `memories_fts_instances` on the first
-//! text search and kept in step by this process's own writes, tokenised by the same FTS5
-//! tokenizer on a private in-memory table. Writes by another process reach it when the store is
-//! next opened.
+//! The cache holds, per token, the rows containing it with their field-weighted frequency, and
+//! per row its length in tokens; summing over a query's postings gives the score (checked
+//! against [`bm25::score`] over every row by a property test). A search scores the rarest terms
+//! first and stops reading a common term's list once no row it alone matches can make the cut
+//! ([`TextCache::search`]), so the top k is the exhaustive one without reading every posting of
+//! "the". SQLite stays the truth: the cache is built from the `memories` rows on the first text
+//! search (or read from its file, caught up by the change log) and kept in step by this
+//! process's own writes. Writes by another process reach it when the store is next opened.
 
 use crate::error::storage;
-use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
+use atlas_domain::policy::bm25::{self, FIELD_WEIGHTS};
+use atlas_domain::policy::text;
 use atlas_domain::ports::ScoredId;
 use atlas_domain::{MemoryId, Result};
 use rusqlite::Connection;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
-/// The tokenizer of `memories_fts` (migrations/0003_context.sql); the private tokenizer must
-/// split and stem exactly as it does. A test compares the two.
-pub const TOKENIZE: &str = "porter unicode61 remove_diacritics 2";
+/// Rows tokenised and added at a time while the cache is built from SQL.
+const LOAD_CHUNK: usize = 4096;
 
-/// FTS5's `bm25()` constants.
-const K1: f64 = 1.2;
-const B: f64 = 0.75;
-
-/// Weight of each FTS5 column, by column index (text, speaker, context).
-const COLUMN_WEIGHTS: [f64; 3] = [TEXT_WEIGHT, SPEAKER_WEIGHT, CONTEXT_WEIGHT];
-
-/// The indexed fields of one memory, as the FTS5 columns hold them.
+/// The indexed fields of one memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fields {
     pub id: i64,
@@ -51,10 +40,10 @@ impl Fields {
     }
 }
 
-/// A row's tokens: (token, column) for every token instance.
+/// A row's tokens: (token, field index into [`FIELD_WEIGHTS`]) for every token instance.
 pub type Tokens = Vec<(String, usize)>;
 
-/// A row as tokenised by [`Tokenizer::tokenize`]: its id, fields' fingerprint and tokens.
+/// A row as tokenised by [`tokenize`]: its id, fields' fingerprint and tokens.
 pub struct TokenizedRow {
     pub id: i64,
     pub fingerprint: u64,
@@ -91,7 +80,7 @@ pub struct TextCache {
     /// (A map of every id would cost tens of megabytes at a million rows.)
     sorted: usize,
     out_of_order: HashMap<i64, u32>,
-    /// Rows of the FTS5 table (memories with no token count too) and their total token count.
+    /// Rows indexed (memories with no token count too) and their total token count.
     rows: u64,
     total_tokens: u64,
     /// Working memory of past searches, kept for reuse ([`crate::SEARCH_BUFFERS_KEPT`]).
@@ -114,58 +103,37 @@ struct SearchBuffers {
 impl crate::cache_file::Plain for Posting {}
 
 impl TextCache {
-    /// Reads every token instance of `memories_fts` (ordered by token, then row) in one pass.
+    /// Tokenises every memory, in id order (so every posting list is sorted by slot), a chunk
+    /// at a time; each list is then cut to its exact size, so none carries growth slack
+    /// (hundreds of megabytes at a million rows).
     pub fn load(conn: &Connection) -> Result<Self> {
         let mut cache = TextCache::default();
-        // Slots in id order, so that every posting list, read in row order, is sorted by slot.
         let mut stmt = conn.prepare("SELECT id, text, speaker, context FROM memories ORDER BY id").map_err(storage)?;
-        let rows = stmt
-            .query_map([], |r| Ok(Fields { id: r.get(0)?, text: r.get(1)?, speaker: r.get(2)?, context: r.get(3)? }))
-            .map_err(storage)?;
-        for row in rows {
-            let row = row.map_err(storage)?;
-            cache.push_slot(row.id);
-            cache.fingerprints.push(row.fingerprint());
-        }
-        let n = cache.ids.len();
-        cache.rows = n as u64;
-        cache.lengths = vec![0; n];
-        let mut stmt = conn.prepare("SELECT term, doc, col FROM memories_fts_instances").map_err(storage)?;
         let mut rows = stmt.query([]).map_err(storage)?;
-        // Rows come grouped by token: each token's list is built in `scratch` and stored at its
-        // exact size, so no list carries growth slack (hundreds of megabytes at a million rows).
-        let (mut last_term, mut token) = (String::new(), u32::MAX);
-        let mut scratch: Vec<Posting> = Vec::new();
-        while let Some(row) = rows.next().map_err(storage)? {
-            let term = row.get_ref(0).map_err(storage)?.as_str().map_err(|e| storage(e.into()))?;
-            if token == u32::MAX || term != last_term {
-                if token != u32::MAX {
-                    cache.postings[token as usize] = scratch.as_slice().to_vec();
-                    scratch.clear();
-                }
-                term.clone_into(&mut last_term);
-                token = cache.token_id(term);
-            }
-            let Some(slot) = cache.slot(row.get::<_, i64>(1).map_err(storage)?) else { continue };
-            let weight = COLUMN_WEIGHTS[column_index(row.get_ref(2).map_err(storage)?.as_str().unwrap_or(""))];
-            cache.lengths[slot as usize] += 1;
-            match scratch.last_mut() {
-                Some(p) if p.slot == slot => p.weight += weight as f32,
-                _ => scratch.push(Posting { slot, weight: weight as f32 }),
+        let mut chunk = Vec::with_capacity(LOAD_CHUNK);
+        while let Some(r) = rows.next().map_err(storage)? {
+            chunk.push(Fields {
+                id: r.get(0).map_err(storage)?,
+                text: r.get(1).map_err(storage)?,
+                speaker: r.get(2).map_err(storage)?,
+                context: r.get(3).map_err(storage)?,
+            });
+            if chunk.len() == LOAD_CHUNK {
+                cache.add(tokenize(&chunk));
+                chunk.clear();
             }
         }
-        if token != u32::MAX {
-            cache.postings[token as usize] = scratch.as_slice().to_vec();
-        }
-        cache.total_tokens = cache.lengths.iter().map(|l| u64::from(*l)).sum();
+        cache.add(tokenize(&chunk));
+        cache.postings.iter_mut().for_each(Vec::shrink_to_fit);
         Ok(cache)
     }
 
-    /// What a cache file of this cache depends on: the tokenizer, the column weights and the
+    /// What a cache file of this cache depends on: the text pipeline, the field weights and the
     /// fingerprint function (a file from a build that fingerprints differently is rebuilt).
     pub fn file_key() -> String {
         let probe = Fields { id: 1, text: "probe".into(), speaker: Some("s".into()), context: None };
-        format!("text tokenize={TOKENIZE} weights={COLUMN_WEIGHTS:?} fingerprint={:016x}", probe.fingerprint())
+        let pipeline = text::PIPELINE;
+        format!("text pipeline={pipeline} weights={FIELD_WEIGHTS:?} fingerprint={:016x}", probe.fingerprint())
     }
 
     /// Writes the cache as a cache file's body (crate::cache_file).
@@ -281,7 +249,7 @@ impl TextCache {
             let length = row.tokens.len() as u32;
             for (term, column) in row.tokens {
                 let token = self.token_id(&term);
-                *weights.entry(token).or_default() += COLUMN_WEIGHTS[column];
+                *weights.entry(token).or_default() += FIELD_WEIGHTS[column];
             }
             let slot = self.ids.len() as u32;
             for (token, weight) in weights {
@@ -361,9 +329,9 @@ impl TextCache {
         }
     }
 
-    /// The `limit` best rows for the query tokens (one per query phrase, repeats counting
-    /// twice, as in FTS5), scored as FTS5's `bm25()` with the column weights, negated so that
-    /// higher is better. Ties go to the smaller id.
+    /// The `limit` best rows for the query tokens (one per query word, repeats counting twice,
+    /// [`bm25::query_tokens`]), scored by [`bm25`] with the field weights. Ties go to the
+    /// smaller id.
     ///
     /// Pruned term at a time (the "quit and continue" of Moffat and Zobel with exact bounds):
     /// the rarest terms are scored first; once what the remaining terms can add at most is below
@@ -379,8 +347,7 @@ impl TextCache {
         if limit == 0 || self.rows == 0 {
             return (Vec::new(), false);
         }
-        let n = self.rows as f64;
-        let avgdl = self.total_tokens as f64 / n;
+        let avgdl = self.total_tokens as f64 / self.rows as f64;
         let mut terms: Vec<QueryTerm<'_>> = Vec::new();
         for term in query_tokens {
             let Some(&token) = self.token_ids.get(term) else { continue };
@@ -392,9 +359,7 @@ impl TextCache {
                 seen.count += 1.0;
                 continue;
             }
-            let hits = list.len() as f64;
-            let idf = ((n - hits + 0.5) / (hits + 0.5)).ln();
-            let idf = if idf <= 0.0 { 1e-6 } else { idf };
+            let idf = bm25::idf(self.rows, list.len() as u64);
             terms.push(QueryTerm { token, list, count: 1.0, idf });
         }
         // Rarest first: both the pruned and the exhaustive search add a row's terms in this
@@ -613,11 +578,10 @@ impl QueryTerm<'_> {
     }
 
     /// What the term adds to the score of a row of `length` tokens that holds it with `weight`
-    /// (FTS5's BM25 term, rising with the weight, falling with the length).
+    /// ([`bm25::term_score`], rising with the weight, falling with the length).
     fn contribution(&self, weight: f32, length: u32, avgdl: f64) -> f64 {
-        let (freq, length) = (f64::from(weight), f64::from(length));
-        let norm = K1 * (1.0 - B + B * length / avgdl);
-        self.count * (self.idf * (freq * (K1 + 1.0)) / (freq + norm))
+        let norm = bm25::length_norm(f64::from(length), avgdl);
+        bm25::term_score(self.count, self.idf, f64::from(weight), norm)
     }
 }
 
@@ -636,75 +600,28 @@ fn may_reach(upper: f64, threshold: f64) -> bool {
     upper * (1.0 + 1e-9) >= threshold
 }
 
-fn column_index(name: &str) -> usize {
-    match name {
-        "text" => 0,
-        "speaker" => 1,
-        _ => 2,
-    }
+/// Every token of each row's fields, as (token, field), by the domain's pipeline.
+pub fn tokenize(rows: &[Fields]) -> Vec<TokenizedRow> {
+    rows.iter()
+        .map(|f| {
+            let mut tokens = Vec::new();
+            bm25::each_field_token(&f.text, f.speaker.as_deref(), f.context.as_deref(), |token, field| {
+                tokens.push((token, field));
+            });
+            TokenizedRow { id: f.id, fingerprint: f.fingerprint(), tokens }
+        })
+        .collect()
 }
 
-/// FTS5's tokenizer, run on a private in-memory table with the same columns and tokenizer as
-/// `memories_fts`, so the cache sees exactly the tokens FTS5 indexes.
-pub struct Tokenizer {
-    conn: Mutex<Connection>,
-}
-
-impl Tokenizer {
-    pub fn new() -> Result<Self> {
-        let conn = Connection::open_in_memory().map_err(storage)?;
-        conn.execute_batch(&format!(
-            "CREATE VIRTUAL TABLE t USING fts5 (text, speaker, context, tokenize = '{TOKENIZE}');
-             CREATE VIRTUAL TABLE t_instances USING fts5vocab (t, 'instance');"
-        ))
-        .map_err(storage)?;
-        Ok(Tokenizer { conn: Mutex::new(conn) })
-    }
-
-    /// Every token instance of each row's fields, as (token, column).
-    pub fn tokenize(&self, rows: &[Fields]) -> Result<Vec<TokenizedRow>> {
-        let conn = self.conn.lock().expect("tokenizer lock");
-        let tx = conn.unchecked_transaction().map_err(storage)?;
-        {
-            let mut insert = tx
-                .prepare_cached("INSERT INTO t (rowid, text, speaker, context) VALUES (?, ?, ?, ?)")
-                .map_err(storage)?;
-            for (i, f) in rows.iter().enumerate() {
-                insert.execute(rusqlite::params![i as i64 + 1, f.text, f.speaker, f.context]).map_err(storage)?;
-            }
-        }
-        let mut out: Vec<TokenizedRow> =
-            rows.iter().map(|f| TokenizedRow { id: f.id, fingerprint: f.fingerprint(), tokens: Vec::new() }).collect();
-        {
-            let mut stmt = tx.prepare_cached("SELECT term, doc, col FROM t_instances").map_err(storage)?;
-            let mut found = stmt.query([]).map_err(storage)?;
-            while let Some(row) = found.next().map_err(storage)? {
-                let doc: i64 = row.get(1).map_err(storage)?;
-                let column = column_index(&row.get::<_, String>(2).map_err(storage)?);
-                out[(doc - 1) as usize].tokens.push((row.get(0).map_err(storage)?, column));
-            }
-        }
-        tx.execute("DELETE FROM t", []).map_err(storage)?;
-        tx.commit().map_err(storage)?;
-        Ok(out)
-    }
-
-    /// The token each query word becomes (stemmed and folded as FTS5 does); a word that yields
-    /// no token is dropped.
-    pub fn query_tokens(&self, words: &[String]) -> Result<Vec<String>> {
-        let rows: Vec<Fields> = words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| Fields { id: i as i64, text: w.clone(), speaker: None, context: None })
-            .collect();
-        Ok(self.tokenize(&rows)?.into_iter().flat_map(|row| row.tokens.into_iter().map(|(t, _)| t)).collect())
-    }
+/// The tokens of a query's words, each word's token once per word (so two words with one stem
+/// count twice, [`bm25::query_tokens`]); a word that yields no token is dropped.
+pub fn query_tokens(words: &[String]) -> Vec<String> {
+    words.iter().flat_map(|w| text::tokens(w)).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
     use proptest::prelude::*;
 
     /// Skewed like real text: a few words in most rows, stems shared, a long tail.
@@ -717,18 +634,27 @@ mod tests {
         picks.iter().map(|&w| WORDS[w]).collect::<Vec<_>>().join(" ")
     }
 
-    /// FTS5 itself, on the same rows: (rowid, score) of its best `limit` matches, best first.
-    fn fts5_best(conn: &Connection, query: &[String], limit: usize) -> Vec<(i64, f64)> {
-        let query = query.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR ");
-        let sql = format!(
-            "SELECT rowid, -bm25(f, {TEXT_WEIGHT:?}, {SPEAKER_WEIGHT:?}, {CONTEXT_WEIGHT:?}) AS score FROM f \
-             WHERE f MATCH ? ORDER BY score DESC, rowid LIMIT ?"
-        );
-        let mut stmt = conn.prepare(&sql).unwrap();
-        stmt.query_map(rusqlite::params![query, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
+    /// The domain's BM25 over every row, without an index: (id, score) of the best `limit`,
+    /// best first, ties to the smaller id.
+    fn reference_best(rows: &[Fields], query: &[String], limit: usize) -> Vec<(i64, f64)> {
+        let docs: Vec<(i64, bm25::Document)> = rows
+            .iter()
+            .map(|f| (f.id, bm25::Document::of(&f.text, f.speaker.as_deref(), f.context.as_deref())))
+            .collect();
+        let avg = docs.iter().map(|(_, d)| f64::from(d.length)).sum::<f64>() / docs.len().max(1) as f64;
+        let weighted: Vec<(String, u32, f64)> = bm25::query_tokens(query)
+            .into_iter()
+            .map(|(t, times)| {
+                let n = docs.iter().filter(|(_, d)| d.frequencies.contains_key(&t)).count() as u64;
+                let idf = bm25::idf(docs.len() as u64, n);
+                (t, times, idf)
+            })
+            .collect();
+        let mut best: Vec<(i64, f64)> =
+            docs.iter().filter_map(|(id, d)| bm25::score(d, &weighted, avg).map(|s| (*id, s))).collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        best.truncate(limit);
+        best
     }
 
     fn arb_rows() -> impl Strategy<Value = Vec<(Vec<usize>, bool, Vec<usize>)>> {
@@ -738,17 +664,14 @@ mod tests {
 
     proptest! {
         #![proptest_config(atlas_testing::proptest_config(48))]
-        /// The pruned top k is the exhaustive top k, score for score, and FTS5's own top k.
+        /// The pruned top k is the exhaustive top k, score for score, and the domain's BM25
+        /// computed over every row.
         #[test]
-        fn pruned_top_k_equals_exhaustive_and_fts5(
+        fn pruned_top_k_equals_exhaustive_and_the_reference(
             rows in arb_rows(),
             removed in proptest::collection::vec(any::<prop::sample::Index>(), 0..12),
             queries in proptest::collection::vec((proptest::collection::vec(0..WORDS.len(), 1..6), 1usize..12), 1..6),
         ) {
-            let tokenizer = Tokenizer::new().unwrap();
-            let fts5 = Connection::open_in_memory().unwrap();
-            fts5.execute_batch(&format!("CREATE VIRTUAL TABLE f USING fts5 (text, speaker, context, tokenize = '{TOKENIZE}');"))
-                .unwrap();
             let fields: Vec<Fields> = rows
                 .iter()
                 .enumerate()
@@ -759,25 +682,21 @@ mod tests {
                     context: (!context.is_empty()).then(|| words(context)),
                 })
                 .collect();
-            for f in &fields {
-                fts5.execute("INSERT INTO f (rowid, text, speaker, context) VALUES (?, ?, ?, ?)",
-                    rusqlite::params![f.id, f.text, f.speaker, f.context]).unwrap();
-            }
-            let tokenized = tokenizer.tokenize(&fields).unwrap();
-            let check = |cache: &TextCache| -> Result<(), TestCaseError> {
+            let tokenized = tokenize(&fields);
+            let check = |cache: &TextCache, live: &[Fields]| -> Result<(), TestCaseError> {
                 for (query, limit) in &queries {
                     let query: Vec<String> = query.iter().map(|&w| WORDS[w].to_lowercase()).collect();
-                    let tokens = tokenizer.query_tokens(&query).unwrap();
+                    let tokens = query_tokens(&query);
                     let (pruned, _) = cache.search_pruned(&tokens, *limit, true);
                     let (all, cut) = cache.search_pruned(&tokens, usize::MAX, false);
                     prop_assert!(!cut);
                     prop_assert_eq!(&pruned[..], &all[..all.len().min(*limit)], "query {:?}, limit {}", query, limit);
-                    let expected = fts5_best(&fts5, &query, *limit);
+                    let expected = reference_best(live, &query, *limit);
                     prop_assert_eq!(pruned.len(), expected.len());
                     for (hit, (id, score)) in pruned.iter().zip(&expected) {
                         // Rows whose scores differ only in the last bits may swap places.
                         prop_assert!((hit.score - score).abs() <= 1e-6 * score.abs().max(1.0),
-                            "query {:?}: {} scores {} where FTS5 ranks {} at {}", query, hit.id.0, hit.score, id, score);
+                            "query {:?}: {} scores {} where the reference ranks {} at {}", query, hit.id.0, hit.score, id, score);
                     }
                 }
                 Ok(())
@@ -786,23 +705,17 @@ mod tests {
             // bounds follow the additions), removals (they are worked out again).
             let mut cache = TextCache::default();
             let half = tokenized.len() / 2;
-            cache.add(tokenizer.tokenize(&fields[..half]).unwrap());
-            for f in &fields[half..] {
-                fts5.execute("DELETE FROM f WHERE rowid = ?", [f.id]).unwrap();
-            }
-            check(&cache)?;
-            cache.add(tokenizer.tokenize(&fields[half..]).unwrap());
-            for f in &fields[half..] {
-                fts5.execute("INSERT INTO f (rowid, text, speaker, context) VALUES (?, ?, ?, ?)",
-                    rusqlite::params![f.id, f.text, f.speaker, f.context]).unwrap();
-            }
-            check(&cache)?;
+            cache.add(tokenize(&fields[..half]));
+            check(&cache, &fields[..half])?;
+            cache.add(tokenize(&fields[half..]));
+            check(&cache, &fields)?;
+            let mut live = fields.clone();
             for r in &removed {
                 let row = &tokenized[r.index(tokenized.len())];
                 cache.remove(row);
-                fts5.execute("DELETE FROM f WHERE rowid = ?", [row.id]).unwrap();
+                live.retain(|f| f.id != row.id);
             }
-            check(&cache)?;
+            check(&cache, &live)?;
         }
     }
 
@@ -810,7 +723,6 @@ mod tests {
     /// result is the exhaustive one all the same.
     #[test]
     fn a_common_words_list_is_cut_once_rare_matches_fill_the_top() {
-        let tokenizer = Tokenizer::new().unwrap();
         let fields: Vec<Fields> = (0..2_000)
             .map(|i| Fields {
                 id: i + 1,
@@ -820,8 +732,8 @@ mod tests {
             })
             .collect();
         let mut cache = TextCache::default();
-        cache.add(tokenizer.tokenize(&fields).unwrap());
-        let tokens = tokenizer.query_tokens(&["gull".into(), "the".into()]).unwrap();
+        cache.add(tokenize(&fields));
+        let tokens = query_tokens(&["gull".into(), "the".into()]);
         let (pruned, cut) = cache.search_pruned(&tokens, 5, true);
         assert!(cut, "the list of 'the' should be cut");
         assert_eq!(pruned, cache.search_pruned(&tokens, 5, false).0);

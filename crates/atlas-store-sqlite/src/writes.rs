@@ -4,7 +4,7 @@
 use crate::SqliteStore;
 use crate::error::storage;
 use crate::sql::json_columns;
-use crate::text_cache::Fields;
+use crate::text_cache::{Fields, tokenize};
 use atlas_domain::policy::embedding::{context_from, speaker_line};
 use atlas_domain::ports::ProgressFn;
 use atlas_domain::{MemoryKind, NewMemory, Result, Timestamp};
@@ -12,8 +12,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
 
 /// Above this many memories in one write, the text cache is dropped and rebuilt by the next
-/// search rather than updated row by row (a reload reads the index far faster than the
-/// private tokenizer re-tokenises a bulk import).
+/// search rather than updated row by row: the write need not keep every old version's fields,
+/// and a rebuild in id order leaves no growth slack in the posting lists.
 pub(crate) const TEXT_CACHE_BULK: usize = 5_000;
 impl SqliteStore {
     /// Lets the text cache go (the next search rebuilds it from the index).
@@ -24,50 +24,33 @@ impl SqliteStore {
     /// Brings the text cache, if loaded, in step with rows just committed: `removed` are the old
     /// versions of rows gone or changed, `written` the new or changed rows. Called after the
     /// commit, so a cache loaded concurrently either already saw the commit (replaying it is
-    /// harmless: versions are compared by fingerprint) or gets it here. Tokenising is SQLite
-    /// work, so it runs on the blocking pool, not on the caller's executor thread. A cache that
-    /// cannot follow is dropped (the next search rebuilds it), never left stale; the write
-    /// itself has succeeded either way.
+    /// harmless: versions are compared by fingerprint) or gets it here. Tokenising is CPU work,
+    /// so it runs on the blocking pool, not on the caller's executor thread, and before the
+    /// cache's lock is taken. A cache that cannot follow is dropped (the next search rebuilds
+    /// it), never left stale; the write itself has succeeded either way.
     pub(crate) async fn update_text_cache(&self, removed: Vec<Fields>, written: Vec<Fields>) {
         if self.text_cache.read().expect("text cache lock").is_none() {
             return;
         }
-        let (cache, tokenizer) = (Arc::clone(&self.text_cache), Arc::clone(&self.tokenizer));
+        let cache = Arc::clone(&self.text_cache);
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut slot = cache.write().expect("text cache lock");
-            let Some(index) = slot.as_mut() else {
-                return Ok(());
-            };
             if written.len() + removed.len() > TEXT_CACHE_BULK {
-                *slot = None;
-                return Ok(());
+                *cache.write().expect("text cache lock") = None;
+                return;
             }
-            let old = removed.len();
-            let mut rows = removed;
-            rows.extend(written);
-            match tokenizer.tokenize(&rows) {
-                Ok(mut rows) => {
-                    let added = rows.split_off(old);
-                    for row in &rows {
-                        index.remove(row);
-                    }
-                    index.add(added);
-                    Ok(())
+            let (old, new) = (tokenize(&removed), tokenize(&written));
+            let mut slot = cache.write().expect("text cache lock");
+            if let Some(index) = slot.as_mut() {
+                for row in &old {
+                    index.remove(row);
                 }
-                Err(e) => {
-                    *slot = None;
-                    Err(e)
-                }
+                index.add(new);
             }
         })
         .await;
-        match outcome {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "text cache dropped; the next search rebuilds it"),
-            Err(e) => {
-                self.drop_text_cache();
-                tracing::warn!(error = %e, "text cache update failed; the next search rebuilds it");
-            }
+        if let Err(e) = outcome {
+            self.drop_text_cache();
+            tracing::warn!(error = %e, "text cache update failed; the next search rebuilds it");
         }
     }
 }

@@ -1,7 +1,8 @@
-//! The in-memory BM25 cache ranks exactly as FTS5's own `bm25()`: after inserts, forgets (which
-//! rewrite the replies' context) and restores, and after a reopen that loads it from the file.
+//! The in-memory BM25 cache ranks exactly as the domain's BM25 computed over every row: after
+//! inserts, forgets (which rewrite the replies' context) and restores, and after a reopen that
+//! loads it from the file.
 
-use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
+use atlas_domain::policy::bm25;
 use atlas_domain::ports::{MemoryStore, Replica, TextIndex};
 use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
 use atlas_store_sqlite::{SqliteOptions, SqliteStore};
@@ -15,16 +16,28 @@ const WORDS: &[&str] = &[
     "ÉCOLE", "ecole", "42", "naïve",
 ];
 
-fn fts5_scores(db: &Path, words: &[String]) -> BTreeMap<i64, f64> {
+/// The domain's BM25 over every memory the database holds, computed without an index.
+fn reference_scores(db: &Path, words: &[String]) -> BTreeMap<i64, f64> {
     let conn = rusqlite::Connection::open(db).unwrap();
-    let query = words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR ");
-    let sql = format!(
-        "SELECT rowid, -bm25(memories_fts, {TEXT_WEIGHT:?}, {SPEAKER_WEIGHT:?}, {CONTEXT_WEIGHT:?}) \
-         FROM memories_fts WHERE memories_fts MATCH ?"
-    );
-    let mut stmt = conn.prepare(&sql).unwrap();
-    let rows = stmt.query_map([query], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
-    rows.map(Result::unwrap).collect()
+    let mut stmt = conn.prepare("SELECT id, text, speaker, context FROM memories").unwrap();
+    let docs: Vec<(i64, bm25::Document)> = stmt
+        .query_map([], |r| {
+            let (text, speaker, context): (String, Option<String>, Option<String>) = (r.get(1)?, r.get(2)?, r.get(3)?);
+            Ok((r.get(0)?, bm25::Document::of(&text, speaker.as_deref(), context.as_deref())))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let avg = docs.iter().map(|(_, d)| f64::from(d.length)).sum::<f64>() / docs.len().max(1) as f64;
+    let weighted: Vec<(String, u32, f64)> = bm25::query_tokens(words)
+        .into_iter()
+        .map(|(t, times)| {
+            let n = docs.iter().filter(|(_, d)| d.frequencies.contains_key(&t)).count() as u64;
+            let idf = bm25::idf(docs.len() as u64, n);
+            (t, times, idf)
+        })
+        .collect();
+    docs.iter().filter_map(|(id, d)| bm25::score(d, &weighted, avg).map(|s| (*id, s))).collect()
 }
 
 async fn cache_scores(store: &SqliteStore, words: &[String]) -> BTreeMap<i64, f64> {
@@ -32,10 +45,10 @@ async fn cache_scores(store: &SqliteStore, words: &[String]) -> BTreeMap<i64, f6
     hits.into_iter().map(|h| (h.id.0, h.score)).collect()
 }
 
-fn assert_same(cache: &BTreeMap<i64, f64>, fts5: &BTreeMap<i64, f64>, when: &str) -> Result<(), TestCaseError> {
-    prop_assert_eq!(cache.keys().collect::<Vec<_>>(), fts5.keys().collect::<Vec<_>>(), "matches differ {}", when);
+fn assert_same(cache: &BTreeMap<i64, f64>, reference: &BTreeMap<i64, f64>, when: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(cache.keys().collect::<Vec<_>>(), reference.keys().collect::<Vec<_>>(), "matches differ {}", when);
     for (id, score) in cache {
-        let expected = fts5[id];
+        let expected = reference[id];
         prop_assert!(
             (score - expected).abs() <= 1e-6 * expected.abs().max(1.0),
             "{when}: row {id}: {score} vs {expected}"
@@ -51,7 +64,7 @@ fn arb_turns() -> impl Strategy<Value = Vec<(Vec<usize>, u8, bool)>> {
 proptest! {
     #![proptest_config(atlas_testing::proptest_config(24))]
     #[test]
-    fn cache_scores_equal_fts5_bm25(
+    fn cache_scores_equal_the_domains_bm25(
         turns in arb_turns(),
         queries in proptest::collection::vec(proptest::collection::vec(0..WORDS.len(), 1..4), 1..4),
         forgets in proptest::collection::vec(any::<prop::sample::Index>(), 0..4),
@@ -77,7 +90,7 @@ proptest! {
                 .collect();
             let ids = store.insert(batch, None).await.unwrap();
             for q in &queries {
-                assert_same(&cache_scores(&store, q).await, &fts5_scores(&db, q), "after inserts")?;
+                assert_same(&cache_scores(&store, q).await, &reference_scores(&db, q), "after inserts")?;
             }
             for f in &forgets {
                 store.forget(ids[f.index(ids.len())]).await.unwrap();
@@ -90,20 +103,20 @@ proptest! {
             }
             store.restore(first).await.unwrap();
             for q in &queries {
-                assert_same(&cache_scores(&store, q).await, &fts5_scores(&db, q), "after forgets and a restore")?;
+                assert_same(&cache_scores(&store, q).await, &reference_scores(&db, q), "after forgets and a restore")?;
             }
             drop(store);
             let reopened = SqliteStore::open(&db, &SqliteOptions::default()).unwrap();
             for q in &queries {
-                assert_same(&cache_scores(&reopened, q).await, &fts5_scores(&db, q), "loaded from the file")?;
+                assert_same(&cache_scores(&reopened, q).await, &reference_scores(&db, q), "loaded from the file")?;
             }
             Ok::<(), TestCaseError>(())
         })?;
     }
 }
 
-/// A filter that admits only the worst-ranked matches: the cache's candidates run out and FTS5
-/// answers under the filter; the result is the same as FTS5's filtered ranking.
+/// A filter that admits only the worst-ranked matches: the cache's windows run out and every
+/// match is ranked under the filter; the result is the filtered reference ranking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selective_filter_still_gets_its_best_matches() {
     let dir = tempfile::tempdir().unwrap();
@@ -119,20 +132,16 @@ async fn a_selective_filter_still_gets_its_best_matches() {
             NewMemory::episode(text, scope, None, Timestamp(i as i64), Timestamp(i as i64))
         })
         .collect();
-    store.insert(batch, None).await.unwrap();
+    let ids = store.insert(batch, None).await.unwrap();
     let only_ann = RecallFilter { scope: Scope { user: Some("ann".into()), ..Scope::default() }, ..Default::default() };
     let hits = store.search_text(vec!["lake".into()], only_ann, 10).await.unwrap();
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let expected: Vec<i64> = conn
-        .prepare(
-            "SELECT m.id FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid \
-             WHERE memories_fts MATCH 'lake' AND m.scope_user = 'ann' ORDER BY bm25(memories_fts, 1.0, 0.5, 0.2)",
-        )
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let reference = reference_scores(&db, &["lake".into()]);
+    let anns: Vec<i64> = (0..17_000).filter(|i| i % 5_000 == 7).map(|i| ids[i].0).collect();
+    let mut expected: Vec<(i64, f64)> = anns.iter().map(|id| (*id, reference[id])).collect();
+    expected.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     assert_eq!(expected.len(), 4);
-    assert_eq!(hits.iter().map(|h| h.id.0).collect::<Vec<_>>(), expected);
+    assert_eq!(hits.iter().map(|h| h.id.0).collect::<Vec<_>>(), expected.iter().map(|e| e.0).collect::<Vec<_>>());
+    for (hit, (_, score)) in hits.iter().zip(&expected) {
+        assert!((hit.score - score).abs() <= 1e-6 * score.abs(), "{} vs {score}", hit.score);
+    }
 }

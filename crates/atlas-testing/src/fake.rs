@@ -3,10 +3,9 @@
 use crate::embedder::cosine;
 use async_trait::async_trait;
 use atlas_domain::access::AccessKey;
+use atlas_domain::policy::bm25;
 use atlas_domain::policy::consolidation::normalize;
 use atlas_domain::policy::embedding::{context_from, line};
-use atlas_domain::policy::query::words;
-use atlas_domain::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use atlas_domain::ports::{
     ClosedSession, Consolidation, Consolidator, CycleRecord, EmbeddingModel, KeyStore, MemoryRef, MemoryStore, Pieces,
     ProgressFn, Receipt, Replica, ScoredId, StoreStats, StoredMemory, StoredPieces, TextIndex, Update, VectorIndex,
@@ -227,62 +226,29 @@ impl MemoryStore for FakeStore {
 
 #[async_trait]
 impl TextIndex for FakeStore {
-    /// Scores by summed inverse document frequency of the matched terms, each times the weight of
-    /// the best field it occurs in (a BM25 without length normalisation), which ranks the same
-    /// way as BM25 on the conformance suite's cases.
-    /// FTS5's `bm25()` (k1 = 1.2, b = 0.75, idf = ln((N − n + 0.5) / (n + 0.5)) floored at
-    /// 1e-6, frequencies summed over the columns at their weights, length and average over all
-    /// columns and rows), without stemming: the reference the conformance suite compares every
-    /// store's text ranking with, on words no stemmer changes.
+    /// The domain's BM25 ([`atlas_domain::policy::bm25`]) over every memory, computed without
+    /// an index: the reference the conformance suite compares every store's text ranking with.
     async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {
-        const K1: f64 = 1.2;
-        const B: f64 = 0.75;
         let s = self.state.lock().unwrap();
-        let docs: Vec<(MemoryId, HashMap<String, f64>, f64)> = s
+        let docs: Vec<(MemoryId, bm25::Document)> = s
             .memories
             .values()
-            .map(|m| {
-                let mut frequencies: HashMap<String, f64> = HashMap::new();
-                let mut length = 0.0;
-                for (field, weight) in [
-                    (m.text.as_str(), TEXT_WEIGHT),
-                    (m.body.speaker().unwrap_or_default(), SPEAKER_WEIGHT),
-                    (m.context.as_deref().unwrap_or_default(), CONTEXT_WEIGHT),
-                ] {
-                    for w in words(field) {
-                        *frequencies.entry(w).or_default() += weight;
-                        length += 1.0;
-                    }
-                }
-                (m.id, frequencies, length)
-            })
+            .map(|m| (m.id, bm25::Document::of(&m.text, m.body.speaker(), m.context.as_deref())))
             .collect();
-        let n = docs.len() as f64;
-        let avg_len = docs.iter().map(|(_, _, l)| l).sum::<f64>() / n.max(1.0);
-        let idf = |t: &String| {
-            let df = docs.iter().filter(|(_, f, _)| f.contains_key(t)).count() as f64;
-            let idf = ((n - df + 0.5) / (df + 0.5)).ln();
-            if idf <= 0.0 { 1e-6 } else { idf }
-        };
-        let weights: Vec<(String, f64)> = terms
-            .iter()
-            .flat_map(|t| words(t))
-            .map(|t| {
-                let w = idf(&t);
-                (t, w)
+        let rows = docs.len() as u64;
+        let avg_len = docs.iter().map(|(_, d)| f64::from(d.length)).sum::<f64>() / (rows as f64).max(1.0);
+        let weighted: Vec<(String, u32, f64)> = bm25::query_tokens(&terms)
+            .into_iter()
+            .map(|(token, times)| {
+                let n = docs.iter().filter(|(_, d)| d.frequencies.contains_key(&token)).count() as u64;
+                let idf = bm25::idf(rows, n);
+                (token, times, idf)
             })
             .collect();
         let mut hits: Vec<ScoredId> = docs
             .iter()
-            .filter(|(id, _, _)| filter.admits(&s.memories[id]))
-            .filter_map(|(id, frequencies, length)| {
-                let norm = K1 * (1.0 - B + B * length / avg_len);
-                let matched: Vec<f64> = weights
-                    .iter()
-                    .filter_map(|(t, idf)| frequencies.get(t).map(|f| idf * f * (K1 + 1.0) / (f + norm)))
-                    .collect();
-                (!matched.is_empty()).then(|| ScoredId { id: *id, score: matched.iter().sum() })
-            })
+            .filter(|(id, _)| filter.admits(&s.memories[id]))
+            .filter_map(|(id, d)| bm25::score(d, &weighted, avg_len).map(|score| ScoredId { id: *id, score }))
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         hits.truncate(limit);

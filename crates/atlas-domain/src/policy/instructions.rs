@@ -12,7 +12,7 @@
 
 use crate::Memory;
 use crate::policy::long_text::TURN_WORDS;
-use crate::policy::query;
+use crate::policy::text;
 
 /// The place, counted from 1, that the best-matching standing instruction takes at worst: right
 /// after the memory that answers the request best, which keeps its first place.
@@ -136,7 +136,7 @@ fn sentences(text: &str) -> impl Iterator<Item = &str> {
 }
 
 fn instructs(sentence: &str) -> bool {
-    let all: Vec<String> = query::words(sentence).collect();
+    let all: Vec<String> = text::words(sentence).collect();
     let lead = all.iter().take_while(|w| LEAD_WORDS.contains(&w.as_str())).count();
     let w: Vec<&str> = all[lead..].iter().map(String::as_str).collect();
     let opener = [&["from", "now", "on"][..], &["going", "forward"], &["in", "the", "future"], &["in", "future"]]
@@ -152,7 +152,7 @@ fn instructs(sentence: &str) -> bool {
     if condition_at(&w, 0).is_some() {
         // The command comes after the condition's comma.
         let Some((_, rest)) = sentence.split_once(',') else { return false };
-        let after: Vec<String> = query::words(rest).collect();
+        let after: Vec<String> = text::words(rest).collect();
         return is_command(&after.iter().map(String::as_str).collect::<Vec<_>>());
     }
     false

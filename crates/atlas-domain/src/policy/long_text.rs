@@ -17,7 +17,7 @@
 //! model reads its first 256 tokens), so a hit on one says which part matched: the
 //! [`matched_passage`], a turn's length of its words, which `context` quotes instead of the whole.
 
-use crate::policy::query::{each_word, stem};
+use crate::policy::text::{each_token, token};
 
 /// The most words of a turn of conversation: a paragraph. LoCoMo's longest turn has 81 words,
 /// while 99% of BEAM's assistant answers are longer. Also the longest turn a successor carries as
@@ -75,7 +75,7 @@ impl Passage {
 /// Which [`TURN_WORDS`] words of a memory longer than a turn a query with `terms` matched: of the
 /// windows of that many words, stepping by half a window (and one ending at the last word), the
 /// one holding the most distinct terms, then the most occurrences, the earliest on ties. A word
-/// matches a term when their [`stem`]s are equal (full-text engines stem too). When no term occurs
+/// matches a term when their [`token`]s are equal (what full text matches). When no term occurs
 /// (a hit by meaning alone), the opening window, which is what the embedding model read. `None`
 /// for a memory of a turn or shorter: all of it matched.
 pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
@@ -83,16 +83,15 @@ pub fn matched_passage(text: &str, terms: &[String]) -> Option<Passage> {
     if spans.len() <= TURN_WORDS {
         return None;
     }
-    let stems: Vec<&str> = terms.iter().map(|t| stem(t)).collect();
+    let stems: Vec<String> = terms.iter().map(|t| token(t)).collect();
     // Each (word, term) that a word holds, once, in word order. A word may hold several terms
-    // ("e-mail" is two of the tokenizer's words); they are read as `query::words` reads them,
+    // ("e-mail" is two of the tokenizer's words); they are read as full text reads them,
     // through one buffer, since a long memory has tens of thousands of words.
     let mut held: Vec<(usize, usize)> = Vec::new();
     for (index, &(start, end)) in spans.iter().enumerate() {
         let first_of_word = held.len();
-        each_word(&text[start..end], |piece| {
-            let piece_stem = stem(piece);
-            if let Some(term) = stems.iter().position(|s| *s == piece_stem)
+        each_token(&text[start..end], |piece_token| {
+            if let Some(term) = stems.iter().position(|s| s == piece_token)
                 && !held[first_of_word..].iter().any(|&(_, t)| t == term)
             {
                 held.push((index, term));
@@ -131,7 +130,8 @@ fn word_spans(text: &str) -> Vec<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::query::{terms, words as query_words};
+    use crate::policy::query::terms;
+    use crate::policy::text::tokens;
     use proptest::prelude::*;
 
     #[test]
@@ -204,7 +204,7 @@ mod tests {
                 let mut occurrences = 0;
                 for &(s, e) in &spans[from..from + TURN_WORDS] {
                     let held: std::collections::BTreeSet<&String> =
-                        query.iter().filter(|t| query_words(&text[s..e]).any(|w| stem(&w) == stem(t))).collect();
+                        query.iter().filter(|t| tokens(&text[s..e]).any(|w| w == token(t))).collect();
                     occurrences += held.len();
                     distinct.extend(held);
                 }

@@ -1,4 +1,4 @@
-//! Pure policies: query normalisation, rank fusion, standing instructions, what a long
+//! Pure policies: the text pipeline and BM25 every store ranks by, query normalisation, rank fusion, standing instructions, what a long
 //! memory's text match is worth, recency, near-duplicate collapse, id references and their
 //! renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, the relations it knows and the reading of facts in words, fact decisions) and of
@@ -8,6 +8,7 @@
 //! and compression.
 
 pub mod bank;
+pub mod bm25;
 pub mod concepts;
 pub mod consolidation;
 pub mod context;
@@ -30,6 +31,7 @@ pub mod relations;
 pub mod retain;
 pub mod strategy;
 pub mod summary;
+pub mod text;
 pub mod text_fields;
 pub mod timeline;
 pub mod values;

@@ -1,5 +1,7 @@
 //! Turns user text into plain search terms, so no query syntax ever reaches a full-text engine.
 
+use crate::policy::text::words;
+
 /// Words too common to carry evidence; dropped unless the query has nothing else.
 const STOP_WORDS: &[&str] = &[
     "a", "about", "an", "and", "are", "as", "at", "be", "been", "but", "by", "did", "do", "does", "for", "from", "had",
@@ -10,61 +12,6 @@ const STOP_WORDS: &[&str] = &[
 
 /// Most terms a query keeps; a 10k-character query must not become a 2k-term disjunction.
 pub const MAX_TERMS: usize = 64;
-
-/// Every word of `text`, lowercase, in order, repeats included: the word boundaries of SQLite's
-/// `unicode61` tokenizer, which adapters without FTS5 use to index text the same way.
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    pieces(text)
-        .map(|piece| {
-            let mut word = String::new();
-            lowercase_into(piece, &mut word);
-            word
-        })
-        .filter(|w| !w.is_empty())
-}
-
-/// Calls `visit` with each of [`words`]' words in turn, lowercased into one buffer: the same
-/// words without a `String` each, for loops over long memories (near-duplicate signatures,
-/// matched passages), which read tens of thousands of words per recall.
-pub fn each_word(text: &str, mut visit: impl FnMut(&str)) {
-    let mut word = String::new();
-    for piece in pieces(text) {
-        lowercase_into(piece, &mut word);
-        if !word.is_empty() {
-            visit(&word);
-        }
-    }
-}
-
-/// The runs of letters and digits of `text`: what [`words`] lowercases.
-fn pieces(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|p| !p.is_empty())
-}
-
-/// `piece` lowercased into `word` (cleared first). Lowercasing can produce non-alphanumeric marks
-/// (e.g. combining dots), which are dropped to keep words clean; an ASCII piece, most of them,
-/// is lowercased in place.
-fn lowercase_into(piece: &str, word: &mut String) {
-    word.clear();
-    if piece.is_ascii() {
-        word.push_str(piece);
-        word.make_ascii_lowercase();
-    } else {
-        word.extend(piece.to_lowercase().chars().filter(|c| c.is_alphanumeric()));
-    }
-}
-
-/// A lowercase word without its common inflection (`seats`, `seat`; `rebuilding`, `rebuild`):
-/// enough to tell that two words are one, where no stemmer of a full-text engine is at hand. A
-/// final "e" stays: folding it would make `car` and `care`, `not` and `note` one word.
-pub fn stem(word: &str) -> &str {
-    for suffix in ["ing", "ed", "es", "s"] {
-        if let Some(stem) = word.strip_suffix(suffix).filter(|s| s.len() >= 3) {
-            return stem;
-        }
-    }
-    word
-}
 
 /// Splits `text` into lowercase words of letters and digits (the same word boundaries as
 /// SQLite's `unicode61` tokenizer), drops stop words unless nothing else is left, removes
@@ -102,17 +49,6 @@ mod tests {
         assert_eq!(terms("Émilie 🎉 café"), ["émilie", "café"]);
     }
 
-    #[test]
-    fn inflections_share_a_stem() {
-        for (a, b) in [("seats", "seat"), ("rebuilding", "rebuild"), ("bowls", "bowl")] {
-            assert_eq!(stem(a), stem(b), "{a} {b}");
-        }
-        for (a, b) in [("car", "care"), ("not", "note"), ("plan", "plane")] {
-            assert_ne!(stem(a), stem(b), "{a} {b}");
-        }
-        assert_eq!(stem("is"), "is");
-    }
-
     proptest! {
         #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
@@ -125,22 +61,6 @@ mod tests {
                 prop_assert!(!ts[..i].contains(t));
             }
             prop_assert_eq!(terms(&text), ts);
-        }
-
-        /// `words` is the reference definition (lowercase each run of letters and digits, drop
-        /// what lowercasing made that is neither), and `each_word` visits exactly its words.
-        #[test]
-        fn words_and_each_word_agree_with_the_definition(text in "(\\PC|[ÀİΣßǅ\u{301}])*") {
-            let reference: Vec<String> = text
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| !w.is_empty())
-                .map(|w| w.to_lowercase().chars().filter(|c| c.is_alphanumeric()).collect::<String>())
-                .filter(|w| !w.is_empty())
-                .collect();
-            prop_assert_eq!(words(&text).collect::<Vec<_>>(), reference.clone());
-            let mut visited = Vec::new();
-            each_word(&text, |w| visited.push(w.to_owned()));
-            prop_assert_eq!(visited, reference);
         }
 
         #[test]

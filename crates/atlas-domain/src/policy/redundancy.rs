@@ -1,6 +1,6 @@
 //! Near-duplicate collapse: the k slots of a recall carry k different pieces of evidence.
 
-use crate::policy::query::each_word;
+use crate::policy::text::each_word;
 use foldhash::fast::FixedState;
 use std::hash::BuildHasher;
 

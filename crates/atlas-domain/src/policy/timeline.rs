@@ -12,8 +12,8 @@
 //! `supersedes` edges between them.
 
 use crate::policy::consolidation::{SAME_FACT_OVERLAP, word_overlap};
-use crate::policy::query::stem;
 use crate::policy::relations::Kind;
+use crate::policy::text::stem;
 use crate::policy::values::difference;
 use crate::{MemoryId, Timestamp, Validity};
 use std::collections::{BTreeMap, BTreeSet};
@@ -148,7 +148,7 @@ fn substitutes(a: &str, b: &str) -> bool {
             .filter(|w| !w.is_empty() && !w.chars().any(char::is_uppercase))
             .map(|w| w.trim_matches('\'').to_lowercase())
             .filter(|w| !w.is_empty() && !FILLER.contains(&w.as_str()) && !w.chars().any(|c| c.is_ascii_digit()))
-            .map(|w| stem(&w).to_owned())
+            .map(|w| stem(&w).into_owned())
             .collect()
     };
     let (a, b) = (content(a), content(b));

@@ -569,7 +569,7 @@ async fn a_long_memory_is_matched_per_turn_of_its_length() {
 
 /// A long memory is found by words far past what the embedding model reads, and the hit says
 /// which part matched: the wire quotes it (offsets in characters) and `context` quotes only it.
-/// On the fake store and on SQLite (FTS5's own stemmer: "craze" finds "crazed").
+/// On the fake store and on SQLite (one stemmer for both: "craze" finds "crazed").
 #[tokio::test]
 async fn a_long_memory_is_found_past_its_opening_and_quotes_the_part_that_matched() {
     let (atlas, _) = fake_atlas(Some(Arc::new(HashEmbedder::new(16)))).await;

@@ -157,22 +157,57 @@ fn plain_corpus() -> (Vec<NewMemory>, Vec<Vec<String>>) {
     (memories, queries)
 }
 
-/// The same memories rank the same in every store: full text by FTS5's BM25 (the fake computes
-/// it without an index), vectors by exact cosine, ties to the smaller id, scores equal.
+/// Words whose tokens only the one text pipeline makes equal: inflections share a stem, letters
+/// with and without diacritics fold together, case is ignored.
+const INFLECTED_WORDS: [&str; 12] =
+    ["run", "running", "runs", "Runner", "lake", "lakes", "café", "CAFE", "Zoë", "zoe", "harbors", "harboring"];
+
+/// Memories over [`INFLECTED_WORDS`], some spoken by "Zoë Lake" (the speaker is indexed at its
+/// weight), and queries in other inflections than the memories use.
+fn inflected_corpus() -> (Vec<NewMemory>, Vec<Vec<String>>) {
+    let memories = (0..24)
+        .map(|i: usize| {
+            let text: Vec<&str> = (0..2 + i % 5).map(|j| INFLECTED_WORDS[(i * 7 + j * 5) % 12]).collect();
+            let speaker = i.is_multiple_of(3).then(|| "Zoë Lake".to_owned());
+            NewMemory::episode(
+                text.join(" "),
+                Scope::default(),
+                speaker,
+                Timestamp(100 + i as i64),
+                Timestamp(100 + i as i64),
+            )
+        })
+        .collect();
+    let queries = [&["ran", "Lake"][..], &["cafés"], &["ZOE"], &["harbor", "runs"], &["running", "running", "cafe"]]
+        .iter()
+        .map(|q| q.iter().map(|w| (*w).to_owned()).collect())
+        .collect();
+    (memories, queries)
+}
+
+/// The same memories rank the same in every store: full text by the domain's one pipeline and
+/// BM25 (the fake computes it without an index), on plain words and on inflected, accented and
+/// spoken ones; vectors by exact cosine; ties to the smaller id, scores equal.
 pub fn rankings_are_the_fakes<S: Store>(make: Make<S>) {
     let subject = make();
     let store = &subject.store;
     let reference = crate::FakeStore::new();
     runtime().block_on(async {
-        let (memories, queries) = plain_corpus();
+        let (mut memories, mut queries) = plain_corpus();
+        let (inflected, inflected_queries) = inflected_corpus();
+        memories.extend(inflected);
+        let inflected_from = queries.len();
+        queries.extend(inflected_queries);
         let ids = store.insert(memories.clone(), None).await.unwrap();
         let fake_ids = reference.insert(memories, None).await.unwrap();
         let position = |hits: &[atlas_domain::ports::ScoredId], ids: &[MemoryId]| -> Vec<(usize, f64)> {
             hits.iter().map(|h| (ids.iter().position(|id| *id == h.id).unwrap(), h.score)).collect()
         };
-        for query in &queries {
+        for (i, query) in queries.iter().enumerate() {
             let got = store.search_text(query.clone(), RecallFilter::default(), 15).await.unwrap();
             let want = reference.search_text(query.clone(), RecallFilter::default(), 15).await.unwrap();
+            // Every inflected query matches only through a stem, a fold or case.
+            assert!(i < inflected_from || !want.is_empty(), "{query:?} found nothing");
             let (got, want) = (position(&got, &ids), position(&want, &fake_ids));
             assert_eq!(
                 got.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
