@@ -1,6 +1,7 @@
 //! Real clients against ATLAS (`cargo xtask clients`): the official MCP Python SDK drives
 //! `atlas mcp` over stdio and `atlas serve` over streamable HTTP, tenants' keys included
-//! (clients/mcp_check.py), and schemathesis fuzzes the HTTP API against its own OpenAPI
+//! (clients/mcp_check.py), every argument rule is refused alike by the CLI, HTTP and MCP and the
+//! CLI's `--json` answers as HTTP does (clients/doors_check.py), and schemathesis fuzzes the HTTP API against its own OpenAPI
 //! document (clients/api_fuzz.py), and the graph's Cypher export is loaded into Ladybug, an
 //! embedded Cypher engine, and checked against ATLAS's own export (clients/cypher_check.py),
 //! each from a cached virtual environment of pinned, hash-verified packages.
@@ -11,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Each check: its environment's label, its requirements file and its script (in clients/).
-const CHECKS: [(&str, &str, &str); 3] = [
+const CHECKS: [(&str, &str, &str); 4] = [
     ("mcp", "requirements.txt", "mcp_check.py"),
+    ("mcp", "requirements.txt", "doors_check.py"),
     ("schemathesis", "schemathesis-requirements.txt", "api_fuzz.py"),
     ("cypher", "cypher-requirements.txt", "cypher_check.py"),
 ];

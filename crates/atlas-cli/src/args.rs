@@ -154,7 +154,7 @@ pub(crate) enum Command {
     Context {
         task: String,
         /// Tokens in all (estimated: characters / 4), split 500:500:500:4000:2000.
-        #[arg(long, default_value_t = 7500)]
+        #[arg(long, default_value_t = atlas_domain::policy::context::DEFAULT_BUDGET)]
         budget: usize,
         /// The session whose history ends the context.
         #[arg(long)]

@@ -236,25 +236,18 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Forget { id, hard: false } => {
-            if !atlas.forget(id).await? {
-                return Err(atlas_domain::AtlasError::NotFound(id).into());
-            }
-            output::print_line(json, serde_json::json!({"forgotten": id.0, "hard": false}), || {
-                format!("forgot memory {id} (soft: `atlas recover {id}` brings it back; --hard removes it for good)")
+        Command::Forget { id, hard } => {
+            let forgotten = atlas.forget_as(id, hard).await?;
+            output::print_line(json, atlas_runtime::wire::forgotten_value(id, forgotten), || match forgotten {
+                atlas_runtime::forgetting::Forgotten::Soft => {
+                    format!(
+                        "forgot memory {id} (soft: `atlas recover {id}` brings it back; --hard removes it for good)"
+                    )
+                }
+                atlas_runtime::forgetting::Forgotten::Hard { archive_files } => {
+                    format!("removed memory {id} for good (and from {archive_files} archive files)")
+                }
             });
-            Ok(())
-        }
-        Command::Forget { id, hard: true } => {
-            let done = atlas.forget_hard(id).await?;
-            if !done.from_store && done.archive_files == 0 {
-                return Err(atlas_domain::AtlasError::NotFound(id).into());
-            }
-            output::print_line(
-                json,
-                serde_json::json!({"forgotten": id.0, "hard": true, "archive_files": done.archive_files}),
-                || format!("removed memory {id} for good (and from {} archive files)", done.archive_files),
-            );
             Ok(())
         }
         Command::Recover { id } => {
@@ -372,29 +365,20 @@ async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) 
     // never leaves a stored import unacknowledged.
     let (n, secs) = (imported.ids.len(), started.elapsed().as_secs_f64());
     let ids = atlas_domain::encode_id_runs(&imported.ids);
-    output::print_line(
-        json,
-        serde_json::json!({
-            "imported": if imported.replayed { 0 } else { n }, "stored": n, "file": shown, "took_ms": secs * 1e3,
-            "first_id": imported.ids.first().map(|i| i.0), "last_id": imported.ids.last().map(|i| i.0),
-            "replayed": imported.replayed, "restored": imported.restored, "renumbered": imported.renumbered,
-            "vectors_restored": imported.vectors, "recorded_at": imported.recorded_at.to_rfc3339(),
-        }),
-        || {
-            if imported.replayed {
-                format!(
-                    "already imported: this content of {shown} was stored on {} as {n} memories (ids {ids}); \
+    output::print_line(json, atlas_runtime::wire::imported_value(&imported), || {
+        if imported.replayed {
+            format!(
+                "already imported: this content of {shown} was stored on {} as {n} memories (ids {ids}); \
                      nothing stored again (--again imports a second copy)",
-                    imported.recorded_at.to_rfc3339()
-                )
-            } else if imported.restored {
-                let how = if imported.renumbered { "under new ids, every reference mapped" } else { "with their ids" };
-                format!("stored {n} memories from {shown} ({how}: {ids}) in {secs:.2} s")
-            } else {
-                format!("stored {n} memories from {shown} (ids {ids}) in {secs:.2} s")
-            }
-        },
-    );
+                imported.recorded_at.to_rfc3339()
+            )
+        } else if imported.restored {
+            let how = if imported.renumbered { "under new ids, every reference mapped" } else { "with their ids" };
+            format!("stored {n} memories from {shown} ({how}: {ids}) in {secs:.2} s")
+        } else {
+            format!("stored {n} memories from {shown} (ids {ids}) in {secs:.2} s")
+        }
+    });
     std::io::stdout().flush()?;
     let started = Instant::now();
     let embedded = embed_all(atlas, json).await?;
@@ -585,7 +569,9 @@ fn parse_line<const N: usize>(line: &str, at: &str, fields: [&str; N]) -> Result
 pub(crate) fn parse_scope(pairs: &[String]) -> Result<Scope> {
     let mut scope = Scope::default();
     for pair in pairs {
-        scope.set_from_pair(pair).map_err(|m| anyhow!("--scope: {m}"))?;
+        // Named as every door names it (`scope.user`), so that one rule reads the same everywhere.
+        let key = pair.split(':').next().unwrap_or_default().trim();
+        scope.set_from_pair(pair).map_err(|m| anyhow!("--scope: field \"scope.{key}\": {m}"))?;
     }
     Ok(scope)
 }

@@ -5,6 +5,7 @@
 //! same rows, pragmas and commit pattern but without ATLAS (no writer thread, no FTS, no edges,
 //! no queue), so a ratio shows what ATLAS's own work costs.
 
+use crate::measure::percentile;
 use crate::peak_rss;
 use crate::rng::Xorshift;
 use anyhow::{Context, Result};
@@ -168,10 +169,6 @@ impl Corpus {
             })
             .collect()
     }
-}
-
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 async fn ingest(sizes: &[usize], remembers: usize) -> Result<()> {

@@ -7,8 +7,8 @@
 //! The vectors are embedded once and cached outside the repository
 //! (`~/.cache/atlas/bench/english-N-MODEL.f32`), checked by size and rebuilt when they do not fit.
 
-use crate::bench::percentile;
 use crate::english::EnglishTurns;
+use crate::measure::{percentile, sorted};
 use anyhow::{Context, Result};
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{NewMemory, RecallFilter, Scope, Timestamp};
@@ -22,11 +22,6 @@ use std::time::Instant;
 const QUERIES: usize = 200;
 /// Shortlist sizes tried, in candidates per result wanted.
 const SHORTLISTS: [usize; 5] = [4, 8, 16, 32, 64];
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
-}
 
 /// `n` turns and their vectors (`n × dim` floats), from the cache or embedded now.
 async fn real_vectors(n: usize) -> Result<(Vec<String>, Vec<f32>, EmbeddingModel)> {

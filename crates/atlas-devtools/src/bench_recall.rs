@@ -5,7 +5,7 @@
 //! embedder. Larger stores: random unit vectors (labelled so) bound as the real model, so that
 //! queries are embedded for real and searched through the same path.
 
-use crate::bench::percentile;
+use crate::measure::{percentile, sorted};
 use crate::rng::Xorshift;
 use anyhow::Result;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
@@ -57,11 +57,6 @@ impl ZipfText {
         }
         out.join(" ")
     }
-}
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
 }
 
 fn peak_rss_mb() -> f64 {

@@ -8,8 +8,8 @@
 //! user in the body) and with one key per user (its scope forced by the server), the same
 //! queries and the same work, as a ratio of recall throughput.
 
-use crate::bench::percentile;
 use crate::bench_recall::populate;
+use crate::measure::{percentile, sorted};
 use anyhow::{Result, bail};
 use atlas_runtime::{Atlas, RecallRequest};
 use atlas_testing::http::{HttpClient, free_port, wait_healthy};
@@ -28,11 +28,6 @@ const USERS: [&str; 5] = ["u0", "u1", "u2", "u3", "u4"];
 struct Tally {
     millis: Vec<f64>,
     errors: Vec<String>,
-}
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
 }
 
 fn peak_rss_mb(pid: u32) -> f64 {

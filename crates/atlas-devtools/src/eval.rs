@@ -269,29 +269,17 @@ fn locomo_bm25_floor(set: &Path) -> Result<[f64; 3]> {
 /// ([`bm25`]) without fields, fusion or vectors: what full text alone finds.
 struct Bm25 {
     docs: Vec<bm25::Document>,
-    average: f64,
 }
 
 impl Bm25 {
     fn new(texts: &[String]) -> Self {
-        let docs: Vec<bm25::Document> = texts.iter().map(|t| bm25::Document::of(t, None, None)).collect();
-        let average = docs.iter().map(|d| f64::from(d.length)).sum::<f64>() / docs.len().max(1) as f64;
-        Bm25 { docs, average }
+        Bm25 { docs: texts.iter().map(|t| bm25::Document::of(t, None, None)).collect() }
     }
 
     /// Document indices, best first (ties in document order).
     fn rank(&self, query: &str) -> Vec<usize> {
-        let rows = self.docs.len() as u64;
-        let weighted: Vec<(String, u32, f64)> = bm25::query_tokens(&[query.to_owned()])
-            .into_iter()
-            .map(|(token, times)| {
-                let n = self.docs.iter().filter(|d| d.frequencies.contains_key(&token)).count() as u64;
-                let idf = bm25::idf(rows, n);
-                (token, times, idf)
-            })
-            .collect();
         let scores: Vec<f64> =
-            self.docs.iter().map(|d| bm25::score(d, &weighted, self.average).unwrap_or(0.0)).collect();
+            bm25::score_all(&self.docs, &[query.to_owned()]).into_iter().map(|s| s.unwrap_or(0.0)).collect();
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
         order

@@ -12,6 +12,7 @@ mod bench_serve;
 mod english;
 mod eval;
 mod fixtures;
+mod measure;
 mod peak_rss;
 mod qdrant_migration;
 mod rng;

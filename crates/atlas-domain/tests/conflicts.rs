@@ -7,7 +7,8 @@
 //! local one.
 
 use atlas_domain::policy::consolidation::SAME_FACT_SIMILARITY;
-use atlas_domain::policy::consolidation::{normalize, tag_fact};
+use atlas_domain::policy::consolidation::normalize;
+use atlas_domain::policy::reading::tag_fact;
 use atlas_domain::policy::relations::{is_functional, kind};
 use atlas_domain::policy::retain::harvest;
 use atlas_domain::policy::timeline::{

@@ -51,9 +51,12 @@ fn the_quality_model_is_close_to_the_float_one_and_conforms() {
     let mean = similarities.iter().sum::<f32>() / similarities.len() as f32;
     let worst = similarities.iter().copied().fold(1f32, f32::min);
     // Measured: 0.990 on average over these 20 (worst 0.958), 0.995 over 200 chat lines and
-    // paragraphs (models/README.md); a recipe that breaks on this model's activation outliers
-    // falls far below (one scale per call: 0.69 on average, 0.36 at worst).
-    assert!(mean >= 0.985 && worst >= 0.94, "cosine to the float model: mean {mean}, worst {worst}");
+    // paragraphs (models/README.md), on a CPU with AVX-512 VNNI; 0.987 (worst 0.936) with the same
+    // model file on one with AVX-512BW and no VNNI, where ONNX Runtime multiplies uint8 by int8
+    // with another kernel (the same graph with uint8 weights gives 0.989 / 0.953 there). The
+    // bound is below both: it catches a recipe that breaks on this model's activation outliers,
+    // which falls far below (one scale per call: 0.69 on average, 0.36 at worst).
+    assert!(mean >= 0.98 && worst >= 0.92, "cosine to the float model: mean {mean}, worst {worst}");
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     runtime.block_on(atlas_testing::embedder_conformance(&embedder, atlas_testing::Prefixes::None));
 }

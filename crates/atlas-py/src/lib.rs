@@ -111,48 +111,18 @@ fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     Ok(pythonize::pythonize(py, value)?.unbind())
 }
 
-/// The operation a Python name calls (the MCP tool's name; `_many` for a batch).
+/// The operation a Python name calls: its name in the route table (the MCP tool's name; `_many`
+/// for a batch).
 fn op(name: &str) -> PyResult<Op> {
-    Ok(match name {
-        "remember" => Op::Remember,
-        "remember_many" => Op::RememberMany,
-        "recall" => Op::Recall,
-        "recall_many" => Op::RecallMany,
-        "get" => Op::Get,
-        "explain" => Op::Explain,
-        "forget" => Op::Forget,
-        "stats" => Op::Stats,
-        "context" => Op::Context,
-        "consolidate" => Op::Consolidate,
-        "experiences" => Op::Experiences,
-        "learn" => Op::Learn,
-        "strategies" => Op::Strategies,
-        "strategy_outcome" => Op::StrategyOutcome,
-        "concepts" => Op::Concepts,
-        "concept_outcome" => Op::ConceptOutcome,
-        other => return Err(InvalidInput::new_err(format!("no operation {other:?}"))),
-    })
+    atlas_server::json_op(name).ok_or_else(|| InvalidInput::new_err(format!("no operation {name:?}")))
 }
 
 fn memory_id(id: i64) -> PyResult<MemoryId> {
-    if id < 1 {
-        let err = exception(&json!({"error": {"code": "invalid_input", "field": "id",
-            "message": format!("id: {id} is not a memory id (ids start at 1)")}}));
-        return Err(err);
-    }
-    Ok(MemoryId(id))
+    atlas_server::args::memory_id(id).map_err(api_err)
 }
 
 fn kinds(names: Vec<String>) -> PyResult<Vec<MemoryKind>> {
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            k.parse::<MemoryKind>().map_err(|m| {
-                exception(&json!({"error": {"code": "invalid_input", "field": format!("kind[{i}]"), "message": m}}))
-            })
-        })
-        .collect()
+    atlas_server::args::kinds(&names).map_err(api_err)
 }
 
 /// An open memory space. Share one among threads: every method releases the GIL while ATLAS
@@ -273,7 +243,7 @@ impl Space {
             RecallFilter { scope: Scope { user, agent, session }, kinds: kinds(kind)?, ..RecallFilter::default() };
         let lines = self.run(py, move |atlas| async move {
             let memories = atlas.latest(filter, limit).await.map_err(atlas_err)?;
-            Ok(memories.iter().map(atlas_domain::jsonl::to_line).collect::<Vec<_>>())
+            Ok(memories.iter().map(atlas_runtime::wire::memory_value).collect::<Vec<_>>())
         })?;
         to_py(py, &Value::Array(lines))
     }

@@ -16,7 +16,8 @@ pub(crate) use sleeper::Sleeper;
 
 use crate::Parts;
 use crate::config::ConsolidationConfig;
-use atlas_domain::policy::consolidation::{Candidate, NameMention, is_phatic, name_mentions, normalize, tag_fact};
+use atlas_domain::policy::consolidation::{Candidate, NameMention, is_phatic, name_mentions, normalize};
+use atlas_domain::policy::reading::tag_fact;
 use atlas_domain::policy::relations;
 use atlas_domain::policy::retain::{RetainTag, harvest};
 use atlas_domain::policy::timeline::{Relation, StoredFact, Verdict};

@@ -72,6 +72,15 @@ pub enum Recovered {
     AlreadyLive,
 }
 
+/// What a forget did ([`Atlas::forget_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forgotten {
+    /// Out of recall; `recover` brings it back.
+    Soft,
+    /// Gone from the store and from this many archive files.
+    Hard { archive_files: u64 },
+}
+
 /// What a hard forget removed.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct HardForget {
@@ -120,6 +129,22 @@ impl Atlas {
             .into_iter()
             .try_fold(0, |n, file| Ok::<_, AtlasError>(n + u64::from(rewrite_without(&file, &HashSet::from([id]))?)))?;
         Ok(HardForget { from_store, archive_files })
+    }
+
+    /// Forgets `id` softly or, with `hard`, for good: what every door's `forget` does.
+    /// `NotFound` when neither the store nor the archive held it.
+    pub async fn forget_as(&self, id: MemoryId, hard: bool) -> Result<Forgotten> {
+        if hard {
+            let done = self.forget_hard(id).await?;
+            if !done.from_store && done.archive_files == 0 {
+                return Err(AtlasError::NotFound(id));
+            }
+            Ok(Forgotten::Hard { archive_files: done.archive_files })
+        } else if self.forget(id).await? {
+            Ok(Forgotten::Soft)
+        } else {
+            Err(AtlasError::NotFound(id))
+        }
     }
 
     /// Brings a soft-deleted or archived memory back; `None` when it is nowhere.

@@ -4,10 +4,75 @@
 
 use crate::agents::{ExperienceHit, StrategyHit};
 use crate::context::Context;
-use crate::forgetting::Recovered;
+use crate::forgetting::{Forgotten, Recovered};
 use crate::{Imported, MemoryDetail, Recall, Stats};
-use atlas_domain::{AtlasError, jsonl};
-use serde_json::{Value, json};
+use atlas_domain::{AtlasError, Body, Memory, Scope};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+/// A memory as every door answers it: id, kind, text, session and the rest of its scope, the
+/// speaker of an episode or the body of anything else, its times and meta. Owned here, apart
+/// from the export file's line (`atlas_domain::jsonl`), so that a change to the file format never
+/// changes an answer of the API, nor the other way round.
+pub fn memory_value(m: &Memory) -> Value {
+    #[derive(Serialize)]
+    struct Shape<'a> {
+        id: i64,
+        kind: &'a str,
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        session: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        scope: Option<Scope>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        speaker: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        body: Option<Value>,
+        time: String,
+        recorded_at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        valid_from: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        valid_until: Option<String>,
+        #[serde(skip_serializing_if = "Map::is_empty")]
+        meta: &'a Map<String, Value>,
+    }
+    let scope = Scope { session: None, ..m.scope.clone() };
+    let body = match &m.body {
+        Body::Episode { .. } => None,
+        other => {
+            let mut body = serde_json::to_value(other).expect("a body serialises");
+            if let Value::Object(fields) = &mut body {
+                // Said once, at the top.
+                fields.remove("kind");
+            }
+            Some(body)
+        }
+    };
+    let shape = Shape {
+        id: m.id.0,
+        kind: m.kind().as_str(),
+        text: &m.text,
+        session: m.scope.session.as_deref(),
+        scope: (!scope.is_empty()).then_some(scope),
+        speaker: m.body.speaker(),
+        body,
+        time: m.event_time.to_rfc3339(),
+        recorded_at: m.recorded_at.to_rfc3339(),
+        valid_from: (m.validity.valid_from != m.event_time).then(|| m.validity.valid_from.to_rfc3339()),
+        valid_until: m.validity.valid_until.map(|t| t.to_rfc3339()),
+        meta: &m.meta,
+    };
+    serde_json::to_value(shape).expect("a memory's shape serialises")
+}
+
+/// The answer of a forget: the id, whether for good, and then from how many archive files.
+pub fn forgotten_value(id: atlas_domain::MemoryId, forgotten: Forgotten) -> Value {
+    match forgotten {
+        Forgotten::Soft => json!({"forgotten": id.0, "hard": false}),
+        Forgotten::Hard { archive_files } => json!({"forgotten": id.0, "hard": true, "archive_files": archive_files}),
+    }
+}
 
 /// One recall: its hits (each memory's record with its score, its rank per signal, folded
 /// duplicates, a fact's validity and confidence, a consolidated memory's sources and, with
@@ -17,7 +82,7 @@ pub fn recall_value(recall: &Recall, explain: bool) -> Value {
         .hits
         .iter()
         .map(|h| {
-            let mut line = jsonl::to_line(&h.memory);
+            let mut line = memory_value(&h.memory);
             let ranks: serde_json::Map<String, Value> =
                 h.signals.iter().map(|(s, v)| (s.as_str().to_owned(), Value::from(v.rank))).collect();
             line["score"] = Value::from(h.score);
@@ -33,7 +98,7 @@ pub fn recall_value(recall: &Recall, explain: bool) -> Value {
                 line["confidence"] = Value::from(f64::from(*confidence));
             }
             if !h.sources.is_empty() {
-                line["sources"] = h.sources.iter().map(jsonl::to_line).collect();
+                line["sources"] = h.sources.iter().map(memory_value).collect();
             }
             if let Some(passage) = &h.passage {
                 // Offsets in Unicode code points, as Python slices strings (JavaScript counts
@@ -82,7 +147,7 @@ pub fn detail_value(detail: &MemoryDetail) -> Value {
                    "valid_until": e.validity.valid_until.map(|t| t.to_rfc3339())})
         })
         .collect();
-    let mut line = jsonl::to_line(&detail.memory);
+    let mut line = memory_value(&detail.memory);
     line["edges"] = Value::Array(edges);
     if !detail.memory.lifecycle.is_fresh() {
         line["lifecycle"] = serde_json::to_value(detail.memory.lifecycle).expect("a lifecycle serialises");
@@ -136,8 +201,8 @@ pub fn context_value(context: &Context) -> Value {
 /// A memory's provenance and history: its sources, the versions it replaced and what replaced
 /// it, the entities it names, its decay.
 pub fn explanation_value(e: &crate::Explanation) -> Value {
-    let lines = |ms: &[atlas_domain::Memory]| -> Vec<Value> { ms.iter().map(jsonl::to_line).collect() };
-    let mut memory = jsonl::to_line(&e.memory);
+    let lines = |ms: &[atlas_domain::Memory]| -> Vec<Value> { ms.iter().map(memory_value).collect() };
+    let mut memory = memory_value(&e.memory);
     memory["valid_from"] = Value::from(e.memory.validity.valid_from.to_rfc3339());
     memory["valid_until"] = e.memory.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
     json!({"memory": memory, "sources": lines(&e.sources), "replaced": lines(&e.replaced),
@@ -148,7 +213,10 @@ pub fn explanation_value(e: &crate::Explanation) -> Value {
 
 /// What an import stored: how many, their ids, and whether it was a replay, a restore, renumbered.
 pub fn imported_value(imported: &Imported) -> Value {
-    json!({"imported": imported.ids.len(), "ids": imported.ids, "replayed": imported.replayed,
+    // `imported`: what this call stored (none on a replay); `ids`: the memories that hold this
+    // content, stored now or by the earlier import a replay answers for.
+    let stored_now = if imported.replayed { 0 } else { imported.ids.len() };
+    json!({"imported": stored_now, "ids": imported.ids, "replayed": imported.replayed,
            "restored": imported.restored, "renumbered": imported.renumbered,
            "vectors": imported.vectors, "recorded_at": imported.recorded_at.to_rfc3339()})
 }
@@ -168,7 +236,7 @@ pub fn feedback_value(memory: &atlas_domain::Memory, useful: bool) -> Value {
 /// decay pass would let it go, when a reviewed fact is due again.
 pub fn listed_value(m: &atlas_domain::Memory, at: atlas_domain::Timestamp) -> Value {
     use atlas_domain::policy::decay;
-    let mut line = jsonl::to_line(m);
+    let mut line = memory_value(m);
     line["valid_from"] = Value::from(m.validity.valid_from.to_rfc3339());
     line["valid_until"] = m.validity.valid_until.map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
     if let atlas_domain::Body::Fact { confidence, .. } = &m.body {
@@ -194,7 +262,7 @@ pub fn page_value(page: &crate::inspect::Page, at: atlas_domain::Timestamp) -> V
 pub fn entity_value(view: &crate::inspect::EntityView, at: atlas_domain::Timestamp) -> Value {
     let list = |ms: &[atlas_domain::Memory]| ms.iter().map(|m| listed_value(m, at)).collect::<Vec<_>>();
     json!({"name": view.name, "entities": list(&view.entities), "facts": list(&view.facts),
-           "mentions": view.mentions.iter().map(jsonl::to_line).collect::<Vec<_>>()})
+           "mentions": view.mentions.iter().map(memory_value).collect::<Vec<_>>()})
 }
 
 /// Sessions newest first (summarised, then open ones on the first page) and the next cursor.
@@ -202,7 +270,7 @@ pub fn sessions_value(sessions: &crate::inspect::Sessions) -> Value {
     let row = |r: &crate::inspect::SessionRow| {
         json!({"session": r.scope.session, "user": r.scope.user, "agent": r.scope.agent,
                "last_turn": r.last_turn.map(|t| t.to_rfc3339()),
-               "summary": r.summary.as_ref().map(jsonl::to_line)})
+               "summary": r.summary.as_ref().map(memory_value)})
     };
     json!({"sessions": sessions.sessions.iter().map(row).collect::<Vec<_>>(),
            "open": sessions.open.iter().map(row).collect::<Vec<_>>(),
@@ -216,13 +284,13 @@ pub fn session_value(view: &crate::inspect::SessionView, at: atlas_domain::Times
         .turns
         .iter()
         .map(|m| {
-            let mut line = jsonl::to_line(m);
+            let mut line = memory_value(m);
             line["facts"] = view.found.get(&m.id).map_or_else(Vec::new, |ids| ids.iter().map(|i| i.0).collect()).into();
             line
         })
         .collect();
     json!({"session": view.scope.session, "user": view.scope.user, "agent": view.scope.agent,
-           "summary": view.summary.as_ref().map(jsonl::to_line), "turns": turns,
+           "summary": view.summary.as_ref().map(memory_value), "turns": turns,
            "facts": view.facts.iter().map(|m| listed_value(m, at)).collect::<Vec<_>>(),
            "earlier": view.earlier.map(|c| c.to_string())})
 }
@@ -234,7 +302,7 @@ pub fn archived_value(archived: &crate::inspect::Archived) -> Value {
         .memories
         .iter()
         .map(|(file, m)| {
-            let mut line = jsonl::to_line(m);
+            let mut line = memory_value(m);
             if !file.is_empty() {
                 line["archive"] = Value::from(file.as_str());
             }
@@ -243,4 +311,60 @@ pub fn archived_value(archived: &crate::inspect::Archived) -> Value {
         .collect();
     let files: Vec<Value> = archived.files.iter().map(|(f, n)| json!({"file": f, "memories": n})).collect();
     json!({"memories": memories, "files": files})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atlas_domain::{MemoryId, Timestamp, Validity};
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp(ms)
+    }
+
+    /// The answer shape is a contract of every door (HTTP, MCP, the CLI's `--json`, Python):
+    /// pinned here field by field, so that changing it is a decision, not a side effect.
+    #[test]
+    fn a_memory_answers_in_the_documented_shape() {
+        let scope = Scope { user: Some("ann".into()), session: Some("s1".into()), ..Scope::default() };
+        let mut meta = Map::new();
+        meta.insert("mid".into(), Value::from(7));
+        let episode = Memory {
+            id: MemoryId(42),
+            scope: scope.clone(),
+            text: "I moved to Lisbon".into(),
+            event_time: at(1_700_000_000_000),
+            recorded_at: at(1_700_000_001_000),
+            validity: Validity { valid_from: at(1_700_000_000_000), valid_until: None },
+            meta,
+            body: Body::Episode { speaker: Some("Ann".into()) },
+            context: Some("Bo: where do you live now?".into()),
+            lifecycle: atlas_domain::Lifecycle::default(),
+        };
+        assert_eq!(
+            memory_value(&episode),
+            json!({"id": 42, "kind": "episode", "text": "I moved to Lisbon", "session": "s1",
+                   "scope": {"user": "ann"}, "speaker": "Ann", "time": "2023-11-14T22:13:20Z",
+                   "recorded_at": "2023-11-14T22:13:21Z", "meta": {"mid": 7}})
+        );
+        let fact = Memory {
+            text: "Ann lives in Lisbon".into(),
+            scope: Scope { user: Some("ann".into()), ..Scope::default() },
+            validity: Validity { valid_from: at(1_600_000_000_000), valid_until: Some(at(1_800_000_000_000)) },
+            meta: Map::new(),
+            body: serde_json::from_value(json!({"kind": "fact", "subject": "Ann", "predicate": "lives_in",
+                                                "object": "Lisbon", "confidence": 0.9}))
+            .expect("a fact's body"),
+            ..episode
+        };
+        let value = memory_value(&fact);
+        assert_eq!(value["kind"], "fact");
+        assert_eq!(value["body"]["object"], "Lisbon");
+        assert!(
+            value["body"].get("kind").is_none() && value.get("speaker").is_none() && value.get("session").is_none()
+        );
+        assert_eq!(value["valid_from"], "2020-09-13T12:26:40Z");
+        assert_eq!(value["valid_until"], "2027-01-15T08:00:00Z");
+        assert!(value.get("meta").is_none() && value.get("context").is_none());
+    }
 }

@@ -3,7 +3,7 @@
 //! the caller's; another tenant's memory is "not found", so that ids tell nothing.
 
 use crate::Op;
-use crate::args::{ScopeArgs, a_name, memory_id, scope};
+use crate::args::{ScopeArgs, memory_id, scope};
 use crate::error::ApiError;
 use atlas_domain::access::{Caller, Role};
 use atlas_domain::{AtlasError, MemoryId, Scope};
@@ -48,7 +48,8 @@ pub(crate) fn confined(caller: &Caller, s: Option<ScopeArgs>, prefix: &str) -> R
     if let Some(s) = &s {
         for (field, value) in [("user", &s.user), ("agent", &s.agent), ("session", &s.session)] {
             if let Some(value) = value {
-                a_name(&format!("{prefix}scope.{field}"), value)?;
+                let field = format!("{prefix}scope.{field}");
+                atlas_domain::policy::limits::check_scope_id(value, &field, &field)?;
             }
         }
     }

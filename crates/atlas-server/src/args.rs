@@ -141,7 +141,8 @@ pub struct NoArgs {}
 pub struct ContextArgs {
     /// The task or message the agent is about to work on.
     pub task: String,
-    /// Tokens the context may take (4,000 by default; a token is about four characters).
+    /// Tokens the context may take (7,500 by default, every section's own budget; a token is about
+    /// four characters).
     #[serde(default = "default_budget")]
     pub budget: usize,
     /// The session whose recent history ends the context.
@@ -151,7 +152,7 @@ pub struct ContextArgs {
 }
 
 fn default_budget() -> usize {
-    4_000
+    atlas_domain::policy::context::DEFAULT_BUDGET
 }
 
 /// One sleep cycle now.
@@ -338,8 +339,18 @@ pub(crate) fn time(field: &str, value: Option<String>) -> Result<Option<Timestam
     value.map(|t| Timestamp::parse(&t).map_err(|m| ApiError::invalid(field, m))).transpose()
 }
 
-pub(crate) fn memory_id(id: i64) -> Result<MemoryId, ApiError> {
+/// A memory id as a request gives it: positive.
+pub fn memory_id(id: i64) -> Result<MemoryId, ApiError> {
     if id > 0 { Ok(MemoryId(id)) } else { Err(ApiError::invalid("id", format!("not a memory id: {id}"))) }
+}
+
+/// The kinds a request names, each checked (`kind[i]` names a bad one).
+pub fn kinds(names: &[String]) -> Result<Vec<atlas_domain::MemoryKind>, ApiError> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, k)| k.parse::<atlas_domain::MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
+        .collect()
 }
 
 pub(crate) fn at_most(field: &str, value: usize, cap: usize) -> Result<(), ApiError> {

@@ -327,6 +327,18 @@ pub fn op_name(op: Op) -> &'static str {
     }
 }
 
+/// The operation named `name` ([`op_name`]) whose answer is one JSON value: what an in-process
+/// binding calls through [`ops::call`]. Streams (import, export) and the server's own routes
+/// (health, metrics, this document) are not among them.
+pub fn json_op(name: &str) -> Option<Op> {
+    ROUTES
+        .iter()
+        .flat_map(|r| [Some(r.op), r.batch])
+        .flatten()
+        .filter(|op| !matches!(op, Op::Health | Op::Metrics | Op::OpenApi | Op::Import | Op::Export))
+        .find(|op| op_name(*op) == name)
+}
+
 /// The field that holds a batch form's items.
 pub fn batch_field(op: Op) -> &'static str {
     match op {

@@ -7,7 +7,7 @@ use crate::Op;
 use crate::access::{confined, own_memory, owns, permit, receipt_key};
 use crate::args::*;
 use atlas_domain::access::Caller;
-use atlas_domain::{AtlasError, MemoryId, MemoryKind};
+use atlas_domain::{AtlasError, MemoryId};
 use atlas_runtime::{Atlas, RecallRequest, Remember, wire};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -75,16 +75,7 @@ pub async fn call(atlas: &Atlas, op: Op, arguments: Value, key: Option<String>, 
             if !owns(atlas, caller, id).await? {
                 return Err(AtlasError::NotFound(id).into());
             }
-            let found = if hard {
-                let done = atlas.forget_hard(id).await?;
-                done.from_store || done.archive_files > 0
-            } else {
-                atlas.forget(id).await?
-            };
-            if !found {
-                return Err(AtlasError::NotFound(id).into());
-            }
-            Ok(json!({"forgotten": id.0, "hard": hard}))
+            Ok(wire::forgotten_value(id, atlas.forget_as(id, hard).await?))
         }
         Op::Stats => {
             args::<NoArgs>(arguments)?;
@@ -266,15 +257,6 @@ async fn remember(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// The kinds a request names, each checked (`kind[i]` names a bad one).
-fn kinds(names: &[String]) -> Result<Vec<MemoryKind>, ApiError> {
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, k)| k.parse::<MemoryKind>().map_err(|m| ApiError::invalid(&format!("kind[{i}]"), m)))
-        .collect()
 }
 
 /// A recall's request within the caller's tenant, checked whole; and whether to explain.

@@ -13,7 +13,8 @@ use qdrant_client::qdrant::{
     CreateVectorNameRequestBuilder, DeletePointsBuilder, DeleteVectorNameRequestBuilder,
     DenseVectorCreationConfigBuilder, Distance, FieldType, Filter, Modifier, PointId, PointStruct, PointsIdsList,
     RetrievedPoint, ScalarQuantizationBuilder, ScrollPointsBuilder, SparseVectorParamsBuilder,
-    SparseVectorsConfigBuilder, UpsertPointsBuilder, VectorParamsBuilder, VectorsConfigBuilder,
+    SparseVectorsConfigBuilder, UpsertPointsBuilder, VectorParamsBuilder, VectorsConfigBuilder, WriteOrdering,
+    WriteOrderingType,
 };
 use std::future::Future;
 use std::path::Path;
@@ -26,25 +27,6 @@ const SCROLL_PAGE: u32 = 1000;
 
 /// The sparse vector carrying BM25 term weights.
 pub const TEXT_VECTOR: &str = "text";
-
-/// Payload indexes: every field a filter touches.
-pub const INDEXED_FIELDS: [(&str, FieldType); 13] = [
-    (field::KIND, FieldType::Keyword),
-    (field::USER, FieldType::Keyword),
-    (field::AGENT, FieldType::Keyword),
-    (field::SESSION, FieldType::Keyword),
-    (field::EVENT_TIME, FieldType::Integer),
-    (field::VALID_FROM, FieldType::Integer),
-    (field::VALID_UNTIL, FieldType::Integer),
-    (field::ID, FieldType::Integer),
-    (field::DELETED_AT, FieldType::Integer),
-    (crate::queue::field::VECTOR_QUEUE, FieldType::Integer),
-    (crate::ledger::field::PENDING, FieldType::Integer),
-    (crate::decode::CONSOLIDATED_AT, FieldType::Integer),
-    // Last: an existing collection without it gets it once its points carry `terms`
-    // (QdrantStore::upgrade_text_index).
-    (field::TERMS, FieldType::Integer),
-];
 
 /// The dense vector of a model: named after it, so vectors of two models never mix.
 pub fn dense_vector_name(model: &EmbeddingModel) -> String {
@@ -207,8 +189,8 @@ impl Collection {
     /// version's open adds it: that open waits the 2 s once.)
     async fn await_indexes(&self) -> Result<()> {
         let last = match self.shape {
-            Shape::Memories => INDEXED_FIELDS[INDEXED_FIELDS.len() - 2].0,
-            Shape::Meta => crate::meta::INDEXED_FIELDS[crate::meta::INDEXED_FIELDS.len() - 1].0,
+            Shape::Memories => crate::schema::MEMORY_INDEXES[crate::schema::MEMORY_INDEXES.len() - 2].0,
+            Shape::Meta => crate::schema::META_INDEXES[crate::schema::META_INDEXES.len() - 1].0,
         };
         for _ in 0..20 {
             if self.has_index(last).await? {
@@ -325,8 +307,8 @@ impl Collection {
             }
         }
         let indexed: &[(&str, FieldType)] = match self.shape {
-            Shape::Memories => &INDEXED_FIELDS,
-            Shape::Meta => &crate::meta::INDEXED_FIELDS,
+            Shape::Memories => &crate::schema::MEMORY_INDEXES,
+            Shape::Meta => &crate::schema::META_INDEXES,
         };
         for &(field, kind) in indexed {
             self.index(field, kind).await?;
@@ -436,6 +418,17 @@ impl Collection {
     pub async fn count_with_vector(&self, name: &str) -> Result<u64> {
         self.count(Some(Filter::must([Condition::has_vector(name)]))).await
     }
+}
+
+/// The ordering of the space's conditional writes (claims, records, maxima): through the
+/// shard's elected leader, so that of two racing conditional writes the second sees the first.
+/// `Medium`, not `Strong`: `Strong` goes through a fixed leader and refuses every write while
+/// that node is down (measured: the cluster test's writes all failed for the 10 s one node was
+/// down); `Medium` follows the leader the remaining nodes elect. During the moment of a leader
+/// change two racing conditional writes might both apply: every conditional write here is read
+/// back, so the loser still sees that it lost.
+pub fn ordered() -> WriteOrdering {
+    WriteOrdering { r#type: WriteOrderingType::Medium as i32 }
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@
 //! its point, and the re-run cycle converges on the same outcome.
 
 use crate::collection::dense_vector_name;
-use crate::decode::CONSOLIDATED_AT;
 use crate::payload::field;
 use crate::queue::Claims;
+use crate::schema::CONSOLIDATED_AT;
 use crate::write::Landed;
 use crate::{QdrantStore, filter, ledger, meta};
 use async_trait::async_trait;
@@ -50,8 +50,8 @@ impl QdrantStore {
     /// The live episodes of a session, in (event time, id) order.
     async fn turns_of(&self, scope: &Scope) -> Result<Vec<Memory>> {
         let Some(session) = &scope.session else { return Ok(Vec::new()) };
-        let mut must = owned_by(scope);
-        must.push(of_kind(MemoryKind::Episode));
+        let mut must = filter::owned_by(scope);
+        must.push(filter::kind_is(MemoryKind::Episode));
         must.push(Condition::matches(field::SESSION, MatchValue::Keyword(session.clone())));
         let mut turns = self.scroll_all(must).await?;
         turns.sort_by_key(|m| (m.event_time, m.id));
@@ -70,7 +70,7 @@ impl QdrantStore {
         now: Timestamp,
     ) -> Result<Vec<Memory>> {
         let mut filter = Claims::SLEEP.claimable(&self.owner, ledger::now_ms());
-        filter.must = vec![of_kind(MemoryKind::Episode), Condition::is_empty(CONSOLIDATED_AT)];
+        filter.must = vec![filter::kind_is(MemoryKind::Episode), Condition::is_empty(CONSOLIDATED_AT)];
         filter.must_not.push(filter::soft_deleted());
         // Episodes given up on or backing off are skipped, and the next ones read, until
         // `limit` are found.
@@ -110,21 +110,6 @@ impl QdrantStore {
     }
 }
 
-/// The user's and agent's memories: equal where set, absent where not.
-pub(crate) fn owned_by(scope: &Scope) -> Vec<Condition> {
-    [(field::USER, &scope.user), (field::AGENT, &scope.agent)]
-        .into_iter()
-        .map(|(key, value)| match value {
-            Some(v) => Condition::matches(key, MatchValue::Keyword(v.clone())),
-            None => Condition::is_empty(key),
-        })
-        .collect()
-}
-
-pub(crate) fn of_kind(kind: MemoryKind) -> Condition {
-    Condition::matches(field::KIND, MatchValue::Keyword(kind.as_str().into()))
-}
-
 #[async_trait]
 impl Consolidator for QdrantStore {
     async fn unprocessed(
@@ -159,8 +144,8 @@ impl Consolidator for QdrantStore {
     async fn known(&self, subjects: Vec<String>, names: Vec<String>, scope: Scope) -> Result<Vec<Memory>> {
         let mut found = Vec::new();
         for chunk in subjects.chunks(256) {
-            let mut must = owned_by(&scope);
-            must.push(of_kind(MemoryKind::Fact));
+            let mut must = filter::owned_by(&scope);
+            must.push(filter::kind_is(MemoryKind::Fact));
             must.push(Condition::matches(
                 "body.subject",
                 MatchValue::Keywords(RepeatedStrings { strings: chunk.to_vec() }),
@@ -170,8 +155,8 @@ impl Consolidator for QdrantStore {
         if !names.is_empty() {
             // Names compare normalised, which Qdrant cannot: the entities of one user and agent
             // are few, so they are filtered here.
-            let mut must = owned_by(&scope);
-            must.push(of_kind(MemoryKind::Entity));
+            let mut must = filter::owned_by(&scope);
+            must.push(filter::kind_is(MemoryKind::Entity));
             found.extend(self.scroll_all(must).await?.into_iter().filter(|m| match &m.body {
                 Body::Entity { name, .. } => names.contains(&normalize(name)),
                 _ => false,
@@ -217,7 +202,7 @@ impl Consolidator for QdrantStore {
                 self.collection.upsert(chunk.to_vec()).await?;
             }
             let edges = batch.edges.iter().map(|e| e.resolve(&ids)).collect::<Result<Vec<_>>>()?;
-            meta::put_edges(&self.meta, &edges, Some(&write)).await?;
+            meta::put_edges(&self.meta, &edges, &write.marks()).await?;
             write.wrote_edges |= !edges.is_empty();
             let mut effects = crate::write::effects_of(&memories);
             effects.insert(
@@ -261,8 +246,8 @@ impl Consolidator for QdrantStore {
             if !meta::claim_session(&self.meta, key, said, &self.owner, wall, wall + SUMMARY_CLAIM_MS).await? {
                 continue;
             }
-            let mut must = owned_by(&scope);
-            must.push(of_kind(MemoryKind::Summary));
+            let mut must = filter::owned_by(&scope);
+            must.push(filter::kind_is(MemoryKind::Summary));
             must.push(Condition::matches(
                 field::SESSION,
                 MatchValue::Keyword(scope.session.clone().unwrap_or_default()),

@@ -6,8 +6,7 @@ use atlas_domain::{AtlasError, Memory, MemoryId, Result};
 use qdrant_client::qdrant::point_id::PointIdOptions;
 use qdrant_client::qdrant::{PointId, RetrievedPoint};
 
-/// Payload field of episodes the sleep cycle processed: when it did (indexed; kept by rewrites).
-pub(crate) const CONSOLIDATED_AT: &str = "consolidated_at";
+pub(crate) use crate::schema::CONSOLIDATED_AT;
 
 /// What a point holds besides its memory and vectors that rewriting it keeps.
 #[derive(Debug, Clone, Copy, Default)]

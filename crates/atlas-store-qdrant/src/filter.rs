@@ -1,7 +1,7 @@
 //! [`RecallFilter`] as a Qdrant filter, so that every condition is pushed down to the server.
 
 use crate::payload::field;
-use atlas_domain::{MemoryKind, RecallFilter};
+use atlas_domain::{MemoryKind, RecallFilter, Scope};
 use qdrant_client::qdrant::r#match::MatchValue;
 use qdrant_client::qdrant::{Condition, Filter, Range, RepeatedStrings};
 
@@ -20,12 +20,28 @@ pub fn soft_deleted() -> Condition {
 /// Holds for a point of a write not yet committed and rolled forward
 /// ([`crate::ledger`]): every read excludes those.
 pub fn pending() -> Condition {
-    Condition::range(crate::ledger::field::PENDING, Range { gte: Some(i64::MIN as f64), ..Range::default() })
+    Condition::range(crate::schema::ledger_field::PENDING, Range { gte: Some(i64::MIN as f64), ..Range::default() })
 }
 
 /// Memories of one kind, deleted or not (for counting).
 pub fn of_kind(kind: MemoryKind) -> Filter {
-    Filter { must: vec![keyword(field::KIND, kind.as_str())], must_not: vec![pending()], ..Filter::default() }
+    Filter { must: vec![kind_is(kind)], must_not: vec![pending()], ..Filter::default() }
+}
+
+/// Holds for a memory of `kind`.
+pub fn kind_is(kind: MemoryKind) -> Condition {
+    keyword(field::KIND, kind.as_str())
+}
+
+/// The user's and agent's memories: equal where set, absent where not.
+pub fn owned_by(scope: &Scope) -> Vec<Condition> {
+    [(field::USER, &scope.user), (field::AGENT, &scope.agent)]
+        .into_iter()
+        .map(|(key, value)| match value {
+            Some(v) => keyword(key, v),
+            None => Condition::is_empty(key),
+        })
+        .collect()
 }
 
 /// The conditions of `filter`, all of which must hold, and never a soft-deleted memory (only

@@ -31,7 +31,7 @@ use atlas_domain::ports::Receipt;
 use atlas_domain::{AtlasError, MemoryId, Result, Timestamp, decode_id_runs, encode_id_runs};
 use qdrant_client::qdrant::{
     Condition, DeletePayloadPointsBuilder, Filter, GetPointsBuilder, PointId, PointStruct, PointsIdsList,
-    RetrievedPoint, SetPayloadPointsBuilder, UpdateMode, UpsertPointsBuilder, WriteOrdering, WriteOrderingType,
+    RetrievedPoint, SetPayloadPointsBuilder, UpdateMode, UpsertPointsBuilder,
 };
 use serde_json::{Map, Value, json};
 use std::sync::Mutex;
@@ -46,20 +46,7 @@ const LOW_BITS: u32 = 12;
 /// default (`QdrantOptions::write_lease`). A running write renews it every fifth of it.
 pub const WRITE_LEASE: Duration = Duration::from_secs(300);
 
-/// Payload fields of write records (meta collection) and of pending points (both collections).
-pub mod field {
-    /// On points and edges of a write not yet rolled forward: the write's number.
-    pub const PENDING: &str = "pending";
-    /// On points: the number of the write that created them (read back to detect collisions).
-    pub const WRITE: &str = "write";
-    pub const STATE: &str = "state";
-    pub const UNTIL: &str = "until";
-    pub const KEY: &str = "key";
-    pub const IDS: &str = "ids";
-    pub const AT: &str = "at";
-    /// What rolling forward applies besides visibility (a sleep cycle's bookkeeping).
-    pub const EFFECTS: &str = "effects";
-}
+pub use crate::schema::ledger_field as field;
 
 /// The `type` of a write record.
 pub const WRITE: &str = "write";
@@ -120,17 +107,6 @@ impl IdClock {
     }
 }
 
-/// The ordering of the space's conditional writes (claims, records, maxima): through the
-/// shard's elected leader, so that of two racing conditional writes the second sees the first.
-/// `Medium`, not `Strong`: `Strong` goes through a fixed leader and refuses every write while
-/// that node is down (measured: the cluster test's writes all failed for the 10 s one node was
-/// down); `Medium` follows the leader the remaining nodes elect. During the moment of a leader
-/// change two racing conditional writes might both apply: every conditional write here is read
-/// back, so the loser still sees that it lost.
-pub fn ordered() -> WriteOrdering {
-    WriteOrdering { r#type: WriteOrderingType::Medium as i32 }
-}
-
 fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
@@ -169,8 +145,8 @@ pub enum Begun {
 
 fn record_id(key: Option<&str>, number: i64) -> PointId {
     match key {
-        Some(key) => meta::point_id_of(&format!("write-key\0{key}")),
-        None => meta::point_id_of(&format!("write\0{number}")),
+        Some(key) => crate::payload::point_id_of(&format!("write-key\0{key}")),
+        None => crate::payload::point_id_of(&format!("write\0{number}")),
     }
 }
 
@@ -222,7 +198,7 @@ pub async fn begin(memories: &Collection, meta: &Collection, key: Option<&str>, 
         );
         let request = UpsertPointsBuilder::new(meta.name(), vec![point])
             .update_mode(UpdateMode::InsertOnly)
-            .ordering(ordered())
+            .ordering(crate::collection::ordered())
             .wait(true);
         meta.call("create a write record", meta.client().upsert_points(request.build())).await?;
         let begun = || Write {
@@ -283,7 +259,7 @@ async fn update_record(
     ]);
     let request = SetPayloadPointsBuilder::new(meta.name(), qdrant_client::Payload::from(values))
         .points_selector(filter)
-        .ordering(ordered())
+        .ordering(crate::collection::ordered())
         .wait(true);
     meta.call("update a write record", meta.client().set_payload(request.build())).await?;
     let now = get_record(meta, record.clone()).await?.unwrap_or_default();
@@ -446,7 +422,7 @@ pub async fn reveal(collection: &Collection, number: i64) -> Result<()> {
     }
     let request = DeletePayloadPointsBuilder::new(collection.name(), vec![field::PENDING.to_owned()])
         .points_selector(pending_of(number))
-        .ordering(ordered())
+        .ordering(crate::collection::ordered())
         .wait(true);
     collection.call("make a committed write visible", collection.client().delete_payload(request.build())).await
 }

@@ -130,7 +130,7 @@ impl QdrantStore {
         let unfinished: std::collections::HashSet<MemoryId> = legacy.unfinished.iter().copied().collect();
         let edges: Vec<Edge> =
             legacy.edges.into_iter().filter(|e| !unfinished.contains(&e.src) && !unfinished.contains(&e.dst)).collect();
-        meta::put_edges(&self.meta, &edges, None).await?;
+        meta::put_edges(&self.meta, &edges, &[]).await?;
         let queued: Vec<MemoryId> = legacy.queued.into_iter().filter(|id| !unfinished.contains(id)).collect();
         queue::enqueue(&self.collection, &queued).await?;
         let mut processed: std::collections::BTreeMap<i64, Vec<MemoryId>> = Default::default();

@@ -22,6 +22,7 @@ pub mod payload;
 mod points;
 mod queue;
 mod replica;
+mod schema;
 pub mod sidecar;
 pub mod sparse;
 #[cfg(test)]
@@ -232,7 +233,7 @@ impl QdrantStore {
     /// A collection created by an earlier version gets the payload indexes added since.
     async fn index_new_fields(&self) -> Result<()> {
         for (c, fields) in
-            [(&self.collection, collection::INDEXED_FIELDS.as_slice()), (&self.meta, &meta::INDEXED_FIELDS)]
+            [(&self.collection, crate::schema::MEMORY_INDEXES.as_slice()), (&self.meta, &crate::schema::META_INDEXES)]
         {
             if !c.exists().await? {
                 continue;

@@ -10,40 +10,13 @@
 //! ([`atlas_domain::ports::StoredMemory::carries`]).
 
 use crate::collection::Collection;
+pub use crate::payload::point_id_of;
 use atlas_domain::{AtlasError, Edge, EdgeKind, MemoryId, Result, Timestamp, Validity};
-use qdrant_client::qdrant::{Condition, FieldType, Filter, PointId, PointStruct, Range, RetrievedPoint};
+use qdrant_client::qdrant::{Condition, Filter, PointId, PointStruct, Range, RetrievedPoint};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
-/// Payload fields of meta points.
-pub mod field {
-    /// What the point is: [`super::EDGE`], ...
-    pub const TYPE: &str = "type";
-    pub const SRC: &str = "src";
-    pub const DST: &str = "dst";
-    pub const CARRIER: &str = "carrier";
-    pub const KIND: &str = "kind";
-    pub const WEIGHT: &str = "weight";
-    pub const VALID_FROM: &str = "valid_from";
-    pub const VALID_UNTIL: &str = "valid_until";
-    pub const RECORDED_AT: &str = "recorded_at";
-    pub const USER: &str = "user";
-    pub const AGENT: &str = "agent";
-    pub const SESSION: &str = "session";
-    /// Of a session: when its last turn was said.
-    pub const LAST_EVENT: &str = "last_event";
-    /// Of a session: how many turns its current summary covers.
-    pub const SUMMARIZED: &str = "summarized";
-    /// Of an episode the sleep cycle failed on.
-    pub const EPISODE: &str = "episode";
-    pub const ATTEMPTS: &str = "attempts";
-    pub const LAST_ATTEMPT: &str = "last_attempt";
-    pub const LAST_ERROR: &str = "last_error";
-    /// Of the settings: the bound embedding model.
-    pub const MODEL: &str = "embedding_model";
-    pub const DIMENSION: &str = "embedding_dimension";
-}
+pub use crate::schema::meta_field as field;
 
 /// The `type` of an edge's point.
 pub const EDGE: &str = "edge";
@@ -60,7 +33,8 @@ pub async fn put_cycles(meta: &Collection, cycles: &[atlas_domain::ports::CycleR
     let points: Vec<PointStruct> = cycles
         .iter()
         .map(|c| {
-            let payload = json!({ field::TYPE: CYCLE, crate::ledger::field::AT: c.at.millis(), "report": c.report });
+            let payload =
+                json!({ field::TYPE: CYCLE, crate::schema::ledger_field::AT: c.at.millis(), "report": c.report });
             let id = point_id_of(&format!("cycle\0{}\0{}", c.at.millis(), c.report));
             PointStruct::new(id, HashMap::<String, qdrant_client::qdrant::Vector>::new(), object(payload))
         })
@@ -71,28 +45,8 @@ pub async fn put_cycles(meta: &Collection, cycles: &[atlas_domain::ports::CycleR
     Ok(())
 }
 
-/// Payload indexes of the meta collection.
-pub const INDEXED_FIELDS: [(&str, FieldType); 9] = [
-    (field::TYPE, FieldType::Keyword),
-    (field::SRC, FieldType::Integer),
-    (field::DST, FieldType::Integer),
-    (field::CARRIER, FieldType::Integer),
-    (crate::ledger::field::STATE, FieldType::Keyword),
-    (crate::ledger::field::WRITE, FieldType::Integer),
-    (crate::ledger::field::PENDING, FieldType::Integer),
-    (crate::ledger::field::AT, FieldType::Integer),
-    (field::LAST_EVENT, FieldType::Integer),
-];
-
 fn is_edge() -> Condition {
     Condition::matches(field::TYPE, EDGE.to_owned())
-}
-
-/// A meta point's id named by `key`: a UUID made of the first 16 bytes of its SHA-256.
-pub fn point_id_of(key: &str) -> PointId {
-    let digest = Sha256::digest(key.as_bytes());
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    PointId::from(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
 }
 
 /// `(src, dst, kind)` as a point id.
@@ -151,8 +105,8 @@ fn ids_condition(key: &str, ids: &[MemoryId]) -> Condition {
 }
 
 /// Stores edges, each replacing one of the same (src, dst, kind); those of a write under way
-/// carry its marks and stay invisible until it is rolled forward.
-pub async fn put_edges(meta: &Collection, edges: &[Edge], write: Option<&crate::ledger::Write>) -> Result<()> {
+/// carry its marks (`ledger::Write::marks`) and stay invisible until it is rolled forward.
+pub async fn put_edges(meta: &Collection, edges: &[Edge], marks: &[(&'static str, Value)]) -> Result<()> {
     if edges.is_empty() {
         return Ok(());
     }
@@ -162,8 +116,8 @@ pub async fn put_edges(meta: &Collection, edges: &[Edge], write: Option<&crate::
             .iter()
             .map(|e| {
                 let mut p = edge_point(e);
-                for (key, value) in write.map(|w| w.marks()).into_iter().flatten() {
-                    p.payload.insert(key.to_owned(), value.into());
+                for (key, value) in marks {
+                    p.payload.insert((*key).to_owned(), value.clone().into());
                 }
                 p
             })
@@ -303,7 +257,7 @@ async fn raise_session(
     let request =
         qdrant_client::qdrant::SetPayloadPointsBuilder::new(meta.name(), qdrant_client::Payload::from(values))
             .points_selector(filter)
-            .ordering(crate::ledger::ordered())
+            .ordering(crate::collection::ordered())
             .wait(true);
     meta.call("record a session", meta.client().set_payload(request.build())).await
 }
@@ -482,7 +436,7 @@ pub async fn bind_model(
     let point = PointStruct::new(settings_point_id(), HashMap::<String, qdrant_client::qdrant::Vector>::new(), values);
     let request = qdrant_client::qdrant::UpsertPointsBuilder::new(meta.name(), vec![point])
         .update_mode(qdrant_client::qdrant::UpdateMode::InsertOnly)
-        .ordering(crate::ledger::ordered())
+        .ordering(crate::collection::ordered())
         .wait(true);
     meta.call("bind the embedding model", meta.client().upsert_points(request.build())).await?;
     self::model(meta).await?.ok_or_else(|| AtlasError::Storage("the space's settings vanished while binding".into()))

@@ -3,7 +3,7 @@
 use atlas_domain::{AtlasError, Body, Lifecycle, Memory, MemoryId, Result, Scope, Timestamp, Validity};
 use serde_json::{Map, Value};
 
-/// Payload fields; the ones filters use carry payload indexes (see `collection::INDEXED_FIELDS`).
+/// Payload fields; the ones filters use carry payload indexes (see `crate::schema::MEMORY_INDEXES`).
 pub mod field {
     pub const ID: &str = "id";
     pub const KIND: &str = "kind";
@@ -124,6 +124,21 @@ pub fn from_payload(point: u64, mut p: Map<String, Value>) -> Result<Memory> {
         context: text(&mut p, field::CONTEXT)?,
         lifecycle,
     })
+}
+
+/// A meta point's id named by `key`: a UUID made of the first 16 bytes of its SHA-256.
+pub fn point_id_of(key: &str) -> qdrant_client::qdrant::PointId {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    qdrant_client::qdrant::PointId::from(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    ))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! a vector gets `vector_queue = 0`; storing its vector removes the field. A claim is a
 //! conditional write: `vector_queue` and `vector_claim` (the owner) are set only on points whose
 //! claim has expired or is the owner's own (the condition is evaluated by the server, ordered
-//! through the shard's leader, [`crate::ledger::ordered`], so of two racing claims the second
+//! through the shard's leader, [`crate::collection::ordered`], so of two racing claims the second
 //! sees the first), then the points are read back and the owner keeps those that carry its name.
 //!
 //! The sleep cycle claims the episodes it reads the same way ([`Claims::SLEEP`]), so that
@@ -21,19 +21,7 @@ use qdrant_client::qdrant::{
 };
 use serde_json::json;
 
-/// Payload fields of the queue and of the sleep cycle's claims.
-pub mod field {
-    /// Present while the memory awaits a vector: until when a claim holds it (0: unclaimed).
-    pub const VECTOR_QUEUE: &str = "vector_queue";
-    /// Who holds the claim (meaningful while `vector_queue` lies in the future).
-    pub const VECTOR_CLAIM: &str = "vector_claim";
-    /// Until when a sleep cycle holds the episode (absent: nobody does).
-    pub const SLEEP_UNTIL: &str = "sleep_until";
-    pub const SLEEP_CLAIM: &str = "sleep_claim";
-    /// Until when a sleep cycle holds a session it summarises (on the session's meta point).
-    pub const SUMMARY_UNTIL: &str = "summary_until";
-    pub const SUMMARY_CLAIM: &str = "summary_claim";
-}
+pub use crate::schema::queue_field as field;
 
 /// A kind of claim on points: the field of its deadline and the field of its owner.
 #[derive(Debug, Clone, Copy)]
@@ -108,7 +96,7 @@ impl Claims {
         payload.insert(self.owner.into(), owner.into());
         let request = SetPayloadPointsBuilder::new(points.name(), qdrant_client::Payload::from(payload))
             .points_selector(filter)
-            .ordering(crate::ledger::ordered())
+            .ordering(crate::collection::ordered())
             .wait(true);
         points.call(self.what, points.client().set_payload(request.build())).await?;
         let request = GetPointsBuilder::new(points.name(), ids)
@@ -196,7 +184,7 @@ pub async fn enqueue_matching(memories: &Collection, filter: Filter) -> Result<(
     let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object") };
     let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
         .points_selector(filter)
-        .ordering(crate::ledger::ordered())
+        .ordering(crate::collection::ordered())
         .wait(true);
     memories.call("queue memories for a vector", memories.client().set_payload(request.build())).await
 }

@@ -34,9 +34,9 @@ pub(crate) fn existing_collection() -> MockQdrantApi {
 
 fn all_indexes() -> qdrant_client::qdrant::GetCollectionInfoResponse {
     let info = qdrant_client::qdrant::CollectionInfo {
-        payload_schema: collection::INDEXED_FIELDS
+        payload_schema: crate::schema::MEMORY_INDEXES
             .iter()
-            .chain(&meta::INDEXED_FIELDS)
+            .chain(&crate::schema::META_INDEXES)
             .map(|(f, _)| ((*f).to_owned(), Default::default()))
             .collect(),
         ..Default::default()

@@ -158,8 +158,9 @@ impl QdrantStore {
         }
         for chunk in points.chunks(self.batch) {
             ledger::renew_if_due(&self.meta, write).await?;
-            let mut request =
-                UpsertPointsBuilder::new(self.collection.name(), chunk.to_vec()).ordering(ledger::ordered()).wait(true);
+            let mut request = UpsertPointsBuilder::new(self.collection.name(), chunk.to_vec())
+                .ordering(crate::collection::ordered())
+                .wait(true);
             request = match landing {
                 Landing::New => request.update_mode(UpdateMode::InsertOnly),
                 Landing::Restore(recorded) => {
@@ -170,7 +171,7 @@ impl QdrantStore {
         }
         let foreign = ledger::foreign_among(&self.collection, ids, write.number).await?;
         if foreign.is_empty() {
-            meta::put_edges(&self.meta, edges, Some(write)).await?;
+            meta::put_edges(&self.meta, edges, &write.marks()).await?;
             write.wrote_edges |= !edges.is_empty();
         }
         Ok(foreign)
@@ -271,8 +272,8 @@ impl QdrantStore {
             return Ok(Vec::new());
         }
         let owner = atlas_domain::Scope { user: user.clone(), agent: agent.clone(), session: None };
-        let mut must = crate::consolidation::owned_by(&owner);
-        must.push(crate::consolidation::of_kind(MemoryKind::Episode));
+        let mut must = crate::filter::owned_by(&owner);
+        must.push(crate::filter::kind_is(MemoryKind::Episode));
         must.push(Condition::matches(
             field::SESSION,
             qdrant_client::qdrant::r#match::MatchValue::Keyword(session.clone()),

@@ -20,24 +20,15 @@ const WORDS: &[&str] = &[
 fn reference_scores(db: &Path, words: &[String]) -> BTreeMap<i64, f64> {
     let conn = rusqlite::Connection::open(db).unwrap();
     let mut stmt = conn.prepare("SELECT id, text, speaker, context FROM memories").unwrap();
-    let docs: Vec<(i64, bm25::Document)> = stmt
+    let (ids, docs): (Vec<i64>, Vec<bm25::Document>) = stmt
         .query_map([], |r| {
             let (text, speaker, context): (String, Option<String>, Option<String>) = (r.get(1)?, r.get(2)?, r.get(3)?);
-            Ok((r.get(0)?, bm25::Document::of(&text, speaker.as_deref(), context.as_deref())))
+            Ok((r.get::<_, i64>(0)?, bm25::Document::of(&text, speaker.as_deref(), context.as_deref())))
         })
         .unwrap()
         .map(Result::unwrap)
-        .collect();
-    let avg = docs.iter().map(|(_, d)| f64::from(d.length)).sum::<f64>() / docs.len().max(1) as f64;
-    let weighted: Vec<(String, u32, f64)> = bm25::query_tokens(words)
-        .into_iter()
-        .map(|(t, times)| {
-            let n = docs.iter().filter(|(_, d)| d.frequencies.contains_key(&t)).count() as u64;
-            let idf = bm25::idf(docs.len() as u64, n);
-            (t, times, idf)
-        })
-        .collect();
-    docs.iter().filter_map(|(id, d)| bm25::score(d, &weighted, avg).map(|s| (*id, s))).collect()
+        .unzip();
+    ids.into_iter().zip(bm25::score_all(&docs, words)).filter_map(|(id, score)| score.map(|s| (id, s))).collect()
 }
 
 async fn cache_scores(store: &SqliteStore, words: &[String]) -> BTreeMap<i64, f64> {

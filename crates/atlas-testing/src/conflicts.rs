@@ -85,7 +85,7 @@ impl Scenario {
             .says
             .iter()
             .flat_map(|(_, text)| harvest(text))
-            .map(|tag| normalize(&atlas_domain::policy::consolidation::tag_fact(tag, "user").subject))
+            .map(|tag| normalize(&atlas_domain::policy::reading::tag_fact(tag, "user").subject))
             .collect();
         subjects.into_iter().collect()
     }
@@ -137,7 +137,7 @@ impl JudgeAsScenarios {
                 .says
                 .iter()
                 .flat_map(|(_, text)| harvest(text))
-                .map(|tag| atlas_domain::policy::consolidation::tag_fact(tag, "user").object)
+                .map(|tag| atlas_domain::policy::reading::tag_fact(tag, "user").object)
                 .collect();
             for a in &objects {
                 for b in &objects {

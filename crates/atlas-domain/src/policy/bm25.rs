@@ -11,7 +11,7 @@
 //! that scores and their fusion weights kept their meaning when the stores moved to one
 //! pipeline. A query token given twice (two words with one stem) counts twice.
 
-use crate::policy::text::{token, words};
+use crate::policy::text::{each_token, token, words};
 use crate::policy::text_fields::{CONTEXT_WEIGHT, SPEAKER_WEIGHT, TEXT_WEIGHT};
 use std::collections::BTreeMap;
 
@@ -32,9 +32,7 @@ pub fn each_field_token(
     mut visit: impl FnMut(String, usize),
 ) {
     for (field, value) in [text, speaker.unwrap_or_default(), context.unwrap_or_default()].into_iter().enumerate() {
-        for word in words(value) {
-            visit(token(&word), field);
-        }
+        each_token(value, |token| visit(token.to_owned(), field));
     }
 }
 
@@ -99,6 +97,24 @@ pub fn score<T: AsRef<str>>(document: &Document, terms: &[(T, u32, f64)], avg_le
         }
     }
     matched
+}
+
+/// Every document's score for the query `terms` (their words through the one pipeline), worked
+/// out without an index: idf and the mean length over all of `documents`; `None` where no
+/// query token occurs. What a corpus small enough to scan is ranked by (the in-memory fake, the
+/// benchmarks' floor), and the reference every index is checked against.
+pub fn score_all(documents: &[Document], terms: &[String]) -> Vec<Option<f64>> {
+    let rows = documents.len() as u64;
+    let avg_len = documents.iter().map(|d| f64::from(d.length)).sum::<f64>() / (rows as f64).max(1.0);
+    let weighted: Vec<(String, u32, f64)> = query_tokens(terms)
+        .into_iter()
+        .map(|(token, times)| {
+            let n = documents.iter().filter(|d| d.frequencies.contains_key(&token)).count() as u64;
+            let idf = idf(rows, n);
+            (token, times, idf)
+        })
+        .collect();
+    documents.iter().map(|d| score(d, &weighted, avg_len)).collect()
 }
 
 #[cfg(test)]

@@ -307,50 +307,6 @@ pub fn proper_names(text: &str) -> Vec<String> {
     name_mentions(text).into_iter().filter(|m| !m.only_at_sentence_start).map(|m| m.name).collect()
 }
 
-/// The fact a retain tag states, about whom, keyed by the one rule (`policy::reading::key_fact`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaggedFact {
-    /// As written (`Proj-X`); [`normalize`] it to compare.
-    pub subject: String,
-    pub predicate: String,
-    pub object: String,
-    pub confidence: f32,
-    /// `tag:W`, `tag:B`, `tag:O`, `tag:S` or `tag:U`.
-    pub origin: &'static str,
-    /// The statement as said, when a world fact was read from words: the fact's text.
-    pub wording: Option<String>,
-}
-
-/// What `tag`, said by `speaker`, states: a world fact (read into its subject, relation and
-/// value where the rules can: "Frank lives in Berlin"), what the speaker did or believes, an
-/// entity's state, or an observation about the user (its aspect in the vocabulary, else a
-/// `pattern`).
-pub fn tag_fact(tag: crate::policy::retain::RetainTag, speaker: &str) -> TaggedFact {
-    use crate::policy::relations::canonical_predicate;
-    use crate::policy::retain::RetainTag;
-    let (subject, predicate, object, confidence, origin) = match tag {
-        RetainTag::World(text) => {
-            let keyed = crate::policy::reading::key_fact("world", "fact", &text, speaker)
-                .expect("`fact` is a relation of the table");
-            return TaggedFact {
-                subject: keyed.subject_shown,
-                predicate: keyed.predicate,
-                object: keyed.object,
-                confidence: 1.0,
-                origin: "tag:W",
-                wording: keyed.wording,
-            };
-        }
-        RetainTag::Behavior(text) => (speaker.to_owned(), "did", text, 1.0, "tag:B"),
-        RetainTag::Opinion { confidence, text } => (speaker.to_owned(), "believes", text, confidence, "tag:O"),
-        RetainTag::State { entity, state } => (entity, "state", state, 1.0, "tag:S"),
-        RetainTag::User { aspect, text } => {
-            ("user".to_owned(), canonical_predicate(&aspect).unwrap_or("pattern"), text, 0.6, "tag:U")
-        }
-    };
-    TaggedFact { subject, predicate: predicate.to_owned(), object, confidence, origin, wording: None }
-}
-
 /// A fact on its way in: what, from which episode, said when.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {

@@ -16,6 +16,10 @@ pub const SECTIONS: [&str; 5] = ["persona", "core", "goal", "retrieved", "histor
 /// Default budget of each section, in [`SECTIONS`] order.
 pub const DEFAULT_BUDGETS: [usize; 5] = [500, 500, 500, 4000, 2000];
 
+/// The budget of a context when none is given, in tokens: the sections' defaults in full. Every
+/// door (the CLI, HTTP and MCP, Python) leaves it to this one value.
+pub const DEFAULT_BUDGET: usize = 7_500;
+
 /// The estimated token count of `text`.
 pub fn tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
@@ -74,6 +78,7 @@ mod tests {
     #[test]
     fn defaults_scale_and_keep_their_proportions() {
         assert_eq!(scaled(7500), DEFAULT_BUDGETS);
+        assert_eq!(DEFAULT_BUDGETS.iter().sum::<usize>(), DEFAULT_BUDGET);
         assert_eq!(scaled(15000), [1000, 1000, 1000, 8000, 4000]);
         assert!(scaled(8000).iter().sum::<usize>() <= 8000);
     }

@@ -23,6 +23,16 @@ pub fn check_name(value: &str, field: &str, location: &str) -> Result<()> {
     check_chars(value, MAX_NAME_CHARS, field, location)
 }
 
+/// A scope id that is given (user, agent, session), stored or looked up: never blank (a stored
+/// one would be a scope no query can name, a filter on one matches nothing by mistake), and a
+/// name within its cap. `field` names it in the error.
+pub fn check_scope_id(value: &str, field: &str, location: &str) -> Result<()> {
+    if value.trim().is_empty() {
+        return Err(AtlasError::invalid(location, format!("field \"{field}\": empty")));
+    }
+    check_name(value, field, location)
+}
+
 fn check_chars(value: &str, cap: usize, field: &str, location: &str) -> Result<()> {
     // Bytes bound characters from above: only a long value is counted.
     if value.len() > cap && value.chars().count() > cap {
@@ -52,11 +62,7 @@ fn check_strings(memory: &NewMemory, max_text_bytes: usize, location: &str) -> R
         [("scope.user", &scope.user), ("scope.agent", &scope.agent), ("scope.session", &scope.session)]
     {
         if let Some(value) = value {
-            // Given means named: an empty session would be a scope no query can name.
-            if value.trim().is_empty() {
-                return Err(AtlasError::invalid(location, format!("field \"{field}\": empty")));
-            }
-            check_name(value, field, location)?;
+            check_scope_id(value, field, location)?;
         }
     }
     for key in memory.meta.keys() {

@@ -349,6 +349,48 @@ fn unknown(words: &[Word], speaker: &str) -> Option<Reading> {
     Some(Reading { subject: shown, relation, value, negated: false })
 }
 
+/// The fact a retain tag states, about whom, keyed by the one rule ([`key_fact`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaggedFact {
+    /// As written (`Proj-X`); [`normalize`](crate::policy::consolidation::normalize) it to compare.
+    pub subject: String,
+    pub predicate: String,
+    pub object: String,
+    pub confidence: f32,
+    /// `tag:W`, `tag:B`, `tag:O`, `tag:S` or `tag:U`.
+    pub origin: &'static str,
+    /// The statement as said, when a world fact was read from words: the fact's text.
+    pub wording: Option<String>,
+}
+
+/// What `tag`, said by `speaker`, states: a world fact (read into its subject, relation and
+/// value where the rules can: "Frank lives in Berlin"), what the speaker did or believes, an
+/// entity's state, or an observation about the user (its aspect in the vocabulary, else a
+/// `pattern`).
+pub fn tag_fact(tag: crate::policy::retain::RetainTag, speaker: &str) -> TaggedFact {
+    use crate::policy::retain::RetainTag;
+    let (subject, predicate, object, confidence, origin) = match tag {
+        RetainTag::World(text) => {
+            let keyed = key_fact("world", "fact", &text, speaker).expect("`fact` is a relation of the table");
+            return TaggedFact {
+                subject: keyed.subject_shown,
+                predicate: keyed.predicate,
+                object: keyed.object,
+                confidence: 1.0,
+                origin: "tag:W",
+                wording: keyed.wording,
+            };
+        }
+        RetainTag::Behavior(text) => (speaker.to_owned(), "did", text, 1.0, "tag:B"),
+        RetainTag::Opinion { confidence, text } => (speaker.to_owned(), "believes", text, confidence, "tag:O"),
+        RetainTag::State { entity, state } => (entity, "state", state, 1.0, "tag:S"),
+        RetainTag::User { aspect, text } => {
+            ("user".to_owned(), canonical_predicate(&aspect).unwrap_or("pattern"), text, 0.6, "tag:U")
+        }
+    };
+    TaggedFact { subject, predicate: predicate.to_owned(), object, confidence, origin, wording: None }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

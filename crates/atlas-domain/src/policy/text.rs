@@ -101,16 +101,47 @@ fn folded_letter(c: char) -> char {
 
 /// The token a lowercase word is indexed and looked up as: folded, then stemmed.
 pub fn token(word: &str) -> String {
-    let folded = fold(word);
-    stem(&folded).into_owned()
+    let mut token = String::new();
+    token_into(word, &mut token);
+    token
 }
 
-/// Calls `visit` with each of [`tokens`]' tokens in turn, without a `String` each where folding
-/// and stemming leave a word as it is: for matching words over long memories.
+/// Calls `visit` with each of [`tokens`]' tokens in turn, through one buffer: for tokenising
+/// many or long memories.
 pub fn each_token(text: &str, mut visit: impl FnMut(&str)) {
+    let mut token = String::new();
     each_word(text, |word| {
-        let folded = fold(word);
-        visit(&stem(&folded));
+        token_into(word, &mut token);
+        visit(&token);
+    });
+}
+
+/// Words whose tokens a thread remembers: a text cache built from every row, or a long memory's
+/// passage found, meets the same few thousand words over and over, and a lookup costs a fraction
+/// of a Snowball stem. Bounded: the memory is emptied when full (about a megabyte).
+const REMEMBERED_WORDS: usize = 1 << 14;
+
+thread_local! {
+    static REMEMBERED: std::cell::RefCell<std::collections::HashMap<String, Box<str>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// [`token`] into `out`, from the thread's memory of words when it holds `word`. (The memory is
+/// never borrowed while a caller's code runs, so a visitor may tokenise too.)
+fn token_into(word: &str, out: &mut String) {
+    out.clear();
+    let remembered = REMEMBERED.with(|memory| memory.borrow().get(word).map(|token| out.push_str(token)).is_some());
+    if remembered {
+        return;
+    }
+    let token = stem(&fold(word)).into_owned();
+    out.push_str(&token);
+    REMEMBERED.with(|memory| {
+        let mut memory = memory.borrow_mut();
+        if memory.len() >= REMEMBERED_WORDS {
+            memory.clear();
+        }
+        memory.insert(word.to_owned(), token.into_boxed_str());
     });
 }
 
@@ -162,6 +193,21 @@ mod tests {
             prop_assert_eq!(visited, reference);
         }
 
+
+        /// What the thread remembers of a word is that word's token: asked twice (the second
+        /// time from memory) or after the memory was emptied, a word gives the stem of its
+        /// folded self.
+        #[test]
+        fn a_remembered_token_is_the_token(text in "(\\PC|[àéïõüÀÉß])*", filler in 0usize..3) {
+            for round in 0..2 {
+                for word in words(&text) {
+                    prop_assert_eq!(token(&word), stem(&fold(&word)).into_owned(), "round {}", round);
+                }
+                if filler == 2 && round == 0 {
+                    (0..REMEMBERED_WORDS + 1).for_each(|i| drop(token(&format!("w{i}"))));
+                }
+            }
+        }
 
         /// A token is never empty, a word's token is its own token (stemming twice changes
         /// nothing a store relies on: both sides of a match are stemmed once), and folding keeps

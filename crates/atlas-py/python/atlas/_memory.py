@@ -381,9 +381,15 @@ class Memory:
         """Runs one sleep cycle now: episodes become facts with history, entities, summaries."""
         return self._space.call("consolidate", {"end_sessions": end_sessions})
 
-    def context(self, task: str, budget: int = 4000, *, scope: ScopeLike = None, session: str | None = None) -> dict[str, Any]:
-        """The memories a task needs packed into a prompt budget (tokens): `text` is the prompt."""
-        return self._space.call("context", {"task": task, "budget": budget, "scope": scope_dict(scope), "session": session})
+    def context(
+        self, task: str, budget: int | None = None, *, scope: ScopeLike = None, session: str | None = None
+    ) -> dict[str, Any]:
+        """The memories a task needs packed into a prompt budget (tokens; every door's default,
+        7,500, when not given): `text` is the prompt."""
+        args: dict[str, Any] = {"task": task, "scope": scope_dict(scope), "session": session}
+        if budget is not None:
+            args["budget"] = budget
+        return self._space.call("context", args)
 
     def export(self, path: PathLike, *, vectors: bool = False) -> int:
         """Writes a full export (ids, edges, context) that `import_` restores exactly; how many memories."""

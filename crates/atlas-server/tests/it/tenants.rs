@@ -475,7 +475,8 @@ async fn a_tenant_forgets_its_archived_memories_softly_and_for_good() {
     let refused = mcp_tool(&api, Some(&bob), "forget", json!({"id": second, "hard": true})).await;
     assert_eq!(refused["result"]["isError"], json!(true), "another tenant's, over MCP: {refused}");
     let answer = mcp_tool(&api, Some(&ann), "forget", json!({"id": second, "hard": true})).await;
-    assert_eq!(answer["result"]["structuredContent"], json!({"forgotten": second, "hard": true}), "{answer}");
+    let forgotten = json!({"forgotten": second, "hard": true, "archive_files": 1});
+    assert_eq!(answer["result"]["structuredContent"], forgotten, "{answer}");
     let (_, listed, _) = api.raw("GET", "/v1/archive", None, Some(&ann), &[]).await;
     assert_eq!(listed["memories"], json!([]), "{listed}");
 

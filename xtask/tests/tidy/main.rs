@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod rooms;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
