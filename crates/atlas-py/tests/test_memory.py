@@ -328,7 +328,7 @@ def test_an_archived_memory_is_forgotten_from_python_and_the_cli(tmp_path):
     with atlas.Memory(db) as m:
         assert m.get(str(kept)) is None, "out of the store"
         assert m.forget(kept) == {"forgotten": kept, "hard": False}
-        assert m.forget(kept, hard=True) == {"forgotten": kept, "hard": True}
+        assert m.forget(kept, hard=True) == {"forgotten": kept, "hard": True, "archive_files": 1}
         with pytest.raises(atlas.NotFound):
             m.recover(kept)
     soft = subprocess.run([script, "--db", db, "forget", str(other), "--json"], capture_output=True, text=True)

@@ -420,12 +420,12 @@ class Memory:
 
     def experiences(self, task: str, k: int = 5, *, scope: ScopeLike = None) -> list[dict[str, Any]]:
         """Past tasks like this one, what worked first."""
-        return self._space.call("experiences", {"task": task, "k": k, "scope": scope_dict(scope)})["hits"]
+        return self._space.call("search_experiences", {"task": task, "k": k, "scope": scope_dict(scope)})["hits"]
 
     def strategies(self, task: str, k: int = 5, *, scope: ScopeLike = None, explore: bool = False) -> list[dict[str, Any]]:
         """Strategies for situations like this one, with their success rates."""
         args = {"task": task, "k": k, "scope": scope_dict(scope), "explore": explore}
-        return self._space.call("strategies", args)["hits"]
+        return self._space.call("read_strategies", args)["hits"]
 
     def strategy_outcome(self, id: int, *, success: bool) -> dict[str, Any]:
         """Records whether a strategy worked (its Beta(1,1) success rate)."""
@@ -433,7 +433,7 @@ class Memory:
 
     def concepts(self, task: str, k: int = 5, *, scope: ScopeLike = None) -> list[dict[str, Any]]:
         """Reusable code patterns for the task."""
-        return self._space.call("concepts", {"task": task, "k": k, "scope": scope_dict(scope)})["concepts"]
+        return self._space.call("search_concepts", {"task": task, "k": k, "scope": scope_dict(scope)})["concepts"]
 
     def concept_outcome(self, id: int, *, success: bool) -> dict[str, Any]:
         """Records a use of a concept and whether it worked."""
