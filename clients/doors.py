@@ -24,6 +24,8 @@ RULES = [
     ("as_of is RFC 3339", "recall", {"query": "x", "as_of": "then"}, "as_of"),
     ("a kind is one ATLAS stores", "recall", {"query": "x", "kind": ["episode", "planet"]}, "kind[1]"),
     ("a recall's session that is given is not blank", "recall", {"query": "x", "scope": {"session": " "}}, "scope.session"),
+    ("a recall's user id is a name (at most 256 characters)", "recall", {"query": "x", "scope": {"user": LONG}},
+     "scope.user"),
     ("an id is a positive number", "get", {"id": 0}, "id"),
 ]
 

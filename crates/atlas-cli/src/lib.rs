@@ -573,6 +573,14 @@ pub(crate) fn parse_scope(pairs: &[String]) -> Result<Scope> {
         let key = pair.split(':').next().unwrap_or_default().trim();
         scope.set_from_pair(pair).map_err(|m| anyhow!("--scope: field \"scope.{key}\": {m}"))?;
     }
+    // The rule every door applies to a scope id it is given (never blank, a name's length).
+    for (field, value) in
+        [("scope.user", &scope.user), ("scope.agent", &scope.agent), ("scope.session", &scope.session)]
+    {
+        if let Some(value) = value {
+            atlas_domain::policy::limits::check_scope_id(value, field, "--scope")?;
+        }
+    }
     Ok(scope)
 }
 
