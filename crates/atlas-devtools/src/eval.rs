@@ -1,6 +1,7 @@
 //! `cargo xtask eval`: recall on both benchmarks in one command (LoCoMo dev and BEAM dev, through
-//! their harnesses in `../shared/eval/`), with a BM25 floor for each computed in the same run,
-//! printed as one table, so every recall change is judged on both.
+//! their harnesses in `../shared/eval/`; BEAM at 100K and 500K tokens a chat), with a BM25 floor
+//! for each computed in the same run, printed as one table, so every recall change is judged on
+//! both benchmarks and as a history grows.
 
 use anyhow::{Context, Result, bail};
 use atlas_domain::policy::bm25;
@@ -17,6 +18,10 @@ pub struct Eval {
     /// Run only one benchmark: locomo or beam.
     #[arg(long)]
     pub only: Option<String>,
+    /// The BEAM chat sizes to run, each a row (folders under beam-dev/chats/): recall is judged
+    /// as a history grows, so both dev sizes run unless asked otherwise.
+    #[arg(long, value_delimiter = ',', default_value = "100K,500K")]
+    pub beam_sizes: Vec<String>,
     /// Extra arguments for the atlas command, e.g. "--config recall.toml" to try settings.
     #[arg(long, default_value = "")]
     pub atlas_args: String,
@@ -62,7 +67,7 @@ impl Eval {
 }
 
 struct Row {
-    name: &'static str,
+    name: String,
     atlas: [f64; 3],
     p50_ms: f64,
     /// Turns (LoCoMo) or messages (BEAM) imported per second, embedding included (the harness
@@ -103,10 +108,11 @@ pub fn run(args: Eval) -> Result<()> {
     let wants = |name: &str| args.only.as_deref().is_none_or(|o| o.eq_ignore_ascii_case(name));
     if wants("locomo") {
         let set = data.join("locomo-dev");
-        let result = harness(&data.join("locomo_recall.py"), &set, &command, &dir.path().join("locomo.json"), &env)?;
+        let result =
+            harness(&data.join("locomo_recall.py"), &set, &command, &dir.path().join("locomo.json"), &env, &[])?;
         let floor = locomo_bm25_floor(&set)?;
         rows.push(Row {
-            name: "LoCoMo dev",
+            name: "LoCoMo dev".into(),
             atlas: triple(&result, "R@5", "R@10", "R@20"),
             p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
             import_per_s: per_second(&result, "turns"),
@@ -115,25 +121,30 @@ pub fn run(args: Eval) -> Result<()> {
         full.insert("locomo".into(), result);
     }
     if wants("beam") {
-        let result = harness(
-            &data.join("beam_recall.py"),
-            &data.join("beam-dev"),
-            &command,
-            &dir.path().join("beam.json"),
-            &env,
-        )?;
-        let floors = result["baselines"]
-            .as_object()
-            .map(|b| b.iter().map(|(name, r)| (name.clone(), triple(r, "R@5", "R@10", "R@20"))).collect())
-            .unwrap_or_default();
-        rows.push(Row {
-            name: "BEAM dev",
-            atlas: triple(&result, "R@5", "R@10", "R@20"),
-            p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
-            import_per_s: per_second(&result, "messages"),
-            floors,
-        });
-        full.insert("beam".into(), result);
+        for size in &args.beam_sizes {
+            let result = harness(
+                &data.join("beam_recall.py"),
+                &data.join("beam-dev"),
+                &command,
+                &dir.path().join(format!("beam-{size}.json")),
+                &env,
+                &["--size", size],
+            )?;
+            let floors = result["baselines"]
+                .as_object()
+                .map(|b| b.iter().map(|(name, r)| (name.clone(), triple(r, "R@5", "R@10", "R@20"))).collect())
+                .unwrap_or_default();
+            rows.push(Row {
+                name: format!("BEAM {size} dev"),
+                atlas: triple(&result, "R@5", "R@10", "R@20"),
+                p50_ms: result["took_ms_p50"].as_f64().unwrap_or(f64::NAN),
+                import_per_s: per_second(&result, "messages"),
+                floors,
+            });
+            // The 100K result keeps its old key, so scripts that read `beam` still find it.
+            let key = if size == "100K" { "beam".to_owned() } else { format!("beam-{size}") };
+            full.insert(key, result);
+        }
     }
     if rows.is_empty() {
         bail!("--only takes locomo or beam, not {:?}", args.only.unwrap_or_default());
@@ -146,20 +157,20 @@ pub fn run(args: Eval) -> Result<()> {
         / 1024.0;
     println!();
     println!(
-        "{:<12} {:<16} {:>6} {:>6} {:>6} {:>8} {:>10}",
+        "{:<15} {:<16} {:>6} {:>6} {:>6} {:>8} {:>10}",
         "benchmark", "method", "R@5", "R@10", "R@20", "p50 ms", "import/s"
     );
     for row in &rows {
         let [r5, r10, r20] = row.atlas;
         println!(
-            "{:<12} {:<16} {r5:>6.3} {r10:>6.3} {r20:>6.3} {:>8.2} {:>10.0}",
+            "{:<15} {:<16} {r5:>6.3} {r10:>6.3} {r20:>6.3} {:>8.2} {:>10.0}",
             row.name, "atlas", row.p50_ms, row.import_per_s
         );
         for (name, [f5, f10, f20]) in &row.floors {
-            println!("{:<12} {:<16} {f5:>6.3} {f10:>6.3} {f20:>6.3}", "", format!("floor: {name}"));
+            println!("{:<15} {:<16} {f5:>6.3} {f10:>6.3} {f20:>6.3}", "", format!("floor: {name}"));
         }
         let best = row.floors.iter().map(|(_, f)| f[1]).fold(f64::NAN, f64::max);
-        println!("{:<12} {:<16} R@10 {:+.3} against the better floor", "", "", row.atlas[1] - best);
+        println!("{:<15} {:<16} R@10 {:+.3} against the better floor", "", "", row.atlas[1] - best);
     }
     println!("peak resident memory of any atlas command: {peak_rss_mb:.0} MB");
     full.insert("peak_rss_mb".into(), serde_json::json!(peak_rss_mb));
@@ -180,8 +191,15 @@ fn triple(v: &serde_json::Value, a: &str, b: &str, c: &str) -> [f64; 3] {
 }
 
 /// Runs one harness (its CLI contract is its header) and reads its `--json` result.
-fn harness(script: &Path, set: &Path, atlas: &str, out: &Path, env: &[(&str, String)]) -> Result<serde_json::Value> {
-    println!("$ python3 {} --data {} --atlas '{atlas}'", script.display(), set.display());
+fn harness(
+    script: &Path,
+    set: &Path,
+    atlas: &str,
+    out: &Path,
+    env: &[(&str, String)],
+    extra: &[&str],
+) -> Result<serde_json::Value> {
+    println!("$ python3 {} --data {} {} --atlas '{atlas}'", script.display(), set.display(), extra.join(" "));
     let status = Command::new("python3")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .arg(script)
@@ -193,6 +211,7 @@ fn harness(script: &Path, set: &Path, atlas: &str, out: &Path, env: &[(&str, Str
         .arg("5,10,20")
         .arg("--json")
         .arg(out)
+        .args(extra)
         .status()
         .with_context(|| format!("run {}", script.display()))?;
     if !status.success() {

@@ -5,7 +5,7 @@ use crate::config::RecallConfig;
 use atlas_domain::EdgeKind;
 use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
-use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, instructs_the_agent, lift_first};
+use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, asks_about_own_past, instructs_the_agent, lift_first};
 use atlas_domain::policy::long_text::{Passage, TURN_WORDS, matched_passage, per_turn, words};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::recency::boost;
@@ -330,8 +330,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // A standing instruction ranks far below the memories that answer a request it governs
     // (policy::instructions): every candidate's record is read to find the best-ranked one,
     // while spreading walks the graph. With k at most its place, the instruction would take the
-    // place of an answer.
-    let lifting = config.standing_instructions && request.k > INSTRUCTION_PLACE;
+    // place of an answer. A question about what the requester did or said is answered by memories
+    // of that past, not governed by an instruction: it lifts none.
+    let lifting = config.standing_instructions && request.k > INSTRUCTION_PLACE && !asks_about_own_past(&request.query);
     let unread: Vec<MemoryId> =
         if lifting { fused.iter().map(|f| f.id).filter(|id| !memories.contains_key(id)).collect() } else { Vec::new() };
     let spreading = (config.context_weight > 0.0 || config.graph_weight > 0.0) && request.k > 0;

@@ -180,6 +180,102 @@ fn condition_at(w: &[&str], i: usize) -> Option<usize> {
     }
 }
 
+/// Past forms that do not end in "-ed", of verbs a person uses to tell what they did or said.
+const IRREGULAR_PAST: &[&str] = &[
+    "said",
+    "told",
+    "brought",
+    "gave",
+    "got",
+    "made",
+    "took",
+    "went",
+    "saw",
+    "wrote",
+    "found",
+    "began",
+    "chose",
+    "felt",
+    "thought",
+    "did",
+    "was",
+    "were",
+    "had",
+    "spent",
+    "set",
+    "kept",
+    "left",
+    "met",
+    "paid",
+    "sent",
+    "built",
+    "bought",
+    "ran",
+    "won",
+    "lost",
+    "read",
+    "came",
+    "became",
+    "knew",
+    "heard",
+    "held",
+    "put",
+    "sat",
+    "stood",
+    "taught",
+    "understood",
+    "shared",
+];
+
+/// Words that may stand between a subject and its past verb ("I first mentioned", "we last
+/// talked").
+const TIME_ADVERBS: &[&str] = &[
+    "first",
+    "last",
+    "originally",
+    "initially",
+    "previously",
+    "recently",
+    "just",
+    "already",
+    "ever",
+    "once",
+    "also",
+    "then",
+];
+
+/// Whether `request` asks about what the requester did or said ("Have I completed…", "What score
+/// did I get…", "…when I first mentioned…", "the position we discussed"): a first-person subject
+/// with a verb in the past, or a question's "did/have/had I (we)". Such a question is answered
+/// by memories of that past; an instruction says how to answer a request for the agent to do
+/// something ("Can you show me…", "How should I…"), which is what its condition covers. So
+/// recall lifts no instruction for it: in a long history some instruction is always among the
+/// candidates, and on BEAM's 500K-token chats the lift took place 2 in 47 of 72 questions and
+/// was the evidence once (docs/EVAL.md). Matching is on words, so no input can make it fail.
+pub fn asks_about_own_past(request: &str) -> bool {
+    let w: Vec<String> = text::words(request).collect();
+    let is = |i: usize, set: &[&str]| w.get(i).is_some_and(|x| set.contains(&x.as_str()));
+    let past = |v: &str| (v.len() > 3 && v.ends_with("ed") && !v.ends_with("eed")) || IRREGULAR_PAST.contains(&v);
+    let participle = |v: &str| past(v) || (v.len() > 3 && v.ends_with("en"));
+    (0..w.len()).any(|i| {
+        if is(i, &["did", "have", "had", "has"]) && is(i + 1, &["i", "we"]) {
+            return true;
+        }
+        if !is(i, &["i", "we"]) {
+            return false;
+        }
+        // "I've", "we've": the apostrophe parts the words.
+        if is(i + 1, &["ve"]) {
+            return true;
+        }
+        let mut j = i + 1;
+        while is(j, TIME_ADVERBS) {
+            j += 1;
+        }
+        w.get(j).is_some_and(|v| past(v)) || (is(j, &["have", "had"]) && w.get(j + 1).is_some_and(|v| participle(v)))
+    })
+}
+
 /// Moves the first item that `is_instruction` accepts to `place` (from 1) when it stands below
 /// it, shifting the items between down by one; every other item keeps its order. Returns where
 /// the instruction stood and where it stands now (from 0), or `None` when no item is one.
@@ -200,6 +296,34 @@ mod tests {
 
     fn user(text: &str) -> bool {
         is_standing_instruction(Some("user"), text)
+    }
+
+    #[test]
+    fn a_question_about_ones_own_past_is_told_from_a_request() {
+        for past in [
+            "Have I completed any induction problems on sums of integers before?",
+            "What score did I achieve on my number theory quiz most recently?",
+            "How many days after I first encountered the 401 error did I see the next one?",
+            "What is the amount offered for the position we discussed?",
+            "How much progress have we made on the edits so far?",
+            "I've been practising, what was my first score?",
+            "When I last talked to you, which library did we pick?",
+            "What did I say my budget was?",
+        ] {
+            assert!(asks_about_own_past(past), "{past}");
+        }
+        for request in [
+            "Could you show me how to implement a login feature?",
+            "How should I organize the different parts of a webpage in HTML?",
+            "Which version of the Facebook API should I use in my Python code?",
+            "I need help with the distance formula",
+            "When is the final submission due?",
+            "If I draw a card from a deck and then draw another, how do I figure out the chance?",
+            "Can you help me prove that every integer greater than 1 is a product of primes?",
+            "",
+        ] {
+            assert!(!asks_about_own_past(request), "{request}");
+        }
     }
 
     #[test]
@@ -287,6 +411,14 @@ mod tests {
             let _ = is_standing_instruction(speaker.as_deref(), &text);
             let rejoined: usize = sentences(&text).map(str::len).sum::<usize>() + sentences(&text).count() - 1;
             prop_assert_eq!(rejoined, text.len(), "the sentences and their one-byte ends are the text");
+        }
+
+        #[test]
+        fn a_past_question_is_told_on_words_alone(text in "\\PC{0,300}", ascii in "[a-zA-Z ,.?']{0,200}") {
+            let _ = asks_about_own_past(&text);
+            prop_assert_eq!(asks_about_own_past(&ascii), asks_about_own_past(&ascii.to_ascii_uppercase()));
+            let asked = format!("{ascii}. Did I {ascii}?");
+            prop_assert!(asks_about_own_past(&asked));
         }
 
         #[test]

@@ -686,9 +686,11 @@ async fn a_repeated_statement_takes_one_slot_and_names_its_copies() {
 /// A standing instruction shares little with the requests it governs: it ranks below what
 /// answers them, and recall lifts the best-ranked one to place 2 (policy::instructions), scored
 /// between its neighbours and explained; the assistant's own advice is not lifted, nor is an
-/// instruction when k leaves no room beside the best answer.
+/// instruction when k leaves no room beside the best answer, nor for a question about what the
+/// requester did.
 #[tokio::test]
 async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
+    const REQUEST: &str = "when is the grant deadline";
     let turns = [
         "The grant deadline is the first of May",
         "I moved the grant deadline review to Friday",
@@ -702,7 +704,7 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
     // differently from one space to the next on a loaded machine.
     let start = atlas_runtime::now().0 - 3_600_000;
     let at = |minute: i64| Some(Timestamp(start + minute * 60_000));
-    let recall_with = |standing_instructions: bool, k: usize, said_by: Option<&'static str>| async move {
+    let recall_with = |standing_instructions: bool, k: usize, said_by: Option<&'static str>, asked: &'static str| async move {
         let config = Config {
             recall: atlas_runtime::config::RecallConfig { standing_instructions, ..Default::default() },
             ..Config::default()
@@ -722,12 +724,12 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
         if let Some(speaker) = said_by {
             atlas.remember(by(speaker, instruction, 11)).await.unwrap();
         }
-        atlas.recall(query("when is the grant deadline", k)).await.unwrap()
+        atlas.recall(query(asked, k)).await.unwrap()
     };
     let place = |hits: &[atlas_runtime::Hit], text: &str| hits.iter().position(|h| h.memory.text == text);
-    let plain = recall_with(false, 5, Some("Ada")).await.hits;
+    let plain = recall_with(false, 5, Some("Ada"), REQUEST).await.hits;
     assert!(place(&plain, instruction).is_none_or(|p| p > 1), "by its words alone it ranks lower: {plain:#?}");
-    let recall = recall_with(true, 5, Some("Ada")).await;
+    let recall = recall_with(true, 5, Some("Ada"), REQUEST).await;
     let hits = &recall.hits;
     assert_eq!(hits.len(), 5);
     assert_eq!(place(hits, instruction), Some(1), "{hits:#?}");
@@ -742,15 +744,25 @@ async fn the_standing_instruction_that_fits_a_request_best_comes_second() {
     // Nothing is lifted when the only instruction-like line is the agent's own, by role or by
     // the name its scope gives it.
     for agent in [None, Some("Atlas")] {
-        let hits = recall_with(true, 5, agent).await.hits;
+        let hits = recall_with(true, 5, agent, REQUEST).await.hits;
         assert!(hits.iter().all(|h| !h.signals.contains_key(&Signal::Instruction)), "{agent:?}: {hits:#?}");
         assert_eq!(hits[1].memory.id, plain[1].memory.id, "{agent:?}");
     }
     // A request for two memories gets the two best answers, not the instruction.
-    let two = recall_with(true, 2, Some("Ada")).await.hits;
+    let two = recall_with(true, 2, Some("Ada"), REQUEST).await.hits;
     assert_eq!(
         two.iter().map(|h| h.memory.id).collect::<Vec<_>>(),
         plain[..2].iter().map(|h| h.memory.id).collect::<Vec<_>>()
+    );
+    // A question about what the requester did is answered by that past: no instruction governs
+    // it, so none is lifted.
+    let asked = "when did I move the grant deadline review";
+    let lifted = recall_with(true, 5, Some("Ada"), asked).await.hits;
+    let unlifted = recall_with(false, 5, Some("Ada"), asked).await.hits;
+    assert!(lifted.iter().all(|h| !h.signals.contains_key(&Signal::Instruction)), "{lifted:#?}");
+    assert_eq!(
+        lifted.iter().map(|h| h.memory.id).collect::<Vec<_>>(),
+        unlifted.iter().map(|h| h.memory.id).collect::<Vec<_>>()
     );
 }
 
