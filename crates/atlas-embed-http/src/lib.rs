@@ -132,6 +132,20 @@ type Vectors<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec
 /// The shortest text a refused single input is shortened to before the refusal is final.
 const SHORTEST_RETRIED_TEXT: usize = 64;
 
+/// Whether the endpoint refused a request as too large: a 400, 413 or 422, or a server error
+/// that says so (llama.cpp's server answers 500 "input (602 tokens) is too large to process"
+/// for a text longer than its batch).
+fn too_large(failure: &Failure) -> bool {
+    match failure.status {
+        Some(400 | 413 | 422) => true,
+        Some(500..=599) => {
+            let message = failure.message.to_ascii_lowercase();
+            message.contains("too large") || message.contains("too long")
+        }
+        _ => false,
+    }
+}
+
 impl HttpEmbedder {
     /// Checks the options and learns the dimension (from them, else by asking the endpoint).
     pub async fn connect(options: HttpEmbedderOptions) -> Result<Self> {
@@ -205,6 +219,8 @@ impl HttpEmbedder {
                         // whole batch every time, and keeps computing what was given up on:
                         // the same batch again would never land. Its halves are sent instead.
                         Err(failure) if failure.timed_out && several => Err(Failure { retry: false, ..failure }),
+                        // Refused as too large: the same request again would be refused again.
+                        Err(failure) if too_large(&failure) => Err(Failure { retry: false, ..failure }),
                         other => other,
                     }
                 }
@@ -214,7 +230,7 @@ impl HttpEmbedder {
                 Ok(vectors) => return Ok(vectors),
                 Err(failed) => failed,
             };
-            let refused = failure.status.is_some_and(|s| matches!(s, 400 | 413 | 422));
+            let refused = too_large(&failure);
             if (refused || failure.timed_out) && several {
                 tracing::warn!(texts = inputs.len(), reason = %failure.message, "embedding a request's halves apart");
                 let mut second = inputs;

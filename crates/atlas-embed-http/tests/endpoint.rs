@@ -127,21 +127,29 @@ async fn an_endpoint_that_is_away_at_start_needs_the_dimension_stated() {
     assert!(embedder.embed_query("q".into()).await.is_err(), "and fails calls while the endpoint is away");
 }
 
+/// Refused as too large, by a 400 or 413 or by a 500 that says so (llama.cpp's server), a
+/// request is split and a long text shortened, without the retries a passing fault gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_refused_as_too_large_is_split_and_a_long_text_shortened() {
-    let server = endpoint();
-    server.refuse_inputs_longer_than(100);
-    let mut o = options(&server);
-    o.dimensions = Some(DIMENSION);
-    let embedder = HttpEmbedder::connect(o).await.unwrap();
-    let long = "alpha beta gamma ".repeat(40);
-    let texts = vec!["short one".to_owned(), long.clone(), "short two".to_owned()];
-    let vectors = embedder.embed(texts).await.unwrap();
-    let hashing = HashEmbedder::new(DIMENSION);
-    assert!(same(&vectors[0], &hashing.embed_one("short one")));
-    assert!(same(&vectors[2], &hashing.embed_one("short two")));
-    let taken = server.requests().into_iter().flatten().find(|i| i.len() <= 100 && long.starts_with(i.as_str()));
-    assert!(taken.is_some_and(|t| t.len() > 50), "the long text was embedded from its start");
+    for status in [400, 500] {
+        let server = endpoint();
+        server.refuse_inputs_longer_than_with(100, status);
+        let mut o = options(&server);
+        o.dimensions = Some(DIMENSION);
+        o.retry.backoff = Duration::from_secs(5);
+        let embedder = HttpEmbedder::connect(o).await.unwrap();
+        let long = "alpha beta gamma ".repeat(40);
+        let texts = vec!["short one".to_owned(), long.clone(), "short two".to_owned()];
+        let started = std::time::Instant::now();
+        let vectors = embedder.embed(texts).await.unwrap();
+        assert_eq!(embedder.usage().retries, 0, "{status}: a refusal is not retried as it was");
+        assert!(started.elapsed() < Duration::from_secs(5), "{status}: no backoff was waited");
+        let hashing = HashEmbedder::new(DIMENSION);
+        assert!(same(&vectors[0], &hashing.embed_one("short one")));
+        assert!(same(&vectors[2], &hashing.embed_one("short two")));
+        let taken = server.requests().into_iter().flatten().find(|i| i.len() <= 100 && long.starts_with(i.as_str()));
+        assert!(taken.is_some_and(|t| t.len() > 50), "{status}: the long text was embedded from its start");
+    }
 }
 
 /// An endpoint that takes longer than the timeout for a whole batch (a CPU-bound server: every

@@ -42,9 +42,10 @@ struct State {
     faults: VecDeque<Fault>,
     /// Every request is reset while down.
     down: bool,
-    /// Inputs longer than this many characters are refused with 400, as a server with a
-    /// window refuses them.
-    max_input_chars: Option<usize>,
+    /// Inputs longer than this many characters are refused with this status (400, or 500 as
+    /// llama.cpp's server refuses a text longer than its batch), as a server with a window
+    /// refuses them.
+    max_input_chars: Option<(usize, u16)>,
     /// Every request is answered only after this long for each of its inputs, as a server that
     /// computes on a slow CPU answers.
     per_input_delay: Option<Duration>,
@@ -109,7 +110,12 @@ impl EmbeddingsServer {
     }
 
     pub fn refuse_inputs_longer_than(&self, chars: usize) {
-        self.state.lock().expect("state").max_input_chars = Some(chars);
+        self.refuse_inputs_longer_than_with(chars, 400);
+    }
+
+    /// Refuses inputs longer than `chars` with `status` and the words llama.cpp's server uses.
+    pub fn refuse_inputs_longer_than_with(&self, chars: usize, status: u16) {
+        self.state.lock().expect("state").max_input_chars = Some((chars, status));
     }
 
     /// Answers each request only after `per_input` for every one of its inputs.
@@ -170,11 +176,12 @@ fn serve(stream: TcpStream, state: &Mutex<State>, answerer: &Answerer) {
         if let Some(each) = per_input {
             std::thread::sleep(each * inputs.len() as u32);
         }
-        if let Some(max) = max_chars
+        if let Some((max, status)) = max_chars
             && inputs.iter().any(|i| i.chars().count() > max)
         {
-            let message = json!({"error": {"message": format!("input is too large: over {max} characters")}});
-            respond(stream, 400, &[], &message.to_string());
+            let message =
+                format!("input (over {max} characters) is too large to process. increase the physical batch size");
+            respond(stream, status, &[], &json!({"error": {"message": message}}).to_string());
             continue;
         }
         let (status, mut text) = match answerer {
