@@ -409,7 +409,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         lift_instruction(&mut hits);
         signals.push(SignalReport { signal: Signal::Instruction, used: true, note: None });
     }
-    let hits = collapse(hits, |h| line(&h.memory), config.duplicate_threshold, request.k)
+    // Only within one scope: the same words under two keys of a store, or told in two sessions
+    // or by two users, are things a caller addressed apart.
+    let hits = collapse(hits, |h| line(&h.memory), |h| h.memory.scope.clone(), config.duplicate_threshold, request.k)
         .into_iter()
         .map(|(mut hit, folded)| {
             hit.duplicates = folded.iter().map(|f| f.memory.id).collect();

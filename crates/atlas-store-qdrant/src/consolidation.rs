@@ -182,7 +182,7 @@ impl Consolidator for QdrantStore {
             let (ids, memories) = if batch.memories.is_empty() {
                 (Vec::new(), Vec::new())
             } else {
-                self.land_new(&mut write, &batch.memories).await?
+                self.land_new(&mut write, &batch.memories, &revised_ids).await?
             };
             let dense = model.as_ref().map(dense_vector_name);
             let mut points = Vec::new();

@@ -28,7 +28,7 @@ impl QdrantStore {
             ledger::Begun::Replayed(receipt) => return Ok(receipt),
             ledger::Begun::Write(write) => write,
         };
-        let landed = self.land_new(&mut write, &batch).await.map(|(ids, memories)| {
+        let landed = self.land_new(&mut write, &batch, &[]).await.map(|(ids, memories)| {
             let effects = write::effects_of(&memories);
             write::Landed { ids, effects: (!effects.is_empty()).then_some(serde_json::Value::Object(effects)) }
         });

@@ -189,10 +189,11 @@ impl QdrantStore {
         &self,
         write: &mut Write,
         batch: &[NewMemory],
+        superseded: &[MemoryId],
     ) -> Result<(Vec<MemoryId>, Vec<Memory>)> {
         for _ in 0..COLLISION_RETRIES {
             let ids = self.clock.take(batch.len() as u64);
-            let linked = self.predecessors(batch, &ids).await?;
+            let linked = self.predecessors(batch, &ids, superseded).await?;
             let memories = self.with_context(batch.to_vec(), &linked).await?;
             let points = memories.iter().map(|m| self.point(m, None, Kept::default())).collect::<Result<_>>()?;
             let edges = temporal_edges(&memories, &linked);
@@ -209,8 +210,15 @@ impl QdrantStore {
     }
 
     /// Each memory's id with the episode it follows: the latest committed turn of its session
-    /// (same user and agent) said no later, or an earlier one of the batch.
-    async fn predecessors(&self, batch: &[NewMemory], ids: &[MemoryId]) -> Result<Vec<(MemoryId, Option<MemoryId>)>> {
+    /// (same user and agent) said no later and still current then, or an earlier one of the
+    /// batch. A version the same write ends (`superseded`) is history already: a store key's new
+    /// value never carries its old one's words.
+    async fn predecessors(
+        &self,
+        batch: &[NewMemory],
+        ids: &[MemoryId],
+        superseded: &[MemoryId],
+    ) -> Result<Vec<(MemoryId, Option<MemoryId>)>> {
         type Group = (Option<String>, Option<String>, String);
         let group_of = |m: &NewMemory| match (m.kind(), &m.scope.session) {
             (MemoryKind::Episode, Some(session)) => {
@@ -240,10 +248,11 @@ impl QdrantStore {
             let session = &group.2;
             let t = m.event_time.millis();
             let page = &pages[&group];
-            let mut stored = page.iter().filter(|(et, _)| *et <= t).max().copied();
+            let current = |(_, id): &(i64, MemoryId)| !superseded.contains(id);
+            let mut stored = page.iter().filter(|(et, _)| *et <= t).filter(|p| current(p)).max().copied();
             if stored.is_none() && page.len() == PREDECESSOR_PAGE {
                 // Said before every turn the page holds: read the turns before it.
-                stored = self.latest_turns(&group, t).await?.into_iter().max();
+                stored = self.latest_turns(&group, t).await?.into_iter().filter(current).max();
             }
             let in_batch = batch[..i]
                 .iter()
@@ -281,6 +290,12 @@ impl QdrantStore {
         must.push(Condition::range(
             field::EVENT_TIME,
             qdrant_client::qdrant::Range { lte: Some(t as f64), ..Default::default() },
+        ));
+        // Still current at `t` (an open end is stored as `payload::OPEN_END`): a replaced version
+        // is history, not a turn a later one follows.
+        must.push(Condition::range(
+            field::VALID_UNTIL,
+            qdrant_client::qdrant::Range { gt: Some(t as f64), ..Default::default() },
         ));
         let order = qdrant_client::qdrant::OrderByBuilder::new(field::EVENT_TIME)
             .direction(qdrant_client::qdrant::Direction::Desc as i32)

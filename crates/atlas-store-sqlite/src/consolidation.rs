@@ -86,18 +86,8 @@ impl Consolidator for SqliteStore {
         let written = self
             .writer
             .write(move |conn| {
-                let written = insert_all(conn, &batch.memories, None)?;
-                let ids: Vec<MemoryId> = written.iter().map(|f| MemoryId(f.id)).collect();
-                for (src, dst, kind) in &batch.unlinked {
-                    conn.execute(
-                        "DELETE FROM edges WHERE src = ?1 AND dst = ?2 AND kind = ?3",
-                        params![src.0, dst.0, kind.as_str()],
-                    )
-                    .map_err(storage)?;
-                }
-                for e in &batch.edges {
-                    put_edge(conn, &e.resolve(&ids)?)?;
-                }
+                // Revisions first: a version they end is history before the new memories look
+                // for the turn they follow.
                 for r in &batch.revisions {
                     let changed = conn
                         .execute(
@@ -115,6 +105,18 @@ impl Consolidator for SqliteStore {
                     if changed == 0 {
                         return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
                     }
+                }
+                let written = insert_all(conn, &batch.memories, None)?;
+                let ids: Vec<MemoryId> = written.iter().map(|f| MemoryId(f.id)).collect();
+                for (src, dst, kind) in &batch.unlinked {
+                    conn.execute(
+                        "DELETE FROM edges WHERE src = ?1 AND dst = ?2 AND kind = ?3",
+                        params![src.0, dst.0, kind.as_str()],
+                    )
+                    .map_err(storage)?;
+                }
+                for e in &batch.edges {
+                    put_edge(conn, &e.resolve(&ids)?)?;
                 }
                 let at = batch.at.millis();
                 let mut done = conn

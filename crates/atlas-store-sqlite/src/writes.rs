@@ -65,11 +65,13 @@ pub(crate) fn insert_all(conn: &Connection, batch: &[NewMemory], progress: Optio
         )
         .map_err(storage)?;
     // Every stored row has a smaller id than the one about to be inserted, so "before in
-    // (event time, id) order" is "event time not later".
+    // (event time, id) order" is "event time not later". A version replaced by then is history,
+    // not the turn a memory follows: a store key's new value never carries its old one's words.
     let mut previous = conn
         .prepare_cached(
             "SELECT id, speaker, text FROM memories WHERE scope_session = ?1 AND kind = 'episode' \
              AND scope_user IS ?3 AND scope_agent IS ?4 AND event_time <= ?2 \
+             AND (valid_until IS NULL OR valid_until > ?2) \
              ORDER BY event_time DESC, id DESC LIMIT 1",
         )
         .map_err(storage)?;

@@ -25,6 +25,7 @@ macro_rules! consolidator_conformance {
             $crate::consolidator_conformance!(@cases $make; [$(#[$attr])+];
                 a_batch_applies_all_or_nothing, failed_episodes_back_off_then_give_up,
                 a_revision_ends_validity_and_keeps_the_memory, known_finds_facts_and_entities_within_scope,
+                a_revised_turn_carries_nothing_of_the_version_it_replaces,
                 a_late_statement_moves_a_fact_back_and_its_source_away,
                 a_restore_carries_what_the_cycle_consumed_and_its_ledger,
                 closed_sessions_are_those_quiet_and_not_yet_summarised);
@@ -157,6 +158,34 @@ pub fn a_revision_ends_validity_and_keeps_the_memory<S: ConsolidatingStore>(make
         let ids = |hits: Vec<atlas_domain::ports::ScoredId>| hits.into_iter().map(|h| h.id).collect::<Vec<_>>();
         assert_eq!(ids(store.search_text(words.clone(), now, 10).await.unwrap()), vec![new]);
         assert_eq!(ids(store.search_text(words, then, 10).await.unwrap()), vec![old]);
+    });
+}
+
+/// A turn's new version (a store key's new value, an edited message) follows what its old one
+/// followed, never the old version itself: its context and its full text hold none of the
+/// replaced words, and a later turn follows the current version.
+pub fn a_revised_turn_carries_nothing_of_the_version_it_replaces<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let old = store.insert(vec![turn("zany zebra Xerxes", "ann", 10)], None).await.unwrap()[0];
+        let mut change = batch(40);
+        change.memories.push(turn("new text about dogs", "ann", 40));
+        change.edges.push(edge(MemoryRef::New(0), MemoryRef::Stored(old), EdgeKind::Supersedes, 40));
+        change.revisions.push(Revision {
+            id: old,
+            valid_from: None,
+            valid_until: Some(Timestamp(40)),
+            confidence: None,
+        });
+        let new = store.apply(change).await.unwrap()[0];
+        assert_eq!(store.get(new).await.unwrap().unwrap().context, None, "the old version is not its context");
+        let now = RecallFilter { valid_at: Some(Timestamp(50)), ..RecallFilter::default() };
+        let found = store.search_text(vec!["xerxes".to_string()], now, 10).await.unwrap();
+        assert!(found.is_empty(), "the replaced words find nothing current: {found:?}");
+        let next = store.insert(vec![turn("and cats", "ann", 60)], None).await.unwrap()[0];
+        let context = store.get(next).await.unwrap().unwrap().context;
+        assert_eq!(context.as_deref(), Some("Ann: new text about dogs"), "a later turn follows the current version");
     });
 }
 

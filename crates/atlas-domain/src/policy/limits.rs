@@ -18,6 +18,32 @@ pub const MAX_PATH_CHARS: usize = 4096;
 /// The cap on a memory's `meta` object, in bytes of its JSON.
 pub const MAX_META_BYTES: usize = 64 * 1024;
 
+/// The cap on how deeply `meta` nests objects and arrays (the object itself is level 1): deep
+/// enough for any record a person or a framework keeps, and well inside what every JSON reader
+/// of the stores takes (serde_json stops at 128 levels), so that what is stored can always be
+/// read back. A value stored deeper once made every later read of its space fail.
+pub const MAX_META_DEPTH: usize = 64;
+
+/// How deeply `value` nests objects and arrays (a scalar is 0), counted without recursion and
+/// no further than `cap + 1`: a hostile value cannot exhaust the stack or the time.
+pub fn json_depth(value: &serde_json::Value, cap: usize) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((v, level)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match v {
+            serde_json::Value::Object(m) => Box::new(m.values()),
+            serde_json::Value::Array(a) => Box::new(a.iter()),
+            _ => continue,
+        };
+        deepest = deepest.max(level);
+        if level > cap {
+            return deepest;
+        }
+        stack.extend(children.map(|c| (c, level + 1)));
+    }
+    deepest
+}
+
 /// A name (see [`MAX_NAME_CHARS`]) within its cap; `field` names it in the error.
 pub fn check_name(value: &str, field: &str, location: &str) -> Result<()> {
     check_chars(value, MAX_NAME_CHARS, field, location)
@@ -69,6 +95,16 @@ fn check_strings(memory: &NewMemory, max_text_bytes: usize, location: &str) -> R
         check_name(key, "meta", location)?;
     }
     if !memory.meta.is_empty() {
+        // Depth first: a value nested deeply enough must not reach the serializer's recursion.
+        let depth = 1 + memory.meta.values().map(|v| json_depth(v, MAX_META_DEPTH)).max().unwrap_or(0);
+        if depth > MAX_META_DEPTH {
+            return Err(AtlasError::invalid(
+                location,
+                format!(
+                    "field \"meta\": nested more than {MAX_META_DEPTH} levels deep (objects and arrays inside one another)"
+                ),
+            ));
+        }
         let bytes = serde_json::to_vec(&memory.meta).map_or(0, |v| v.len());
         if bytes > MAX_META_BYTES {
             return Err(AtlasError::invalid(
@@ -176,6 +212,42 @@ mod tests {
         let big = validate(&episode(&"x".repeat(11)), 10, "x").unwrap_err().to_string();
         assert!(big.contains("11 bytes exceeds the limit of 10"), "{big}");
         assert!(validate(&episode("a\0b"), 10, "x").is_err());
+    }
+
+    /// `meta` may nest up to its cap and no deeper; the error names the field, and a value far
+    /// past any reader's recursion is judged without recursing.
+    #[test]
+    fn caps_how_deeply_meta_nests() {
+        let nested = |levels: usize| {
+            // Built by moving, not by `json!` (which would serialize the inner value again).
+            let mut v = serde_json::Value::from("leaf");
+            for i in 0..levels {
+                v = if i % 2 == 0 {
+                    serde_json::Value::Object(serde_json::Map::from_iter([("x".to_owned(), v)]))
+                } else {
+                    serde_json::Value::Array(vec![v])
+                };
+            }
+            v
+        };
+        let with = |value: serde_json::Value| {
+            let mut m = episode("hi");
+            m.meta.insert("deep".into(), value);
+            validate(&m, 1 << 20, "remember")
+        };
+        assert!(with(nested(MAX_META_DEPTH - 1)).is_ok());
+        let refused = with(nested(MAX_META_DEPTH)).unwrap_err().to_string();
+        assert!(refused.starts_with("remember: field \"meta\": nested more than 64"), "{refused}");
+        let mut deep = nested(100_000);
+        assert_eq!(json_depth(&deep, 10), 11);
+        // Dropped level by level: a value this deep would overflow the stack of a recursive drop.
+        while let Some(inner) = match &mut deep {
+            serde_json::Value::Object(m) => m.remove("x"),
+            serde_json::Value::Array(a) => a.pop(),
+            _ => None,
+        } {
+            deep = inner;
+        }
     }
 
     proptest::proptest! {

@@ -39,30 +39,41 @@ pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
     if union == 0 { 0.0 } else { shared as f64 / union as f64 }
 }
 
-/// Folds each item into the first earlier kept item whose text is at least `threshold` similar
-/// (Jaccard of [`signature`]s, both of at least [`MIN_WORDS`] words). Returns the kept items in
-/// their input order, each with the items folded into it, also in input order, and stops once
-/// `keep` items are kept (later items are not looked at). Below that, every input item comes
-/// out exactly once. A threshold above 1 keeps everything.
-pub fn collapse<T>(items: Vec<T>, text: impl Fn(&T) -> String, threshold: f64, keep: usize) -> Vec<(T, Vec<T>)> {
+/// Folds each item into the first earlier kept item of the same `source` whose text is at least
+/// `threshold` similar (Jaccard of [`signature`]s, both of at least [`MIN_WORDS`] words). Items
+/// of different sources never fold: the same words kept under two keys of a store, or told in
+/// two sessions, are two things a caller addressed apart. Returns the kept items in their input
+/// order, each with the items folded into it, also in input order, and stops once `keep` items
+/// are kept (later items are not looked at). Below that, every input item comes out exactly
+/// once. A threshold above 1 keeps everything.
+pub fn collapse<T, S: PartialEq>(
+    items: Vec<T>,
+    text: impl Fn(&T) -> String,
+    source: impl Fn(&T) -> S,
+    threshold: f64,
+    keep: usize,
+) -> Vec<(T, Vec<T>)> {
     if threshold > 1.0 {
         return items.into_iter().take(keep).map(|item| (item, Vec::new())).collect();
     }
-    let mut kept: Vec<(T, Vec<T>, Vec<u64>)> = Vec::new();
+    let mut kept: Vec<(T, Vec<T>, Vec<u64>, S)> = Vec::new();
     for item in items {
         if kept.len() == keep {
             break;
         }
         let sig = signature(&text(&item));
+        let from = source(&item);
         let home = (sig.len() >= MIN_WORDS)
-            .then(|| kept.iter().position(|(_, _, k)| k.len() >= MIN_WORDS && jaccard(k, &sig) >= threshold))
+            .then(|| {
+                kept.iter().position(|(_, _, k, s)| *s == from && k.len() >= MIN_WORDS && jaccard(k, &sig) >= threshold)
+            })
             .flatten();
         match home {
             Some(i) => kept[i].1.push(item),
-            None => kept.push((item, Vec::new(), sig)),
+            None => kept.push((item, Vec::new(), sig, from)),
         }
     }
-    kept.into_iter().map(|(item, folded, _)| (item, folded)).collect()
+    kept.into_iter().map(|(item, folded, _, _)| (item, folded)).collect()
 }
 
 #[cfg(test)]
@@ -79,23 +90,31 @@ mod tests {
             "Yes!",
             "We moved the meeting to Monday",
         ];
-        let out = collapse(items, |s| s.to_string(), 0.8, 10);
+        let out = collapse(items.clone(), |s| s.to_string(), |_| (), 0.8, 10);
         let kept: Vec<&str> = out.iter().map(|(k, _)| *k).collect();
         assert_eq!(kept, ["I moved to Berlin in May last year", "Yes!", "Yes!", "We moved the meeting to Monday"]);
         assert_eq!(out[0].1, ["i moved to berlin in may, last year."]);
+        // The same words from two sources (two keys, two sessions) are two items.
+        let apart = collapse(items, |s| s.to_string(), |s| s.starts_with('i'), 0.8, 10);
+        assert_eq!(apart.len(), 5);
+        assert!(apart.iter().all(|(_, folded)| folded.is_empty()));
     }
 
-    fn arb_texts() -> impl Strategy<Value = Vec<String>> {
+    /// Texts of few words, so that many are near-duplicates, each with one of three sources.
+    fn arb_texts() -> impl Strategy<Value = Vec<(String, u8)>> {
         let word = prop::sample::select(vec!["moved", "berlin", "may", "tea", "lake", "run", "blue", "we", "i"]);
-        proptest::collection::vec(proptest::collection::vec(word, 0..8).prop_map(|w| w.join(" ")), 0..20)
+        let text = proptest::collection::vec(word, 0..8).prop_map(|w| w.join(" "));
+        proptest::collection::vec((text, 0u8..3), 0..20)
     }
 
     proptest! {
         #![proptest_config(atlas_testing::proptest_config(256))]
         #[test]
         fn every_item_comes_out_once_in_order_and_kept_items_differ(texts in arb_texts(), threshold in 0.3f64..1.2) {
-            let indexed: Vec<(usize, String)> = texts.iter().cloned().enumerate().collect();
-            let out = collapse(indexed.clone(), |(_, t)| t.clone(), threshold, usize::MAX);
+            let indexed: Vec<(usize, String, u8)> = texts.iter().cloned().enumerate().map(|(i, (t, s))| (i, t, s)).collect();
+            let text = |x: &(usize, String, u8)| x.1.clone();
+            let source = |x: &(usize, String, u8)| x.2;
+            let out = collapse(indexed.clone(), text, source, threshold, usize::MAX);
             let mut seen: Vec<usize> = out.iter().flat_map(|(k, f)| std::iter::once(k.0).chain(f.iter().map(|x| x.0))).collect();
             seen.sort_unstable();
             prop_assert_eq!(seen, (0..texts.len()).collect::<Vec<_>>());
@@ -104,21 +123,22 @@ mod tests {
             for (k, folded) in &out {
                 for f in folded {
                     prop_assert!(f.0 > k.0, "an item folds into an earlier one");
+                    prop_assert_eq!(f.2, k.2, "an item folds only into one of its own source");
                     prop_assert!(jaccard(&signature(&k.1), &signature(&f.1)) >= threshold);
                 }
             }
             for (i, (a, _)) in out.iter().enumerate() {
-                for (b, _) in &out[i + 1..] {
+                for (b, _) in out[i + 1..].iter().filter(|(b, _)| b.2 == a.2) {
                     let (sa, sb) = (signature(&a.1), signature(&b.1));
                     let short = sa.len() < MIN_WORDS || sb.len() < MIN_WORDS;
-                    prop_assert!(short || jaccard(&sa, &sb) < threshold, "two kept items are near-duplicates");
+                    prop_assert!(short || jaccard(&sa, &sb) < threshold, "two kept items of one source are near-duplicates");
                 }
             }
             // Collapsing again changes nothing.
-            let again = collapse(out.iter().map(|(k, _)| k.clone()).collect(), |(_, t)| t.clone(), threshold, usize::MAX);
+            let again = collapse(out.iter().map(|(k, _)| k.clone()).collect(), text, source, threshold, usize::MAX);
             prop_assert!(again.iter().all(|(_, f)| f.is_empty()));
             // Asking for fewer keeps a prefix of the same answer.
-            let few = collapse(indexed, |(_, t)| t.clone(), threshold, 2);
+            let few = collapse(indexed, text, source, threshold, 2);
             prop_assert_eq!(few.iter().map(|(k, _)| k.0).collect::<Vec<_>>(), kept.iter().copied().take(2).collect::<Vec<_>>());
         }
     }

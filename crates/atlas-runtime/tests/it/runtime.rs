@@ -659,18 +659,25 @@ async fn sqlite_recall_with_k_ten_thousand_and_beyond() {
 }
 
 #[tokio::test]
-async fn a_repeated_statement_takes_one_slot_and_names_its_copies() {
+async fn a_repeated_statement_takes_one_slot_and_names_its_copies_within_its_session() {
     let (atlas, _) = fake_atlas(None).await;
     // Said at the same moment, so that recency cannot tell them apart (a later restatement
     // would rightly win the tie).
     let at = |text: &str, session: &str| Remember { time: Some(Timestamp(1_000)), ..say(text, session) };
     let first = atlas.remember(at("I adopted a grey cat called Pixel last spring", "s1")).await.unwrap();
-    let again = atlas.remember(at("I adopted a grey cat called Pixel last spring!", "s2")).await.unwrap();
+    let again = atlas.remember(at("I adopted a grey cat called Pixel last spring!", "s1")).await.unwrap();
     let other = atlas.remember(at("The cat clinic is on Elm Street", "s3")).await.unwrap();
     let recall = atlas.recall(query("grey cat Pixel", 2)).await.unwrap();
     let ids: Vec<_> = recall.hits.iter().map(|h| h.memory.id).collect();
     assert_eq!(ids, [first, other], "two slots, two different pieces of evidence");
     assert_eq!(recall.hits[0].duplicates, [again]);
+    // Told in another session (or kept under another key of a store), the same words are a
+    // memory the caller addressed apart: it keeps its own slot.
+    let elsewhere = atlas.remember(at("I adopted a grey cat called Pixel last spring", "s2")).await.unwrap();
+    let recall = atlas.recall(query("grey cat Pixel", 3)).await.unwrap();
+    let ids: Vec<_> = recall.hits.iter().map(|h| h.memory.id).collect();
+    assert!(ids.contains(&first) && ids.contains(&elsewhere), "{ids:?}");
+    assert!(recall.hits.iter().all(|h| !h.duplicates.contains(&elsewhere)));
     let off = Config {
         recall: atlas_runtime::config::RecallConfig { duplicate_threshold: 1.1, ..Default::default() },
         ..Config::default()

@@ -57,15 +57,8 @@ impl Consolidator for FakeStore {
         if let Some(r) = batch.revisions.iter().find(|r| !s.memories.contains_key(&r.id)) {
             return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
         }
-        let ids = insert_locked(&mut s, batch.memories);
-        for (src, dst, kind) in batch.unlinked {
-            s.edges.retain(|e| (e.src, e.dst, e.kind) != (src, dst, kind));
-        }
-        for e in batch.edges {
-            let edge = e.resolve(&ids)?;
-            s.edges.retain(|o| (o.src, o.dst, o.kind) != (edge.src, edge.dst, edge.kind));
-            s.edges.push(edge);
-        }
+        // Revisions first: a version they end is history before the new memories look for the
+        // turn they follow.
         for r in batch.revisions {
             let m = s.memories.get_mut(&r.id).expect("checked");
             m.validity.valid_until = r.valid_until;
@@ -76,6 +69,15 @@ impl Consolidator for FakeStore {
             if let (Some(c), Body::Fact { confidence, .. }) = (r.confidence, &mut m.body) {
                 *confidence = c;
             }
+        }
+        let ids = insert_locked(&mut s, batch.memories);
+        for (src, dst, kind) in batch.unlinked {
+            s.edges.retain(|e| (e.src, e.dst, e.kind) != (src, dst, kind));
+        }
+        for e in batch.edges {
+            let edge = e.resolve(&ids)?;
+            s.edges.retain(|o| (o.src, o.dst, o.kind) != (edge.src, edge.dst, edge.kind));
+            s.edges.push(edge);
         }
         let at = batch.at.millis();
         for id in batch.processed {

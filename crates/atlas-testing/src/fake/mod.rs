@@ -79,6 +79,8 @@ fn insert_locked(s: &mut State, batch: Vec<NewMemory>) -> Vec<MemoryId> {
                 .filter(|o| o.kind() == MemoryKind::Episode && o.scope.session.as_ref() == Some(session))
                 .filter(|o| o.scope.user == m.scope.user && o.scope.agent == m.scope.agent)
                 .filter(|o| o.event_time <= m.event_time)
+                // A version replaced by then is history, not the turn this one follows.
+                .filter(|o| o.validity.valid_until.is_none_or(|until| until > m.event_time))
                 .max_by_key(|o| (o.event_time, o.id));
             if let Some(prev) = prev {
                 context = context_from(&line(prev));
