@@ -73,6 +73,31 @@ def test_search_by_query_filter_prefix_and_pages(store):
     assert store.list_namespaces(max_depth=1) == [("memories",)]
 
 
+def test_a_replaced_value_no_longer_matches_its_old_words(store):
+    # Defect A of issue 48: the new version of a key carried its old version as the turn it
+    # followed, so searching the old words still found the key, above the others.
+    store.put(("test",), "doc1", {"text": "zany zebra Xerxes"})
+    store.put(("test",), "doc2", {"text": "something about dogs"})
+    store.put(("test",), "doc3", {"text": "text about birds"})
+    before = store.search(("test",), query="Zany Xerxes")
+    assert before[0].key == "doc1"
+    store.put(("test",), "doc1", {"text": "new text about dogs"})
+    after = store.search(("test",), query="Zany Xerxes")
+    assert next((r.score for r in after if r.key == "doc1"), 0.0) < before[0].score
+    dogs = store.search(("test",), query="new text about dogs")
+    assert dogs[0].key == "doc1"
+
+
+def test_distinct_keys_with_the_same_text_are_distinct_items(store):
+    # Defect B of issue 48: recall folded near-duplicates across keys, so three keys holding the
+    # same text came back as one, and a filter could then match none.
+    for n in range(3):
+        store.put(("dupes",), f"k{n}", {"text": "the same note about the harbour", "n": n})
+    found = store.search(("dupes",), query="note about the harbour")
+    assert sorted(item.key for item in found) == ["k0", "k1", "k2"]
+    assert [item.key for item in store.search(("dupes",), query="harbour note", filter={"n": 0})] == ["k0"]
+
+
 def test_index_fields_and_unindexed_items(tmp_path):
     store = AtlasStore(tmp_path / "indexed.db", index={"fields": ["title"]})
     store.put(("docs",), "a", {"title": "Quarterly billing report", "body": "numbers"})

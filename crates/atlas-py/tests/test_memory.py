@@ -149,6 +149,29 @@ def test_bad_input_names_the_field_and_stores_nothing(memory):
     assert memory.stats()["memories"] == 0
 
 
+def test_metadata_nested_too_deep_is_refused_and_the_space_stays_readable(memory):
+    # Defect F of issue 48: a value nested ~130 levels was stored, and every later read of the
+    # space failed in the JSON reader. One rule at every door now refuses it, naming the field.
+    memory.add("kept", user_id="ann", infer=False)
+    deep: dict = {}
+    inner = deep
+    for _ in range(130):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.add("too deep", user_id="ann", metadata={"deep": deep}, infer=False)
+    assert bad.value.field == "meta" and "nested" in str(bad.value)
+    kept = memory.get_all(user_id="ann")["results"]
+    assert [m["memory"] for m in kept] == ["kept"]
+    assert memory.search("kept", user_id="ann")["results"]
+    shallow = deep
+    for _ in range(40):
+        shallow = shallow["x"]
+    shallow.clear()
+    memory.add("deep enough", user_id="ann", metadata={"deep": deep}, infer=False)
+    assert len(memory.get_all(user_id="ann")["results"]) == 2
+
+
 def test_native_api_recall_explain_forget_recover(memory):
     ids = memory.remember_many(
         [

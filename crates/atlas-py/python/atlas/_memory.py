@@ -179,7 +179,8 @@ class Memory:
         "score", "metadata", "created_at", "user_id", ...}]}`. Entity ids narrow the scope;
         other `filters` are conditions on metadata; `threshold` drops hits scoring below it
         (ATLAS's fused score, not a cosine)."""
-        k = top_k if top_k is not None else limit if limit is not None else 100
+        # mem0 2.x's default (`top_k=20`).
+        k = top_k if top_k is not None else limit if limit is not None else 20
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         # Conditions on metadata are checked here, after the recall: ask for more to keep k.
         fetch = min(MAX_K, max(k * 5, 50)) if conditions else k
@@ -218,7 +219,8 @@ class Memory:
         **_: Any,
     ) -> dict[str, Any]:
         """The scope's memories, newest first: `{"results": [...]}`."""
-        k = top_k if top_k is not None else limit if limit is not None else 100
+        # mem0 2.x's default (`top_k=20`).
+        k = top_k if top_k is not None else limit if limit is not None else 20
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         fetch = k if not conditions else max(k * 5, 500)
         records = self._space.latest(kind=LISTED_KINDS, limit=fetch, **scope)
