@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("langgraph", reason="LangGraph is not installed")
 
 from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.store.base import BaseStore, Item, SearchItem  # noqa: E402
+from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, Item, PutOp, SearchItem  # noqa: E402
 
 import atlas  # noqa: E402
 from atlas.langgraph import AtlasStore  # noqa: E402
@@ -96,6 +96,44 @@ def test_distinct_keys_with_the_same_text_are_distinct_items(store):
     found = store.search(("dupes",), query="note about the harbour")
     assert sorted(item.key for item in found) == ["k0", "k1", "k2"]
     assert [item.key for item in store.search(("dupes",), query="harbour note", filter={"n": 0})] == ["k0"]
+
+
+def test_a_batch_checks_every_op_first_and_a_label_never_addresses_another_namespace(store):
+    # Defect D of issue 48: GetOp(("foo.bar",), …) read the item under ("foo", "bar"), and a bad
+    # PutOp raised a plain ValueError after the ops before it were written.
+    store.put(("foo", "bar"), "key", {"v": 1})
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(("foo.bar",), "key")])
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([PutOp(("ok",), "first", {"v": 1}), PutOp(("bad.label",), "second", {"v": 2})])
+    assert store.get(("ok",), "first") is None, "nothing of a refused batch is written"
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([PutOp((), "k", {"v": 1})])
+    store.batch([PutOp(("langgraph", "internal"), "k", {"v": 3})])
+    assert store.get(("langgraph", "internal"), "k").value == {"v": 3}
+
+
+def test_a_filter_key_may_be_a_dotted_path_or_hold_hyphens_and_digits(store):
+    # As LangGraph's SQLite store reads filters (its suite's test_filter_keys_with_hyphens_and_digits).
+    store.put(("docs",), "hyphen", {"access-level": "public", "user": {"access-level": "nested"}})
+    store.put(("docs",), "digit", {"123abc": "ok", "user": {"123abc": "ok2"}, "a.b": "literal"})
+    assert [r.key for r in store.search(("docs",), filter={"access-level": "public"})] == ["hyphen"]
+    assert [r.key for r in store.search(("docs",), filter={"user.access-level": "nested"})] == ["hyphen"]
+    assert [r.key for r in store.search(("docs",), filter={"user.123abc": "ok2"})] == ["digit"]
+    assert [r.key for r in store.search(("docs",), filter={"a.b": "literal"})] == ["digit"]
+
+
+def test_ttl_none_under_a_default_ttl_never_expires(tmp_path):
+    # Defect C of issue 48: put(..., ttl=None) under a default TTL still expired.
+    store = AtlasStore(tmp_path / "ttl.db", ttl={"default_ttl": 0.001})
+    try:
+        store.put(("tmp",), "kept", {"x": 1}, ttl=None)
+        store.put(("tmp",), "default", {"x": 2})
+        time.sleep(0.1)
+        assert store.get(("tmp",), "kept").value == {"x": 1}
+        assert store.get(("tmp",), "default") is None
+    finally:
+        store.memory.close()
 
 
 def test_index_fields_and_unindexed_items(tmp_path):

@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     MatchCondition,
@@ -27,6 +28,7 @@ from langgraph.store.base import (
     SearchItem,
     SearchOp,
     TTLConfig,
+    validate_op_namespace,
 )
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
@@ -71,6 +73,15 @@ class AtlasStore(BaseStore):
     # --- the BaseStore protocol ---------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        # Every op is checked before the first runs: a bad one writes nothing, and a label with
+        # a period cannot address another namespace ("foo.bar" is not ("foo", "bar")).
+        ops = list(ops)
+        for op in ops:
+            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
+                raise TypeError(f"unknown store operation {type(op).__name__}")
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                _check_namespace(op.namespace)
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
@@ -80,10 +91,8 @@ class AtlasStore(BaseStore):
                 results.append(None)
             elif isinstance(op, SearchOp):
                 results.append(self._search(op))
-            elif isinstance(op, ListNamespacesOp):
-                results.append(self._list_namespaces(op))
             else:
-                raise TypeError(f"unknown store operation {type(op).__name__}")
+                results.append(self._list_namespaces(op))
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -111,14 +120,14 @@ class AtlasStore(BaseStore):
         return _item(record, Item) if record is not None else None
 
     def _put(self, op: PutOp) -> None:
-        _check_namespace(op.namespace)
         if op.value is None:
             self._delete(op.namespace, op.key)
             return
         value = dict(op.value)
         current = self._current(op.namespace, op.key)
         now = _now()
-        ttl = op.ttl if op.ttl is not None else (self.ttl_config or {}).get("default_ttl")
+        # `put` has already applied the default TTL when none was given; `ttl=None` means none.
+        ttl = op.ttl
         record = {
             "namespace": list(op.namespace),
             "key": op.key,
@@ -169,7 +178,7 @@ class AtlasStore(BaseStore):
         namespace = tuple(lg["namespace"])
         if namespace[: len(prefix)] != prefix or (need_indexed and not lg.get("indexed", True)):
             return
-        if filters and not all(_compare(lg["value"].get(k), v) for k, v in filters.items()):
+        if filters and not all(_compare(_field(lg["value"], k), v) for k, v in filters.items()):
             return
         slot = (namespace, lg["key"])
         if slot not in found or (score or 0.0) > (found[slot][1] or 0.0):
@@ -188,13 +197,10 @@ class AtlasStore(BaseStore):
 
 
 def _check_namespace(namespace: tuple[str, ...]) -> None:
+    """A PutOp given to `batch` directly needs a namespace: an item lives in one. (The root
+    "langgraph" that `put` refuses is LangGraph's own, which batch, its internal door, takes.)"""
     if not namespace:
-        raise ValueError("Namespace cannot be empty.")
-    for label in namespace:
-        if not isinstance(label, str) or not label:
-            raise ValueError(f"Namespace labels must be non-empty strings, got {namespace!r}")
-        if "." in label:
-            raise ValueError(f"Namespace labels cannot contain periods ('.'): {namespace!r}")
+        raise InvalidNamespaceError("Namespace cannot be empty.")
 
 
 def _holds(record: Mapping[str, Any]) -> bool:
@@ -240,6 +246,19 @@ def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     if condition.match_type not in ("prefix", "suffix"):
         raise ValueError(f"Unsupported match type: {condition.match_type}")
     return all(p == "*" or n == p for n, p in pairs)
+
+
+def _field(value: Mapping[str, Any], key: str) -> Any:
+    """The value's field `key`, or, when it has none of that name, the nested field its dotted
+    path names (`"user.access-level"`), as LangGraph's SQL stores read a filter's key."""
+    if key in value or "." not in key:
+        return value.get(key)
+    found: Any = value
+    for part in key.split("."):
+        if not isinstance(found, Mapping) or part not in found:
+            return None
+        found = found[part]
+    return found
 
 
 def _compare(value: Any, condition: Any) -> bool:
