@@ -77,6 +77,29 @@ def test_the_session_protocol(tmp_path: Path):
     asyncio.run(main())
 
 
+def test_session_settings_give_the_default_limit_and_a_closed_session_refuses(tmp_path: Path):
+    # Issue 48: `session_settings` raised TypeError and its limit was ignored; calls after
+    # close() raised AtlasError where the SDK's sessions raise RuntimeError.
+    from agents.memory import SessionSettings
+
+    async def main() -> None:
+        session = AtlasSession("chat-1", tmp_path / "s.db", session_settings=SessionSettings(limit=2))
+        assert session.session_settings == SessionSettings(limit=2)
+        items = [{"role": "user", "content": f"note {i}"} for i in range(4)]
+        await session.add_items(items)
+        assert await session.get_items() == items[2:]
+        assert await session.get_items(limit=3) == items[1:]
+        shaped = AtlasSession("chat-1", memory=session.memory, session_settings={"limit": 1})
+        assert shaped.session_settings == SessionSettings(limit=1)
+        assert await shaped.get_items() == items[3:]
+        session.close()
+        for call in (session.get_items(), session.add_items(items), session.pop_item(), session.clear_session()):
+            with pytest.raises(RuntimeError, match="closed"):
+                await call
+
+    asyncio.run(main())
+
+
 def test_item_text():
     assert item_text({"role": "user", "content": "hi"}) == "hi"
     assert item_text({"type": "function_call", "name": "f", "arguments": "{}"}) == "f({})"

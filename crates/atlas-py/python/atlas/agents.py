@@ -45,10 +45,29 @@ def item_text(item: Mapping[str, Any]) -> str:
     return text or json.dumps(item, ensure_ascii=False, sort_keys=True, default=str)
 
 
-class AtlasSession:
-    """A conversation's history in ATLAS, for the OpenAI Agents SDK (`session=`)."""
+def _settings(value: Any) -> Any:
+    """`session_settings` as the SDK keeps it: its `SessionSettings` when the SDK is installed
+    (a dict is coerced, as `SQLiteSession` does), else the value as given."""
+    if value is None:
+        return None
+    try:
+        from agents.memory.session_settings import coerce_session_settings
+    except ImportError:
+        return value
+    return coerce_session_settings(value)
 
-    session_settings = None
+
+def _limit_of(settings: Any) -> int | None:
+    if settings is None:
+        return None
+    limit = settings.get("limit") if isinstance(settings, Mapping) else getattr(settings, "limit", None)
+    return limit
+
+
+class AtlasSession:
+    """A conversation's history in ATLAS, for the OpenAI Agents SDK (`session=`).
+    `session_settings` (the SDK's `SessionSettings` or a dict) gives `get_items` its default
+    `limit`, as the SDK's sessions do."""
 
     def __init__(
         self,
@@ -58,14 +77,30 @@ class AtlasSession:
         memory: Memory | None = None,
         user_id: str | None = None,
         agent: str = "openai-agents",
+        session_settings: Any = None,
         **options: Any,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
         self.session_id = session_id
+        self.session_settings = _settings(session_settings)
+        self._owns_memory = memory is None
         self.memory = memory if memory is not None else Memory(path, **options)
         self.user_id = user_id
         self.agent = agent
+        self._closed = False
+
+    def close(self) -> None:
+        """Ends the session's use of its space (closing the `Memory` it opened itself); later
+        calls raise `RuntimeError`, as the SDK's sessions do."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_memory:
+                self.memory.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("AtlasSession is closed")
 
     def _scope(self, *, session: bool = True) -> dict[str, str]:
         scope = {"agent": self.agent}
@@ -83,12 +118,17 @@ class AtlasSession:
     # --- the Session protocol -----------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
-        """The history, oldest first: every item, or the latest `limit`."""
+        """The history, oldest first: every item, or the latest `limit` (by default
+        `session_settings.limit`)."""
+        self._check_open()
+        if limit is None:
+            limit = _limit_of(self.session_settings)
         records = await asyncio.to_thread(self._records, limit if limit is not None else MAX_ITEMS)
         return [r["meta"][FIELD] for r in reversed(records)]
 
     async def add_items(self, items: list[Any]) -> None:
         """Appends items in order, in one write."""
+        self._check_open()
         if not items:
             return
         memories = []
@@ -100,6 +140,7 @@ class AtlasSession:
 
     async def pop_item(self) -> Any | None:
         """Removes the newest item for good and returns it (None when the session is empty)."""
+        self._check_open()
 
         def pop() -> Any | None:
             records = self._records(1)
@@ -112,12 +153,14 @@ class AtlasSession:
 
     async def clear_session(self) -> None:
         """Removes every item of the session for good."""
+        self._check_open()
         await asyncio.to_thread(lambda: self.memory._space.forget_scope(**self._scope()))
 
     # --- beyond the protocol ------------------------------------------------------------
 
     async def search(self, query: str, k: int = 5, *, all_sessions: bool = True) -> Recall:
         """ATLAS's recall over this user's (and agent's) sessions, or only this one."""
+        self._check_open()
         return await asyncio.to_thread(
             self.memory.recall, query, k, scope=self._scope(session=not all_sessions)
         )
