@@ -89,6 +89,8 @@ def test_session_settings_give_the_default_limit_and_a_closed_session_refuses(tm
         await session.add_items(items)
         assert await session.get_items() == items[2:]
         assert await session.get_items(limit=3) == items[1:]
+        plain = AtlasSession("chat-1", memory=session.memory)
+        assert plain.session_settings == SessionSettings() and len(await plain.get_items()) == 4
         shaped = AtlasSession("chat-1", memory=session.memory, session_settings={"limit": 1})
         assert shaped.session_settings == SessionSettings(limit=1)
         assert await shaped.get_items() == items[3:]

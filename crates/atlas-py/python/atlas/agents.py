@@ -46,15 +46,13 @@ def item_text(item: Mapping[str, Any]) -> str:
 
 
 def _settings(value: Any) -> Any:
-    """`session_settings` as the SDK keeps it: its `SessionSettings` when the SDK is installed
-    (a dict is coerced, as `SQLiteSession` does), else the value as given."""
-    if value is None:
-        return None
+    """`session_settings` as the SDK's own sessions keep it when the SDK is installed: its
+    `SessionSettings` (a dict coerced, none given a default one); else the value as given."""
     try:
-        from agents.memory.session_settings import coerce_session_settings
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
     except ImportError:
         return value
-    return coerce_session_settings(value)
+    return SessionSettings() if value is None else coerce_session_settings(value)
 
 
 def _limit_of(settings: Any) -> int | None:
