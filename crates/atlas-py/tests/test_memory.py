@@ -81,6 +81,17 @@ def test_entity_ids_as_keywords_or_in_filters_and_metadata_filters(memory):
     assert bad.value.field == "filters.n.between"
 
 
+def test_the_wildcard_matches_any_value_the_memory_has(memory):
+    # mem0 parity (issue 48): `"*"` matched nothing.
+    memory.add("Ann swims on Mondays", user_id="ann", metadata={"topic": "sport"}, infer=False)
+    memory.add("Bo swims on Fridays", user_id="bo", infer=False)
+    memory.add("The pool swims with ducks", agent_id="helper", infer=False)
+    anyone = memory.search("swims", filters={"user_id": "*"})["results"]
+    assert sorted(r["user_id"] for r in anyone) == ["ann", "bo"]
+    tagged = memory.search("swims", filters={"user_id": "*", "topic": "*"})["results"]
+    assert [r["memory"] for r in tagged] == ["Ann swims on Mondays"]
+
+
 def test_scopes_are_isolated(memory):
     memory.add("my locker code is 4411", user_id="ann")
     memory.add("my locker code is 9090", user_id="bob")

@@ -9,6 +9,8 @@ from typing import Any
 from ._native import InvalidInput
 
 ENTITY_KEYS = {"user_id": "user", "agent_id": "agent", "run_id": "session"}
+# mem0's wildcard: `{"key": "*"}` matches any value the memory has for the key.
+WILDCARD = "*"
 OPERATORS = {"eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "contains", "icontains"}
 
 
@@ -33,6 +35,10 @@ def split(
         if key in ENTITY_KEYS:
             if not isinstance(value, str):
                 raise invalid(f"filters.{key}", "an entity id is a string")
+            if value == WILDCARD:
+                # Any id, as long as there is one: a condition, not a scope.
+                rest[key] = value
+                continue
             part = ENTITY_KEYS[key]
             if scope.get(part, value) != value:
                 raise invalid(f"filters.{key}", f"{value!r} differs from {key}={scope[part]!r}")
@@ -43,8 +49,9 @@ def split(
 
 
 def matches(item: Mapping[str, Any], filters: Mapping[str, Any], path: str = "filters") -> bool:
-    """Whether a mem0-shaped item passes `filters`: `AND`/`OR`/`NOT`, `key: value`, and
-    `key: {op: value}`; a key is looked up in the metadata first, then in the item."""
+    """Whether a mem0-shaped item passes `filters`: `AND`/`OR`/`NOT`, `key: value`, `key: "*"`
+    (any value), and `key: {op: value}`; a key is looked up in the metadata first, then in the
+    item."""
     for key, condition in filters.items():
         if key in ("AND", "OR"):
             if not isinstance(condition, list):
@@ -72,6 +79,8 @@ def _value(item: Mapping[str, Any], key: str) -> Any:
 
 
 def _holds(value: Any, condition: Any, path: str) -> bool:
+    if condition == WILDCARD:
+        return value is not _MISSING and value is not None
     if not isinstance(condition, Mapping):
         return value is not _MISSING and value == condition
     for op, operand in condition.items():
