@@ -157,6 +157,17 @@ def test_bad_input_names_the_field_and_stores_nothing(memory):
     assert missing.value.code == "not_found"
     assert isinstance(missing.value, atlas.AtlasError)
     assert memory.get("424242") is None
+    # mem0 parity (issue 48): bad types name their field instead of a bare Exception.
+    for call, field in [
+        (lambda: memory.add("x", user_id=""), "user_id"),
+        (lambda: memory.search("x", user_id="ann", filters="str"), "filters"),
+        (lambda: memory.search("x", user_id="ann", top_k=2**70), "top_k"),
+        (lambda: memory.search("x", user_id="ann", top_k=True), "top_k"),
+        (lambda: memory.search("x", filters={"agent_id": " "}), "filters.agent_id"),
+    ]:
+        with pytest.raises(atlas.InvalidInput) as bad:
+            call()
+        assert bad.value.field == field
     assert memory.stats()["memories"] == 0
 
 

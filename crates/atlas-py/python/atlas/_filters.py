@@ -26,15 +26,19 @@ def split(
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """The scope that the entity ids (as keywords and inside `filters`) name, and the rest of
     the filters. The same id given twice with different values is an error."""
+    if filters is not None and not isinstance(filters, Mapping):
+        raise invalid("filters", f"expects a mapping of conditions, got {type(filters).__name__}")
     scope: dict[str, str] = {}
     for key, value in entities.items():
         if value is not None:
+            if not isinstance(value, str) or not value.strip():
+                raise invalid(key, "an entity id is a non-empty string")
             scope[ENTITY_KEYS[key]] = value
     rest: dict[str, Any] = {}
     for key, value in (filters or {}).items():
         if key in ENTITY_KEYS:
-            if not isinstance(value, str):
-                raise invalid(f"filters.{key}", "an entity id is a string")
+            if not isinstance(value, str) or not value.strip():
+                raise invalid(f"filters.{key}", "an entity id is a non-empty string")
             if value == WILDCARD:
                 # Any id, as long as there is one: a condition, not a scope.
                 rest[key] = value

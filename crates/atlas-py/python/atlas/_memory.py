@@ -181,6 +181,8 @@ class Memory:
         (ATLAS's fused score, not a cosine)."""
         # mem0 2.x's default (`top_k=20`).
         k = top_k if top_k is not None else limit if limit is not None else 20
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise _filters.invalid("top_k", f"a whole number from 1 to {MAX_K}, got {k!r}")
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         # Conditions on metadata are checked here, after the recall: ask for more to keep k.
         fetch = min(MAX_K, max(k * 5, 50)) if conditions else k
@@ -221,6 +223,8 @@ class Memory:
         """The scope's memories, newest first: `{"results": [...]}`."""
         # mem0 2.x's default (`top_k=20`).
         k = top_k if top_k is not None else limit if limit is not None else 20
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise _filters.invalid("top_k", f"a whole number from 1 to {MAX_K}, got {k!r}")
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         fetch = k if not conditions else max(k * 5, 500)
         records = self._space.latest(kind=LISTED_KINDS, limit=fetch, **scope)
