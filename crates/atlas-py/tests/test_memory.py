@@ -90,6 +90,10 @@ def test_the_wildcard_matches_any_value_the_memory_has(memory):
     assert sorted(r["user_id"] for r in anyone) == ["ann", "bo"]
     tagged = memory.search("swims", filters={"user_id": "*", "topic": "*"})["results"]
     assert [r["memory"] for r in tagged] == ["Ann swims on Mondays"]
+    # mem0 parity: explain=True says, per result, which signals found it (it was ignored).
+    explained = memory.search("swims on Mondays", user_id="ann", explain=True)["results"][0]
+    assert explained["explain"]["text"]["rank"] == 1 and "contribution" in explained["explain"]["text"]
+    assert "explain" not in memory.search("swims", user_id="ann")["results"][0]
 
 
 def test_scopes_are_isolated(memory):

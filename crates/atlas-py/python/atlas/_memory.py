@@ -173,12 +173,14 @@ class Memory:
         top_k: int | None = None,
         limit: int | None = None,
         threshold: float | None = None,
+        explain: bool = False,
         **_: Any,
     ) -> dict[str, Any]:
         """The memories that answer `query`, best first: `{"results": [{"id", "memory",
         "score", "metadata", "created_at", "user_id", ...}]}`. Entity ids narrow the scope;
         other `filters` are conditions on metadata; `threshold` drops hits scoring below it
-        (ATLAS's fused score, not a cosine)."""
+        (ATLAS's fused score, not a cosine); `explain=True` gives each result an `explain`:
+        per signal that found it, its rank, raw score and share of the score."""
         # mem0 2.x's default (`top_k=20`).
         k = top_k if top_k is not None else limit if limit is not None else 20
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
@@ -186,10 +188,14 @@ class Memory:
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         # Conditions on metadata are checked here, after the recall: ask for more to keep k.
         fetch = min(MAX_K, max(k * 5, 50)) if conditions else k
-        answer = self._space.call("recall", {"query": query, "k": fetch, "scope": scope or None})
+        answer = self._space.call(
+            "recall", {"query": query, "k": fetch, "scope": scope or None, "explain": bool(explain)}
+        )
         results = []
         for hit in answer["hits"]:
             item = mem0_item(hit, hit["score"])
+            if explain:
+                item["explain"] = hit.get("explain") or {}
             if threshold is not None and hit["score"] < threshold:
                 continue
             if conditions and not _filters.matches(item, conditions):
