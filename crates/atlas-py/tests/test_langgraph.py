@@ -123,6 +123,42 @@ def test_a_filter_key_may_be_a_dotted_path_or_hold_hyphens_and_digits(store):
     assert [r.key for r in store.search(("docs",), filter={"a.b": "literal"})] == ["digit"]
 
 
+def test_concurrent_writes_to_one_key_leave_one_current_version(store):
+    # Defect E of issue 48 (within one store): eight threads putting one new key left eight live
+    # versions; a put racing a delete failed with a storage error.
+    import threading
+
+    def put(n: int) -> None:
+        store.put(("race",), "key", {"text": f"value {n}", "n": n})
+
+    threads = [threading.Thread(target=put, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [item.key for item in store.search(("race",))] == ["key"]
+    assert store.get(("race",), "key").value["n"] in range(8)
+    errors: list[BaseException] = []
+
+    def churn(n: int) -> None:
+        try:
+            for i in range(5):
+                if (n + i) % 2:
+                    store.delete(("race",), "key")
+                else:
+                    store.put(("race",), "key", {"text": "again", "n": n})
+        except BaseException as e:  # noqa: BLE001 - every failure is the finding
+            errors.append(e)
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(store.search(("race",))) <= 1
+
+
 def test_ttl_none_under_a_default_ttl_never_expires(tmp_path):
     # Defect C of issue 48: put(..., ttl=None) under a default TTL still expired.
     store = AtlasStore(tmp_path / "ttl.db", ttl={"default_ttl": 0.001})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -69,6 +70,9 @@ class AtlasStore(BaseStore):
         fields = list((index or {}).get("fields") or ["$"])
         self.index_fields = [(f, tokenize_path(f) if f != "$" else f) for f in fields]
         self.ttl_config = ttl
+        # A put reads the key's current version, then records the next one: two at once would
+        # both see none and leave two live versions. Writes of one store go one at a time.
+        self._writes = threading.RLock()
 
     # --- the BaseStore protocol ---------------------------------------------------------
 
@@ -120,6 +124,10 @@ class AtlasStore(BaseStore):
         return _item(record, Item) if record is not None else None
 
     def _put(self, op: PutOp) -> None:
+        with self._writes:
+            self._put_now(op)
+
+    def _put_now(self, op: PutOp) -> None:
         if op.value is None:
             self._delete(op.namespace, op.key)
             return
@@ -147,6 +155,10 @@ class AtlasStore(BaseStore):
             self.memory._space.revise(current["id"], text, meta=meta)
 
     def _delete(self, namespace: Sequence[str], key: str) -> None:
+        with self._writes:
+            self._delete_now(namespace, key)
+
+    def _delete_now(self, namespace: Sequence[str], key: str) -> None:
         for record in self.memory._space.latest(limit=MAX_VERSIONS, **self._scope(namespace, key)):
             self.memory._space.call("forget", {"id": record["id"], "hard": True})
 
