@@ -129,11 +129,17 @@ async def rules_at_mcp(url):
     print(f"ok  MCP: {len(RULES)} argument rules refused as tool errors, each naming its field")
 
 
+# Recalls are compared as of one fixed moment: the recency signal is a function of "now", which
+# the two calls read a few milliseconds apart (its contribution then differs in the 6th digit).
+AS_OF = "2100-01-01T00:00:00Z"
+
+
 def shapes(atlas, db, http):
     exact = without_volatile
     for query, options in [("where does Ann live", {}), ("marathon", {"k": 3, "explain": True}),
                            ("cat", {"scope": {"session": "s1"}, "kind": ["episode"]})]:
-        argv = ["recall", query, "--k", str(options.get("k", 10))]
+        options = {**options, "as_of": AS_OF}
+        argv = ["recall", query, "--k", str(options.get("k", 10)), "--as-of", AS_OF]
         argv += ["--explain"] if options.get("explain") else []
         for part, id_ in options.get("scope", {}).items():
             argv += ["--scope", f"{part}:{id_}"]
