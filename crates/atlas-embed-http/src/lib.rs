@@ -132,16 +132,13 @@ type Vectors<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec
 /// The shortest text a refused single input is shortened to before the refusal is final.
 const SHORTEST_RETRIED_TEXT: usize = 64;
 
-/// Whether the endpoint refused a request as too large: a 400, 413 or 422, or a server error
-/// that says so (llama.cpp's server answers 500 "input (602 tokens) is too large to process"
-/// for a text longer than its batch).
+/// Whether the endpoint refused a request as too large: a 400, 413 or 422, or a 500 that says
+/// so (llama.cpp's server answers 500 "input (602 tokens) is too large to process" for a text
+/// longer than its batch). Only those words: a gateway's "took too long" is a passing fault.
 fn too_large(failure: &Failure) -> bool {
     match failure.status {
         Some(400 | 413 | 422) => true,
-        Some(500..=599) => {
-            let message = failure.message.to_ascii_lowercase();
-            message.contains("too large") || message.contains("too long")
-        }
+        Some(500) => failure.message.to_ascii_lowercase().contains("too large"),
         _ => false,
     }
 }

@@ -19,10 +19,12 @@ pub const MAX_PATH_CHARS: usize = 4096;
 pub const MAX_META_BYTES: usize = 64 * 1024;
 
 /// The cap on how deeply `meta` nests objects and arrays (the object itself is level 1): deep
-/// enough for any record a person or a framework keeps, and well inside what every JSON reader
-/// of the stores takes (serde_json stops at 128 levels), so that what is stored can always be
-/// read back. A value stored deeper once made every later read of its space fail.
-pub const MAX_META_DEPTH: usize = 64;
+/// enough for any record a person or a framework keeps, and inside what every reader of the
+/// stores takes, so that what is stored can always be read back: serde_json stops at 128
+/// levels, and Qdrant's payloads travel as protobuf, whose decoder stops at 100 message levels,
+/// three to a JSON level (about 33). A value stored deeper once made every later read of its
+/// space fail.
+pub const MAX_META_DEPTH: usize = 32;
 
 /// How deeply `value` nests objects and arrays (a scalar is 0), counted without recursion and
 /// no further than `cap + 1`: a hostile value cannot exhaust the stack or the time.
@@ -237,7 +239,7 @@ mod tests {
         };
         assert!(with(nested(MAX_META_DEPTH - 1)).is_ok());
         let refused = with(nested(MAX_META_DEPTH)).unwrap_err().to_string();
-        assert!(refused.starts_with("remember: field \"meta\": nested more than 64"), "{refused}");
+        assert!(refused.starts_with("remember: field \"meta\": nested more than 32"), "{refused}");
         let mut deep = nested(100_000);
         assert_eq!(json_depth(&deep, 10), 11);
         // Dropped level by level: a value this deep would overflow the stack of a recursive drop.

@@ -115,7 +115,12 @@ class AtlasStore(BaseStore):
         records = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, key))
         record = next((r for r in records if _holds(r)), None)
         if record is not None and _expired(record):
-            self._delete(namespace, key)
+            # Only that version, and only if no put replaced it meanwhile: a put of the key
+            # between this read and the delete is a new value, not an expired one.
+            with self._writes:
+                again = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, key))
+                if again and again[0]["id"] == record["id"]:
+                    self._delete_now(namespace, key)
             return None
         return record
 
