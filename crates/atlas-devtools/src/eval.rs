@@ -284,8 +284,6 @@ fn locomo_bm25_floor(set: &Path) -> Result<[f64; 3]> {
     Ok(sums.map(|s| s / questions as f64))
 }
 
-/// The LoCoMo floor: plain BM25 over each turn's text, the domain's one pipeline and score
-/// ([`bm25`]) without fields, fusion or vectors: what full text alone finds.
 /// The harnesses' BM25 floor, not ATLAS's full text: a document's lowercased `\w+` words as
 /// they are (no stemming, no stop words), idf = ln(1 + (N − n + 0.5) / (n + 0.5)), scored by the
 /// one BM25 formula (`policy::bm25`, k1 = 1.2, b = 0.75). Through ATLAS's own pipeline it

@@ -161,9 +161,9 @@ pub fn a_revision_ends_validity_and_keeps_the_memory<S: ConsolidatingStore>(make
     });
 }
 
-/// A turn's new version (a store key's new value, an edited message) follows what its old one
-/// followed, never the old version itself: its context and its full text hold none of the
-/// replaced words, and a later turn follows the current version.
+/// A turn's new version (a store key's new value, an edited message) follows the latest turn
+/// still current at its own time, never the version it replaces: its context and its full text
+/// hold none of the replaced words, and a later turn follows the current version.
 pub fn a_revised_turn_carries_nothing_of_the_version_it_replaces<S: ConsolidatingStore>(make: Make<S>) {
     let subject = make();
     runtime().block_on(async {
