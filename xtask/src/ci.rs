@@ -116,6 +116,10 @@ fn pipeline(table: &Table) -> Result<()> {
                 let counts = crate::python::tests(&lane)?;
                 Ok(((), Some(counts)))
             })?;
+            table.step("node tests (package installed from its tarball)", Some("clients"), || {
+                let counts = crate::node::tests(&lane)?;
+                Ok(((), Some(counts)))
+            })?;
             table.step("clients (mcp, schemathesis, cypher)", Some("clients"), || {
                 no_count(crate::clients::run(&atlas, &lane)?)
             })?;
@@ -139,6 +143,7 @@ fn prepare(echo: &Echo) -> Result<Option<PathBuf>> {
         crate::python::suite_venv(suite, echo)?;
     }
     crate::clients::venvs(echo)?;
+    crate::node::tools(echo)?;
     crate::inspector::prepared(echo)
 }
 

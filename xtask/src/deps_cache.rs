@@ -25,20 +25,33 @@ const UNIT_FOLDERS: [&str; 3] = [".fingerprint", "build", "deps"];
 /// The file written into a cache once it is complete: one without it was cut short.
 const READY: &str = ".atlas-ready";
 
-/// The cache of this compiler and profile: `<cache>/cargo-deps/<profile>-<hash of rustc -vV>`.
-fn cache_folder() -> Result<PathBuf> {
+/// The builds kept, each a target folder and its cache: the profile's own
+/// (`<cache>/cargo-deps/<profile>-<hash of rustc -vV>`), and the one cargo makes for an explicit
+/// `--target` of the host, as `napi build` (the Node package) always passes one
+/// (`target/<host>/<profile>`, cached with `-<host>` after the name).
+fn builds() -> Result<[(PathBuf, PathBuf); 2]> {
     let out = Command::new("rustc").arg("-vV").output().context("run rustc -vV")?;
     if !out.status.success() {
         bail!("`rustc -vV` failed ({})", out.status);
     }
+    let version = String::from_utf8_lossy(&out.stdout);
+    let host = version.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("host").trim().to_owned();
     let key: String = Sha256::digest(&out.stdout).iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Ok(atlas_test_servers::servers::cache_dir().join("cargo-deps").join(format!("{}-{key}", crate::profile())))
+    let cache = atlas_test_servers::servers::cache_dir().join("cargo-deps").join(format!("{}-{key}", crate::profile()));
+    let host_cache = cache.with_file_name(format!("{}-{key}-{host}", crate::profile()));
+    let host_target = crate::target_dir().join(&host).join(crate::profile());
+    Ok([(crate::profile_dir(), cache), (host_target, host_cache)])
 }
 
-/// Copies the cache into the profile's target folder when that folder holds no build yet.
+/// Copies each cache into its target folder when that folder holds no build yet.
 pub fn restore(echo: &Echo) -> Result<()> {
-    let cache = cache_folder()?;
-    let target = crate::profile_dir();
+    for (target, cache) in builds()? {
+        restore_into(&target, &cache, echo)?;
+    }
+    Ok(())
+}
+
+fn restore_into(target: &Path, cache: &Path, echo: &Echo) -> Result<()> {
     if target.join(".fingerprint").exists() {
         echo.line(&format!("{} already holds a build: the dependency cache is not copied in", target.display()));
         return Ok(());
@@ -47,18 +60,24 @@ pub fn restore(echo: &Echo) -> Result<()> {
         echo.line(&format!("no dependency cache at {} yet: every dependency is compiled", cache.display()));
         return Ok(());
     }
-    std::fs::create_dir_all(&target).with_context(|| target.display().to_string())?;
+    std::fs::create_dir_all(target).with_context(|| target.display().to_string())?;
     let sources: Vec<PathBuf> = UNIT_FOLDERS.iter().map(|f| cache.join(f)).filter(|p| p.exists()).collect();
-    copy_into(&sources, &target)?;
-    echo.line(&format!("restored {} from {}", size_of(&target), cache.display()));
+    copy_into(&sources, target)?;
+    echo.line(&format!("restored {} from {}", size_of(target), cache.display()));
     Ok(())
 }
 
-/// Replaces the cache with the registry crates' units of this build.
+/// Replaces each cache with the registry crates' units of its build.
 pub fn save(echo: &Echo) -> Result<()> {
-    let target = crate::profile_dir();
+    for (target, cache) in builds()? {
+        save_from(&target, &cache, echo)?;
+    }
+    Ok(())
+}
+
+fn save_from(target: &Path, cache: &Path, echo: &Echo) -> Result<()> {
     if !target.join(".fingerprint").exists() {
-        echo.line("nothing was built: the dependency cache is left as it was");
+        echo.line(&format!("nothing was built in {}: its dependency cache is left as it was", target.display()));
         return Ok(());
     }
     let lock = std::fs::read_to_string(crate::root().join("Cargo.lock")).context("read Cargo.lock")?;
@@ -88,7 +107,6 @@ pub fn save(echo: &Echo) -> Result<()> {
         }
     }
 
-    let cache = cache_folder()?;
     let parent = cache.parent().expect("the cache folder has a parent");
     let fresh = parent.join(format!(".new-{}", std::process::id()));
     if fresh.exists() {
@@ -107,12 +125,12 @@ pub fn save(echo: &Echo) -> Result<()> {
     }
     std::fs::write(fresh.join(READY), "")?;
     if cache.exists() {
-        std::fs::remove_dir_all(&cache).with_context(|| format!("remove the old {}", cache.display()))?;
+        std::fs::remove_dir_all(cache).with_context(|| format!("remove the old {}", cache.display()))?;
     }
-    std::fs::rename(&fresh, &cache).with_context(|| format!("move the new cache to {}", cache.display()))?;
+    std::fs::rename(&fresh, cache).with_context(|| format!("move the new cache to {}", cache.display()))?;
     echo.line(&format!(
         "saved {} ({} unit folders, {} files in deps/; {} workspace units left out) to {}",
-        size_of(&cache),
+        size_of(cache),
         units,
         kept.len() - units,
         workspace_units.len(),

@@ -40,9 +40,10 @@ fn chromium(echo: &Echo) -> Result<PathBuf, String> {
     if path.exists() { Ok(path) } else { Err(format!("apt installed chromium but {} is missing", path.display())) }
 }
 
-/// `npm ci` in the tests' folder: exactly the locked, hash-verified packages.
-fn node_packages(dir: &Path, echo: &Echo) -> Result<()> {
-    if dir.join("node_modules").join("playwright-core").join("package.json").exists() {
+/// `npm ci` in `dir`: exactly the locked, hash-verified packages (skipped when `witness`, an
+/// installed package, is newer than the lock file).
+pub fn node_packages(dir: &Path, witness: &str, echo: &Echo) -> Result<()> {
+    if dir.join("node_modules").join(witness).join("package.json").exists() {
         let lock = std::fs::metadata(dir.join("package-lock.json"))?.modified()?;
         let installed = std::fs::metadata(dir.join("node_modules").join(".package-lock.json"))
             .and_then(|m| m.modified())
@@ -72,7 +73,7 @@ pub fn prepared(echo: &Echo) -> Result<Option<PathBuf>> {
             return Ok(None);
         }
     };
-    node_packages(&tests_dir(), echo)?;
+    node_packages(&tests_dir(), "playwright-core", echo)?;
     Ok(Some(chromium))
 }
 

@@ -1,5 +1,5 @@
 //! Developer tasks, run as `cargo xtask <task>`: the CI gate and the checks it is made of (the
-//! Rust tests, the real clients, the Python and browser tests, the Qdrant suite). Plain Rust
+//! Rust tests, the real clients, the Python, Node and browser tests, the Qdrant suite). Plain Rust
 //! instead of shell scripts, so they run the same everywhere cargo does. Thin on purpose (std,
 //! clap, anyhow): the tasks that run the workspace's own code (bench, eval, migrate,
 //! migrate-to-qdrant, migrate-from-qdrant, fixtures, models, demo) are `atlas-devtools`', which
@@ -9,6 +9,7 @@ mod ci;
 mod clients;
 mod deps_cache;
 mod inspector;
+mod node;
 mod python;
 mod steps;
 
@@ -32,7 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Everything CI checks: fmt, clippy, cargo-deny, the whole test suite, the real clients,
-    /// the Python and browser tests, the Qdrant suite and the demo, with a table of each step's
+    /// the Python, Node and browser tests, the Qdrant suite and the demo, with a table of each step's
     /// wall time and test count at the end.
     Ci {
         /// Property tests with 4 times their cases and heavy tests 4 times their size
@@ -58,6 +59,12 @@ enum Task {
     },
     /// Installs the wheel into its suites' cached virtual environments and runs their pytest files.
     PythonTests,
+    /// Builds the Node.js package `atlas-memory` (the native module with `@napi-rs/cli`, pinned)
+    /// into target/npm.
+    Npm,
+    /// Installs the Node.js package into an empty folder and runs its tests with node's test
+    /// runner, the docs' examples among them.
+    NodeTests,
     /// The memory inspector in headless Chromium against a live `atlas ui` (screenshots in
     /// target/inspector-shots).
     InspectorTests,
@@ -101,6 +108,12 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::PythonTests => python::tests(&Echo::plain()).map(drop),
+        Task::Npm => {
+            // The tarball's path is the last line, for scripts (`bench node`).
+            println!("{}", node::package(&Echo::plain())?.display());
+            Ok(())
+        }
+        Task::NodeTests => node::tests(&Echo::plain()).map(drop),
         Task::InspectorTests => inspector::tests(&atlas_binary()?, &Echo::plain()).map(drop),
         Task::InspectorPaint { db, seed } => inspector::paint(&atlas_binary()?, &db, &seed),
         Task::DepsCache { action, profile } => {

@@ -78,6 +78,13 @@ pub enum Which {
         #[arg(long, default_value_t = 100_000)]
         size: usize,
     },
+    /// The Node package against Rust in the same run: search and add p50 from Node against the
+    /// same operations inside Rust, 8 concurrent searches against 1 (builds the package).
+    Node {
+        /// Memories in the benchmark space.
+        #[arg(long, default_value_t = 100_000)]
+        size: usize,
+    },
     /// The inspector's first paint of every view in headless Chromium, on a synthetic space of
     /// `size` memories with the demo fixtures consolidated into it, or on `--db` as it is.
     Inspector {
@@ -120,6 +127,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Embed { rss_sentences, turns, data } => crate::bench_embed::run(rss_sentences, turns, &data),
         Which::Serve { size, secs, writers, readers } => crate::bench_serve::run(size, secs, writers, readers),
         Which::Python { size } => crate::bench_python::run(size),
+        Which::Node { size } => crate::bench_node::run(size),
         Which::Inspector { size, db } => inspector(db, size),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
         Which::Recall { sizes, store, qdrant_url, ann_size } => {

@@ -43,20 +43,29 @@ async fn recalls_per_second(atlas: &Arc<Atlas>, queries: &[String], tasks: usize
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
-pub fn run(size: usize) -> Result<()> {
-    crate::fetch_models()?;
-    let dir = tempfile::tempdir()?;
+/// The benchmark space of `size` memories in `dir`, and a Rust process's recalls per second on
+/// it with 1 task and with 8 (the machine's ceiling, which the Python and Node benchmarks are
+/// put beside).
+pub(crate) fn space_and_rust_throughput(
+    dir: &std::path::Path,
+    size: usize,
+) -> Result<(crate::bench_recall::Space, f64, f64)> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let (space, rust_one, rust_eight) = rt.block_on(async {
-        let space = crate::bench_recall::populate(dir.path(), size).await?;
+    rt.block_on(async {
+        let space = crate::bench_recall::populate(dir, size).await?;
         let atlas = Arc::new(Atlas::open(space.config.clone()).await?);
         atlas.recall(ask(&space.queries[0])).await?;
         let total = space.queries.len() * 2;
         let one = recalls_per_second(&atlas, &space.queries, 1, total).await?;
         let eight = recalls_per_second(&atlas, &space.queries, 8, total).await?;
         anyhow::Ok((space, one, eight))
-    })?;
-    drop(rt);
+    })
+}
+
+pub fn run(size: usize) -> Result<()> {
+    crate::fetch_models()?;
+    let dir = tempfile::tempdir()?;
+    let (space, rust_one, rust_eight) = space_and_rust_throughput(dir.path(), size)?;
 
     // The wheel and its environment are xtask's (one way to build and install them); the
     // environment's Python is the last line it prints.

@@ -6,6 +6,7 @@
 mod bench;
 mod bench_ann;
 mod bench_embed;
+mod bench_node;
 mod bench_python;
 mod bench_recall;
 mod bench_serve;

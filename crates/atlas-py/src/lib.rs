@@ -6,8 +6,8 @@
 
 use atlas_domain::access::Caller;
 use atlas_domain::{AtlasError as Error, MemoryId, MemoryKind, RecallFilter, Scope};
-use atlas_runtime::config::StorageKind;
-use atlas_runtime::{Atlas, Config, ImportOptions};
+use atlas_runtime::in_process::OpenOptions;
+use atlas_runtime::{Atlas, ImportOptions};
 use atlas_server::Op;
 use atlas_server::ops::ApiError;
 use pyo3::exceptions::PyException;
@@ -169,33 +169,14 @@ impl Space {
         sleep_cycle: bool,
     ) -> PyResult<Self> {
         // A TOML file's path, or mem0's config as a dict (the runtime maps it).
-        let (file, mem0) = match config {
+        let (config_file, mem0) = match config {
             Some(c) if c.is_instance_of::<PyDict>() => (None, Some(pythonize::depythonize::<Value>(c)?)),
             Some(c) => (Some(c.extract::<PathBuf>()?), None),
             None => (None, None),
         };
-        let mut settings = Config::load(file.as_deref(), |k| std::env::var(k).ok()).map_err(atlas_err)?;
-        if let Some(mem0) = &mem0 {
-            atlas_runtime::apply_mem0_config(&mut settings, mem0).map_err(atlas_err)?;
-        }
-        if let Some(url) = url {
-            settings.storage = StorageKind::Qdrant;
-            settings.qdrant.url = Some(url);
-        }
-        if let Some(space) = space {
-            settings.qdrant.space = Some(space);
-        }
-        if let Some(db) = db {
-            settings.db = db;
-        }
-        if let Some(kind) = embedder {
-            settings.apply_env(|k| (k == "ATLAS_EMBEDDER").then(|| kind.clone())).map_err(atlas_err)?;
-        }
-        settings.create = true;
-        let label = match settings.named_space() {
-            Some(name) => format!("space {name:?} on {}", settings.qdrant.url.as_deref().unwrap_or("Qdrant")),
-            None => settings.db.display().to_string(),
-        };
+        let options = OpenOptions { db, url, space, config_file, mem0, embedder };
+        let settings = options.config(|k| std::env::var(k).ok()).map_err(atlas_err)?;
+        let label = atlas_runtime::in_process::label(&settings);
         let atlas = py.detach(|| {
             runtime().block_on(async move {
                 let atlas = Atlas::open(settings).await?;
@@ -304,17 +285,7 @@ impl Space {
     /// through a temporary file renamed at the end; returns how many memories it holds.
     #[pyo3(signature = (path, *, vectors=false))]
     fn export_file(&self, py: Python<'_>, path: PathBuf, vectors: bool) -> PyResult<u64> {
-        self.run(py, move |atlas| async move {
-            let io = |e: std::io::Error| atlas_err(Error::Storage(format!("{}: {e}", path.display())));
-            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-            let staged = tempfile_in(dir).map_err(io)?;
-            let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(staged.reopen().map_err(io)?));
-            let count = atlas.export_to(&mut out, vectors).await.map_err(atlas_err)?;
-            tokio::io::AsyncWriteExt::flush(&mut out).await.map_err(io)?;
-            out.into_inner().sync_all().await.map_err(io)?;
-            staged.persist(&path).map_err(|e| io(e.error))?;
-            Ok(count)
-        })
+        self.run(py, move |atlas| async move { atlas.export_file(&path, vectors).await.map_err(atlas_err) })
     }
 
     /// The benchmark's baseline (`cargo xtask bench python`): the wall time in milliseconds of
@@ -352,10 +323,6 @@ impl Space {
             py.detach(move || runtime().block_on(async move { drop(atlas) }));
         }
     }
-}
-
-fn tempfile_in(dir: &std::path::Path) -> std::io::Result<tempfile::NamedTempFile> {
-    tempfile::Builder::new().prefix(".atlas-export-").tempfile_in(dir)
 }
 
 /// Runs the `atlas` command line with `argv` (the program's name first); its exit status.

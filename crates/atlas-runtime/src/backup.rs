@@ -280,6 +280,21 @@ impl Atlas {
         self.export_for(out, with_vectors, &Caller::All).await
     }
 
+    /// [`Atlas::export_to`] into the file `path`, written beside it under a temporary name,
+    /// synced and renamed at the end, so that `path` holds a whole export or what it held
+    /// before. Returns how many memories.
+    pub async fn export_file(&self, path: &std::path::Path, with_vectors: bool) -> Result<u64> {
+        let io = |e: std::io::Error| AtlasError::Storage(format!("{}: {e}", path.display()));
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        let staged = tempfile::Builder::new().prefix(".atlas-export-").tempfile_in(dir).map_err(io)?;
+        let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(staged.reopen().map_err(io)?));
+        let count = self.export_to(&mut out, with_vectors).await?;
+        tokio::io::AsyncWriteExt::flush(&mut out).await.map_err(io)?;
+        out.into_inner().sync_all().await.map_err(io)?;
+        staged.persist(path).map_err(|e| io(e.error))?;
+        Ok(count)
+    }
+
     /// [`Atlas::export_to`] of what `caller` sees: its memories, and the edges between them. It
     /// restores like any export (into the same space, under new ids).
     pub async fn export_for<W: tokio::io::AsyncWrite + Unpin>(

@@ -17,6 +17,7 @@ mod explain;
 pub mod forgetting;
 mod graph_export;
 mod import_pieces;
+pub mod in_process;
 pub mod inspect;
 pub mod keys;
 mod markdown_files;

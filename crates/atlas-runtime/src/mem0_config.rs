@@ -10,12 +10,72 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 /// Sections of mem0's config that ATLAS does its own way.
-const REPLACED: [&str; 7] =
-    ["vector_store", "llm", "graph_store", "history_db_path", "version", "custom_fact_extraction_prompt", "reranker"];
+const REPLACED: [&str; 11] = [
+    "vector_store",
+    "llm",
+    "graph_store",
+    "history_db_path",
+    "version",
+    "custom_fact_extraction_prompt",
+    "reranker",
+    "history_store",
+    "disable_history",
+    "enable_graph",
+    "custom_prompt",
+];
 
-/// Applies mem0's `config` to `settings`; an unknown section, provider or key is an error
+/// mem0's TypeScript spelling of a section (`vectorStore`) or of an embedder's key (`apiKey`)
+/// as its Python one, so that a config written for `mem0ai/oss` reads the same.
+fn python_spelling(key: &str, provider: &str) -> String {
+    match key {
+        "apiKey" => "api_key".into(),
+        "embeddingDims" => "embedding_dims".into(),
+        "modelProperties" => "model_kwargs".into(),
+        "modelDir" => "model_dir".into(),
+        // The TypeScript embedders take their server as `url` (Ollama) or `baseURL` (OpenAI).
+        "url" | "baseURL" if provider != "onnx" => format!("{provider}_base_url"),
+        _ => {
+            let mut snake = String::with_capacity(key.len() + 4);
+            for c in key.chars() {
+                if c.is_ascii_uppercase() {
+                    snake.push('_');
+                    snake.push(c.to_ascii_lowercase());
+                } else {
+                    snake.push(c);
+                }
+            }
+            snake
+        }
+    }
+}
+
+/// `config` with every section and embedder key in mem0's Python spelling.
+fn in_python_spelling(config: &Value) -> Value {
+    let Some(sections) = config.as_object() else { return config.clone() };
+    let mut out = serde_json::Map::new();
+    for (name, value) in sections {
+        let name = python_spelling(name, "");
+        let value = match (name.as_str(), value) {
+            ("embedder", Value::Object(embedder)) => {
+                let provider = embedder.get("provider").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let mut embedder = embedder.clone();
+                if let Some(Value::Object(keys)) = embedder.get("config") {
+                    let keys = keys.iter().map(|(k, v)| (python_spelling(k, &provider), v.clone())).collect();
+                    embedder.insert("config".into(), Value::Object(keys));
+                }
+                Value::Object(embedder)
+            }
+            _ => value.clone(),
+        };
+        out.insert(name, value);
+    }
+    Value::Object(out)
+}
+
+/// Applies mem0's `config` (Python's spelling or TypeScript's) to `settings`; an unknown section, provider or key is an error
 /// naming it (`config.embedder.provider`, …).
 pub fn apply_mem0_config(settings: &mut Config, config: &Value) -> Result<()> {
+    let config = &in_python_spelling(config);
     let invalid = |field: &str, why: String| AtlasError::Config(format!("config.{field}: {why}"));
     let sections = config.as_object().ok_or_else(|| invalid("", "expected a mapping of mem0's sections".into()))?;
     for (name, value) in sections {
@@ -164,6 +224,24 @@ mod tests {
         assert_eq!(c.http.url.as_deref(), Some("http://tei:8080/v1"));
         let c = applied(json!({"embedder": {"provider": "onnx", "config": {"model_dir": "/m/bge"}}})).unwrap();
         assert_eq!((c.embedder, c.onnx.model_dir), (EmbedderKind::Onnx, Some(PathBuf::from("/m/bge"))));
+    }
+
+    #[test]
+    fn mem0s_typescript_spelling_reads_the_same() {
+        let c = applied(json!({
+            "embedder": {"provider": "ollama", "config": {"model": "nomic-embed-text", "url": "http://gpu:11434"}},
+            "vectorStore": {"provider": "memory", "config": {"dimension": 768}},
+            "historyDbPath": "memory.db",
+            "disableHistory": true
+        }))
+        .unwrap();
+        assert_eq!(c.http.url.as_deref(), Some("http://gpu:11434/v1"));
+        let c = applied(json!({"embedder": {"provider": "openai", "config": {"apiKey": "sk-y", "embeddingDims": 256, "baseURL": "http://llm:8000/v1"}}}))
+            .unwrap();
+        assert_eq!((c.http.url.as_deref(), c.http.dimensions), (Some("http://llm:8000/v1"), Some(256)));
+        assert_eq!(c.http.api_key, Some(Secret("sk-y".into())));
+        let err = applied(json!({"embedder": {"provider": "ollama", "config": {"modelName": "x"}}})).unwrap_err();
+        assert!(err.to_string().contains("config.embedder.config.model_name"), "{err}");
     }
 
     #[test]
