@@ -48,19 +48,25 @@ pub fn package(echo: &Echo) -> Result<PathBuf> {
 }
 
 /// The package's tests (crates/atlas-node/tests/*.test.mjs) against the tarball installed into
-/// a new folder, with the docs' examples (docs/NODE.md) run and type-checked there.
+/// a new folder beside the frameworks its integrations serve (LangGraph.js, the AI SDK: pinned
+/// in tests/package-lock.json), with the docs' examples (docs/NODE.md) run and type-checked there.
 pub fn tests(echo: &Echo) -> Result<Counts> {
     let tarball = package(echo)?;
     let folder = crate::scratch_dir("node-tests")?;
-    std::fs::write(folder.join("package.json"), "{\"private\": true, \"type\": \"module\"}\n")?;
-    echo.line(&format!("$ npm install {} (in {})", tarball.display(), folder.display()));
-    let mut install = Command::new("npm");
-    install
-        .args(["install", "--no-audit", "--no-fund", "--offline", "--no-package-lock"])
-        .arg(&tarball)
-        .current_dir(&folder);
-    crate::steps::run(&mut install, "npm install of the package", echo)?;
     let tests = crate_dir().join("tests");
+    // The frameworks the integrations are tested against, exactly as locked (npm's cache makes
+    // a repeat offline); then the package, from its tarball, as a user installs it.
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(tests.join(file), folder.join(file)).with_context(|| format!("copy tests/{file}"))?;
+    }
+    echo.line(&format!("$ npm ci (in {})", folder.display()));
+    let mut frameworks = Command::new("npm");
+    frameworks.args(["ci", "--no-audit", "--no-fund", "--ignore-scripts", "--prefer-offline"]).current_dir(&folder);
+    crate::steps::run(&mut frameworks, "npm ci of the tested frameworks", echo)?;
+    echo.line(&format!("$ npm install --no-save {} (in {})", tarball.display(), folder.display()));
+    let mut install = Command::new("npm");
+    install.args(["install", "--no-save", "--no-audit", "--no-fund", "--offline"]).arg(&tarball).current_dir(&folder);
+    crate::steps::run(&mut install, "npm install of the package", echo)?;
     let mut files = Vec::new();
     for entry in std::fs::read_dir(&tests).with_context(|| tests.display().to_string())? {
         let path = entry?.path();

@@ -12,7 +12,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            if path.file_name().is_some_and(|n| n != "target") {
+            // Build output and installed packages (npm's, which ship fixtures of their own) are
+            // not the project's files.
+            if path.file_name().is_some_and(|n| n != "target" && n != "node_modules") {
                 rust_files(&path, out);
             }
         } else if path.extension().is_some_and(|e| e == "rs") {
