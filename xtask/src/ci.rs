@@ -116,7 +116,7 @@ fn pipeline(table: &Table) -> Result<()> {
                 let counts = crate::python::tests(&lane)?;
                 Ok(((), Some(counts)))
             })?;
-            table.step("node tests (package installed from its tarball)", Some("clients"), || {
+            table.step("node tests (from the tarball)", Some("clients"), || {
                 let counts = crate::node::tests(&lane)?;
                 Ok(((), Some(counts)))
             })?;
