@@ -2,7 +2,8 @@
 //! keyed by the sha256 of their requirements files and the Python version (a changed pin, any
 //! pin, is a new environment; an unchanged one is never installed again), the wheel built with
 //! maturin (pinned), and `cargo xtask python-tests`, which installs the wheel into its suites'
-//! environments, as a user would get it, and runs their pytest files.
+//! environments, as a user would get it, and runs their pytest files, then the peers' own
+//! suites (from their pinned sdists) with the peer's constructor swapped for ATLAS's.
 
 use crate::steps::{Counts, Echo};
 use anyhow::{Context, Result, bail};
@@ -165,6 +166,71 @@ pub fn tests(echo: &Echo) -> Result<Counts> {
             .current_dir(&venv);
         counts += crate::steps::run(&mut pytest, &format!("the Python tests ({})", suite.name), echo)?;
     }
+    for peer in &PEERS {
+        counts += peer_suite(peer, echo)?;
+    }
+    Ok(counts)
+}
+
+/// A peer's own test suite, run against ATLAS: the sdist it comes from (pinned in
+/// peers/sdists.txt), its test files, and the suite whose environment (the wheel and the
+/// framework) it runs in.
+pub struct Peer {
+    sdist: &'static str,
+    files: &'static [&'static str],
+    suite: &'static Suite,
+}
+
+/// LangGraph's own store tests (InMemoryStore's), with `InMemoryStore` swapped for ATLAS's store.
+pub const PEERS: [Peer; 1] =
+    [Peer { sdist: "langgraph_checkpoint-4.3.2", files: &["tests/test_store.py"], suite: &SUITES[1] }];
+
+/// Runs `peer`'s tests from its sdist (downloaded once into the cache, hash-checked by pip) in
+/// a scratch folder, with peers/conftest.py's swap and peers/skips.txt's list.
+fn peer_suite(peer: &Peer, echo: &Echo) -> Result<Counts> {
+    let python = suite_venv(peer.suite, echo)?;
+    let peers = crate_dir().join("peers");
+    let cache = atlas_test_servers::servers::cache_dir().join("peers");
+    let sdist = cache.join(format!("{}.tar.gz", peer.sdist));
+    if !sdist.exists() {
+        echo.line(&format!(
+            "$ pip download --no-binary :all: --require-hashes -r peers/sdists.txt -d {}",
+            cache.display()
+        ));
+        let mut pip = Command::new(&python);
+        pip.args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+        ])
+        .args(["--require-hashes", "-r"])
+        .arg(peers.join("sdists.txt"))
+        .arg("-d")
+        .arg(&cache);
+        crate::steps::run(&mut pip, "pip download of the peers' sdists", echo)?;
+    }
+    let folder = crate::scratch_dir(&format!("peer-{}", peer.sdist))?;
+    let mut tar = Command::new("tar");
+    tar.arg("xzf").arg(&sdist).arg("-C").arg(&folder).args(["--strip-components=1", &format!("{}/tests", peer.sdist)]);
+    crate::steps::run(&mut tar, &format!("tar of {}", sdist.display()), echo)?;
+    for file in ["conftest.py", "skips.txt"] {
+        std::fs::copy(peers.join(file), folder.join(file)).with_context(|| format!("copy peers/{file}"))?;
+    }
+    echo.line(&format!("$ {} -m pytest ({}'s own) {}", python.display(), peer.sdist, peer.files.join(" ")));
+    let mut pytest = Command::new(&python);
+    pytest
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-o", "asyncio_mode=auto", "--rootdir"])
+        .arg(&folder)
+        .args(peer.files)
+        .env("ATLAS_LOG", "warn")
+        .current_dir(&folder);
+    let counts = crate::steps::run(&mut pytest, &format!("{}'s own tests against ATLAS", peer.sdist), echo)?;
+    std::fs::remove_dir_all(&folder).with_context(|| folder.display().to_string())?;
     Ok(counts)
 }
 

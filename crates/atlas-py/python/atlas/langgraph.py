@@ -67,6 +67,9 @@ class AtlasStore(BaseStore):
     ) -> None:
         self.memory = memory if memory is not None else Memory(path, **options)
         self.agent = agent
+        # LangGraph's stores keep the index configuration they were given (its `embed` is not
+        # called: ATLAS embeds with its own model).
+        self.index_config = dict(index) if index is not None else None
         fields = list((index or {}).get("fields") or ["$"])
         self.index_fields = [(f, tokenize_path(f) if f != "$" else f) for f in fields]
         self.ttl_config = ttl
