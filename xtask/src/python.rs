@@ -179,14 +179,29 @@ pub struct Peer {
     sdist: &'static str,
     files: &'static [&'static str],
     suite: &'static Suite,
+    /// The swap of the peer's constructor for ATLAS's, in peers/ (the suite's root conftest).
+    conftest: &'static str,
 }
 
-/// LangGraph's own store tests (InMemoryStore's), with `InMemoryStore` swapped for ATLAS's store.
-pub const PEERS: [Peer; 1] =
-    [Peer { sdist: "langgraph_checkpoint-4.3.2", files: &["tests/test_store.py"], suite: &SUITES[1] }];
+/// LangGraph's own store tests (InMemoryStore's) with `InMemoryStore` swapped for ATLAS's store;
+/// the Agents SDK's own session tests with `SQLiteSession` swapped for ATLAS's session.
+pub const PEERS: [Peer; 2] = [
+    Peer {
+        sdist: "langgraph_checkpoint-4.3.2",
+        files: &["tests/test_store.py"],
+        suite: &SUITES[1],
+        conftest: "langgraph_conftest.py",
+    },
+    Peer {
+        sdist: "openai_agents-0.24.0",
+        files: &["tests/memory/test_session.py", "tests/memory/test_session_limit.py"],
+        suite: &SUITES[2],
+        conftest: "agents_conftest.py",
+    },
+];
 
 /// Runs `peer`'s tests from its sdist (downloaded once into the cache, hash-checked by pip) in
-/// a scratch folder, with peers/conftest.py's swap and peers/skips.txt's list.
+/// a scratch folder, with the peer's swap (its conftest in peers/) and peers/skips.txt's list.
 fn peer_suite(peer: &Peer, echo: &Echo) -> Result<Counts> {
     let python = suite_venv(peer.suite, echo)?;
     let peers = crate_dir().join("peers");
@@ -218,8 +233,8 @@ fn peer_suite(peer: &Peer, echo: &Echo) -> Result<Counts> {
     let mut tar = Command::new("tar");
     tar.arg("xzf").arg(&sdist).arg("-C").arg(&folder).args(["--strip-components=1", &format!("{}/tests", peer.sdist)]);
     crate::steps::run(&mut tar, &format!("tar of {}", sdist.display()), echo)?;
-    for file in ["conftest.py", "skips.txt"] {
-        std::fs::copy(peers.join(file), folder.join(file)).with_context(|| format!("copy peers/{file}"))?;
+    for (file, name) in [(peer.conftest, "conftest.py"), ("skipped.py", "skipped.py"), ("skips.txt", "skips.txt")] {
+        std::fs::copy(peers.join(file), folder.join(name)).with_context(|| format!("copy peers/{file}"))?;
     }
     echo.line(&format!("$ {} -m pytest ({}'s own) {}", python.display(), peer.sdist, peer.files.join(" ")));
     let mut pytest = Command::new(&python);
