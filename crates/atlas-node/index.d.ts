@@ -98,6 +98,10 @@ export interface MemoryItem {
   userId?: string
   agentId?: string
   runId?: string
+  /** mem0ai 3.x's spelling of the same ids. */
+  user_id?: string
+  agent_id?: string
+  run_id?: string
   role?: string
   kind: string
   time: string
@@ -109,7 +113,7 @@ export interface SearchResult {
 }
 
 export interface AddResult {
-  results: Array<{ id: string; memory: string; event: 'ADD'; metadata?: Record<string, unknown>; role?: string }>
+  results: Array<{ id: string; memory: string; event: 'ADD'; metadata: Record<string, unknown> & { event: 'ADD' }; role?: string }>
 }
 
 /** A row of mem0's history. */
@@ -190,7 +194,11 @@ export declare class Memory {
   search(query: string, options?: SearchOptions): Promise<SearchResult>
   get(memoryId: string | number): Promise<MemoryItem | null>
   getAll(options?: GetAllOptions): Promise<SearchResult>
-  update(memoryId: string | number, data: string, options?: { metadata?: Record<string, unknown> }): Promise<{ message: string; id: string; previousId: string }>
+  update(
+    memoryId: string | number,
+    data: string | { text?: string; data?: string; metadata?: Record<string, unknown> },
+    options?: { metadata?: Record<string, unknown> },
+  ): Promise<{ message: string; id: string; previousId: string }>
   delete(memoryId: string | number): Promise<{ message: string }>
   deleteAll(options: Entity): Promise<{ message: string; deleted: number }>
   history(memoryId: string | number): Promise<HistoryEntry[]>

@@ -6,6 +6,8 @@
 // in (`toolsWith`) by the entry that imported them (`ai.cjs` requires, `ai.mjs` imports), so that
 // the tools are made by the program's own copies of both.
 
+const { invalid } = require('./errors.cjs')
+
 /**
  * The memory tools of one scope: `remember` stores what the model was told to keep (an episode
  * of the scope, no model call), `recall` finds what the scope remembers about a question (ATLAS's
@@ -14,7 +16,7 @@
  */
 function toolsWith({ tool }, { z }) {
   return function atlasTools(memory, options = {}) {
-    const scope = options.scope
+    const scope = requiredScope(options.scope)
     const k = options.k ?? 5
     return {
       remember: tool({
@@ -43,8 +45,24 @@ function toolsWith({ tool }, { z }) {
  * tokens (every door's default when not given) from the scope's memory.
  */
 async function systemPrompt(memory, task, options = {}) {
-  const packed = await memory.context(task, { scope: options.scope, session: options.session, budget: options.budget })
+  const packed = await memory.context(task, { scope: requiredScope(options.scope), session: options.session, budget: options.budget })
   return [options.base, packed.text].filter((part) => part && part.trim()).join('\n\n')
+}
+
+/** The scope the tools are bound to: at least one of user, agent, session, each a non-empty
+ * string. An empty or half-filled scope (`{ user: req.user?.id }` with no user) would give the
+ * model every user's memories, so it is refused. */
+function requiredScope(scope) {
+  const parts = scope && typeof scope === 'object' && !Array.isArray(scope) ? scope : {}
+  for (const [part, value] of Object.entries(parts)) {
+    if (value !== undefined && (typeof value !== 'string' || !value.trim())) {
+      throw invalid(`scope.${part}`, 'a non-empty string')
+    }
+  }
+  if (!['user', 'agent', 'session'].some((part) => typeof parts[part] === 'string')) {
+    throw invalid('scope', 'the tools need the scope they serve ({ user }, { agent } or { session }): without one they would reach every user\'s memories')
+  }
+  return scope
 }
 
 module.exports = { toolsWith, systemPrompt }

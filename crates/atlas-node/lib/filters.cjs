@@ -83,7 +83,11 @@ function check(conditions, path = 'filters') {
 
 const MISSING = Symbol('missing')
 
+/** The field of a result that an entity key names, in either spelling. */
+const ENTITY_FIELDS = { user_id: 'userId', agent_id: 'agentId', run_id: 'runId' }
+
 function valueOf(item, key) {
+  key = ENTITY_FIELDS[key] || key
   const metadata = item.metadata || {}
   if (Object.prototype.hasOwnProperty.call(metadata, key)) return metadata[key]
   return Object.prototype.hasOwnProperty.call(item, key) ? item[key] : MISSING

@@ -33,7 +33,7 @@ const kindOf = (op) => {
 
 /** The store class over `checkpoint`, the module `@langchain/langgraph-checkpoint`. */
 function storeClass(checkpoint) {
-  const { BaseStore, InvalidNamespaceError, validateNamespace, getTextAtPath, tokenizePath } = checkpoint
+  const { BaseStore, InvalidNamespaceError, validateNamespace, getTextAtPath } = checkpoint
 
   class AtlasStore extends BaseStore {
     /**
@@ -46,7 +46,7 @@ function storeClass(checkpoint) {
       const { memory, agent = 'langgraph', index, ...rest } = options
       this.memory = memory || new Memory(rest)
       this.agent = agent
-      this.indexFields = ((index && index.fields) || ['$']).map((f) => [f, f === '$' ? f : tokenizePath(f)])
+      this.indexFields = (index && index.fields) || ['$']
       // A put reads the key's current version, then records the next one: two at once would both
       // see none and leave two live versions. Writes of one store go one at a time.
       this._writes = Promise.resolve()
@@ -131,9 +131,7 @@ function storeClass(checkpoint) {
         created_at: current ? current.meta[FIELD].created_at : now,
         indexed: op.index !== false,
       }
-      const fields = op.index === undefined || op.index === null || op.index === false
-        ? this.indexFields
-        : op.index.map((f) => [f, tokenizePath(f)])
+      const fields = op.index === undefined || op.index === null || op.index === false ? this.indexFields : op.index
       const text = textOf(op.value, fields, getTextAtPath) || op.key
       const meta = { [FIELD]: record }
       if (current === null) {
@@ -190,9 +188,9 @@ function storeClass(checkpoint) {
       return sorted.slice(from, from + (op.limit ?? sorted.length))
     }
 
-    /** Closes the space (when the store opened it). */
+    /** Closes the space when the store opened it. */
     async stop() {
-      await this.memory.close()
+      if (this._ownsMemory) await this.memory.close()
     }
   }
 
@@ -215,8 +213,8 @@ function holds(record) {
 
 function textOf(value, fields, getTextAtPath) {
   const parts = []
-  for (const [name, path] of fields) {
-    if (name === '$') parts.push(JSON.stringify(value))
+  for (const path of fields) {
+    if (path === '$') parts.push(JSON.stringify(value))
     else parts.push(...getTextAtPath(value, path).filter(Boolean).map(String))
   }
   return parts.filter((p) => p.trim()).join('\n')

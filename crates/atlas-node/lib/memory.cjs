@@ -42,9 +42,11 @@ function limitOf(options, field) {
 }
 
 /** A time as ATLAS reads it: RFC 3339 (a Date is written so). */
-function rfc3339(value) {
+function rfc3339(value, field = 'time') {
   if (value === undefined || value === null) return undefined
-  return value instanceof Date ? value.toISOString() : value
+  if (!(value instanceof Date)) return value
+  if (Number.isNaN(value.getTime())) throw invalid(field, 'an invalid Date')
+  return value.toISOString()
 }
 
 /** A scope as the native layer takes it, or undefined when empty. */
@@ -75,9 +77,10 @@ function mem0Item(record, score) {
   const meta = record.meta && Object.keys(record.meta).length ? { ...record.meta } : undefined
   const item = { id: String(record.id), memory: record.text, metadata: meta, createdAt: record.recorded_at, updatedAt: undefined }
   if (score !== undefined) item.score = score
-  if (scope.user != null) item.userId = scope.user
-  if (scope.agent != null) item.agentId = scope.agent
-  if (record.session != null) item.runId = record.session
+  // mem0ai 2.x's spelling, and 3.x's beside it.
+  if (scope.user != null) item.userId = item.user_id = scope.user
+  if (scope.agent != null) item.agentId = item.agent_id = scope.agent
+  if (record.session != null) item.runId = item.run_id = record.session
   if (record.speaker != null) item.role = record.speaker
   item.kind = record.kind
   item.time = record.time
@@ -112,7 +115,9 @@ class Memory {
    * sections accepted and left out). The space opens in the background; the first call waits for it.
    */
   constructor(config) {
-    this._opening = guarded(native.open(openArgs(config)))
+    // A value Node-API refuses (a number for a path) throws at the call: raised as a rejection
+    // of its own class like every other error.
+    this._opening = guarded(Promise.resolve().then(() => native.open(openArgs(config))))
     // A failed open rejects every call; it is not an unhandled rejection by itself.
     this._opening.catch(() => {})
   }
@@ -172,7 +177,8 @@ class Memory {
         id: String(id),
         memory: items[i].text,
         event: 'ADD',
-        metadata: Object.keys(items[i].meta).length ? items[i].meta : undefined,
+        // mem0ai's OSS Memory says the event in the metadata too.
+        metadata: { ...items[i].meta, event: 'ADD' },
         ...(items[i].speaker !== undefined ? { role: items[i].speaker } : {}),
       })),
     }
@@ -221,7 +227,8 @@ class Memory {
     const k = limitOf(options, options.topK !== undefined ? 'topK' : 'limit')
     const { scope, conditions } = filters.split(options.filters, { userId: options.userId, agentId: options.agentId, runId: options.runId })
     const filtered = Object.keys(conditions).length > 0
-    const records = await this._space('latest', { ...scope, kind: LISTED_KINDS, limit: filtered ? Math.max(k * 5, 500) : k })
+    // A version `update` (or the sleep cycle) replaced is history, not one of the memories.
+    const records = await this._space('latest', { ...scope, kind: LISTED_KINDS, limit: filtered ? Math.max(k * 5, 500) : k, current: true })
     let results = records.map((r) => mem0Item(r))
     if (filtered) results = results.filter((r) => filters.matches(r, conditions))
     return { results: results.slice(0, k) }
@@ -230,9 +237,14 @@ class Memory {
   /** Records the new text as the memory's next version: it supersedes the old one, which
    * `history` keeps. The new version has its own id, returned as `id`. */
   async update(memoryId, data, options = {}) {
-    if (typeof data !== 'string') throw invalid('data', 'the new text of the memory is required')
+    // mem0ai 3.x passes `{ text, metadata }` (or `data`); 2.x the text itself.
+    const given = data !== null && typeof data === 'object' ? data : { text: data, metadata: options.metadata }
+    const text = given.text ?? given.data
+    if (typeof text !== 'string') throw invalid('data', 'the new text of the memory is required')
+    const metadata = given.metadata
+    if (metadata != null && (typeof metadata !== 'object' || Array.isArray(metadata))) throw invalid('metadata', 'expects an object')
     const old = toId(memoryId)
-    const revised = await this._space('revise', old, data, options.metadata ?? null)
+    const revised = await this._space('revise', old, text, metadata ?? null)
     return { message: 'Memory updated successfully!', id: String(revised.id), previousId: String(old) }
   }
 
@@ -299,7 +311,7 @@ class Memory {
     const memories = items.map((item, i) => {
       const memory = { ...item }
       if ('scope' in memory) memory.scope = scopeOf(memory.scope, `items[${i}].scope`)
-      if ('time' in memory) memory.time = rfc3339(memory.time)
+      if ('time' in memory) memory.time = rfc3339(memory.time, `items[${i}].time`)
       return memory
     })
     return (await this._call('remember_many', { memories })).ids
@@ -311,7 +323,7 @@ class Memory {
   async recall(query, options = {}) {
     return this._call('recall', {
       query, k: options.k ?? 10, scope: scopeOf(options.scope), kind: kindsOf(options.kind),
-      since: rfc3339(options.since), until: rfc3339(options.until), as_of: rfc3339(options.asOf),
+      since: rfc3339(options.since, 'since'), until: rfc3339(options.until, 'until'), as_of: rfc3339(options.asOf, 'asOf'),
       explain: Boolean(options.explain),
     })
   }
@@ -416,7 +428,8 @@ class Memory {
     return this._call('concept_outcome', { id: toId(id, 'id'), success: options && options.success })
   }
 
-  /** Closes the space: later calls reject with ClosedError; vectors being embedded are stored. */
+  /** Closes the space: later calls reject with ClosedError. Memories still waiting for their
+   * vector are embedded at the next open. */
   async close() {
     let space
     try {

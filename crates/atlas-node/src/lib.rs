@@ -86,6 +86,8 @@ pub struct LatestArgs {
     pub kind: Option<Vec<String>>,
     /// At most this many (default 100).
     pub limit: Option<u32>,
+    /// Only versions current now (none a later version replaced).
+    pub current: Option<bool>,
 }
 
 /// A scope: who a memory is about or for.
@@ -134,7 +136,8 @@ impl Space {
     pub async fn latest(&self, args: LatestArgs) -> napi::Result<Vec<Value>> {
         let kinds = atlas_server::args::kinds(&args.kind.unwrap_or_default()).map_err(rejection)?;
         let scope = Scope { user: args.user, agent: args.agent, session: args.session };
-        let filter = RecallFilter { scope, kinds, ..RecallFilter::default() };
+        let valid_at = args.current.unwrap_or(false).then(atlas_runtime::now);
+        let filter = RecallFilter { scope, kinds, valid_at, ..RecallFilter::default() };
         let atlas = self.atlas()?;
         let memories = atlas.latest(filter, args.limit.unwrap_or(100) as usize).await.map_err(atlas_err)?;
         Ok(memories.iter().map(atlas_runtime::wire::memory_value).collect())
@@ -209,8 +212,8 @@ impl Space {
         Ok(())
     }
 
-    /// Closes the space: later calls reject; calls under way finish first, and the vectors
-    /// being embedded are stored.
+    /// Closes the space: later calls reject; calls under way finish first. Memories still
+    /// waiting for their vector are embedded at the next open (the queue is durable).
     #[napi]
     pub async fn close(&self) -> napi::Result<()> {
         let taken = self.atlas.lock().unwrap_or_else(PoisonError::into_inner).take();

@@ -4,6 +4,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { generateText, isStepCount } from 'ai'
 import { MockLanguageModelV4 } from 'ai/test'
+import { InvalidInput } from 'atlas-memory'
 import { atlasTools, systemPrompt } from 'atlas-memory/ai'
 import { space } from './helpers.mjs'
 
@@ -59,4 +60,12 @@ test('systemPrompt packs what the task needs after the base prompt', async (t) =
   const prompt = await systemPrompt(memory, 'Book a flight for Ann', { scope: { user: 'ann' }, base: 'You are a travel agent.' })
   assert.ok(prompt.startsWith('You are a travel agent.'))
   assert.match(prompt, /window seats/)
+})
+
+test('tools and prompts without a scope are refused: they would reach every user', async (t) => {
+  const { memory } = await space(t)
+  for (const options of [undefined, {}, { scope: {} }, { scope: { user: undefined } }, { scope: { user: '' } }]) {
+    assert.throws(() => atlasTools(memory, options), (error) => error instanceof InvalidInput && String(error.field).startsWith('scope'))
+  }
+  await assert.rejects(systemPrompt(memory, 'x', { scope: { user: undefined } }), InvalidInput)
 })

@@ -20,7 +20,13 @@ examples.forEach((code, i) => {
     const dir = join(root, `example-${i + 1}`)
     mkdirSync(dir, { recursive: true })
     writeFileSync(join(dir, 'example.mjs'), code)
-    execFileSync(process.execPath, ['example.mjs'], { cwd: dir, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ATLAS_DB: join(dir, 'atlas.db') } })
+    const printed = execFileSync(process.execPath, ['example.mjs'], {
+      cwd: dir, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ATLAS_DB: join(dir, 'atlas.db') },
+    }).toString()
+    // `// → what it prints` (the words before any parenthesis) is checked against the output.
+    for (const [, said] of code.matchAll(/\/\/ → ([^(\n]*)/g)) {
+      assert.ok(printed.includes(said.trim()), `example ${i + 1} prints ${JSON.stringify(said.trim())}; it printed:\n${printed}`)
+    }
   })
 })
 

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { InvalidNamespaceError } from '@langchain/langgraph-checkpoint'
 import { StateGraph, Annotation, START, END } from '@langchain/langgraph'
+import { Memory } from 'atlas-memory'
 import { AtlasStore } from 'atlas-memory/langgraph'
 import { folder } from './helpers.mjs'
 
@@ -61,6 +62,25 @@ test('listNamespaces with prefix, suffix, depth and paging', async (t) => {
   assert.deepEqual(await s.listNamespaces({ suffix: ['d'] }), [['a', 'b', 'd']])
   assert.deepEqual(await s.listNamespaces({ maxDepth: 2 }), [['a', 'b'], ['x', 'y']])
   assert.deepEqual(await s.listNamespaces({ limit: 1, offset: 1 }), [['a', 'b', 'd']])
+})
+
+test('index fields choose the text searched, for the store and per put', async (t) => {
+  const s = store(t, { index: { fields: ['title'] } })
+  await s.put(['docs'], 'a', { title: 'Sourdough starter care', body: 'quantum chromodynamics' })
+  await s.put(['docs'], 'b', { title: 'Gauge theories', body: 'bread' }, ['body'])
+  const bread = await s.search(['docs'], { query: 'sourdough', limit: 1 })
+  assert.equal(bread[0].key, 'a')
+  const byBody = await s.search(['docs'], { query: 'bread', limit: 1 })
+  assert.equal(byBody[0].key, 'b', 'a put with its own index fields is searched by them')
+})
+
+test('a store over a Memory it was given leaves it open when it stops', async (t) => {
+  const memory = await Memory.open({ path: join(folder(t), 'shared.db'), sleepCycle: false })
+  t.after(() => memory.close())
+  const s = new AtlasStore({ memory })
+  await s.put(['n'], 'k', { v: 1 })
+  await s.stop()
+  assert.equal((await memory.stats()).constructor, Object, 'the shared space still answers')
 })
 
 test("LangGraph's namespace rules, and a bad batch writes nothing", async (t) => {

@@ -17,6 +17,7 @@ test('add, search, get, getAll, update, history, delete, deleteAll and reset ans
   )
   assert.equal(added.results.length, 2)
   assert.deepEqual(added.results.map((r) => r.event), ['ADD', 'ADD'])
+  assert.deepEqual(added.results[0].metadata, { topic: 'home', event: 'ADD' }, "mem0ai's OSS Memory says the event in the metadata")
   assert.equal(typeof added.results[0].id, 'string')
   await memory.add('My dog is called Rex', { userId: 'frank', metadata: { topic: 'pets' } })
   await memory.add('I live in Lisbon', { userId: 'ana' })
@@ -45,6 +46,10 @@ test('add, search, get, getAll, update, history, delete, deleteAll and reset ans
 
   const updated = await memory.update(dog.id, 'My dog is called Max')
   assert.equal(updated.message, 'Memory updated successfully!')
+  const listed = (await memory.getAll({ userId: 'frank' })).results.map((r) => r.memory)
+  assert.ok(listed.includes('My dog is called Max') && !listed.includes('My dog is called Rex'), `a replaced version is history, not listed: ${listed}`)
+  const either = await memory.getAll({ filters: { OR: [{ user_id: 'frank' }, { user_id: 'nobody' }] } })
+  assert.equal(either.results.length, 3, 'entity keys nested in OR match in either spelling')
   const history = await memory.history(dog.id)
   assert.deepEqual(history.map((h) => [h.action, h.previous_value, h.new_value]), [
     ['ADD', null, 'My dog is called Rex'],
@@ -54,8 +59,10 @@ test('add, search, get, getAll, update, history, delete, deleteAll and reset ans
   assert.ok(after.results.some((r) => r.memory === 'My dog is called Max'))
   assert.ok(!after.results.some((r) => r.memory === 'My dog is called Rex'), 'a replaced version is not current')
 
-  assert.deepEqual(await memory.delete(updated.id), { message: 'Memory deleted successfully!' })
-  assert.equal(await memory.get(updated.id), null)
+  const again = await memory.update(updated.id, { text: 'My dog is called Max Jr.', metadata: { topic: 'pets' } })
+  assert.equal((await memory.get(again.id)).memory, 'My dog is called Max Jr.', "mem0ai 3.x's update({ text, metadata })")
+  assert.deepEqual(await memory.delete(again.id), { message: 'Memory deleted successfully!' })
+  assert.equal(await memory.get(again.id), null)
   const deleted = await memory.deleteAll({ userId: 'frank' })
   assert.equal(deleted.message, 'Memories deleted successfully!')
   assert.deepEqual((await memory.getAll({ userId: 'frank' })).results, [])

@@ -209,8 +209,10 @@ impl Space {
         to_py(py, &answer)
     }
 
-    /// Up to `limit` live memories of the scope (and of these kinds), newest first, as records.
-    #[pyo3(signature = (*, user=None, agent=None, session=None, kind=Vec::new(), limit=100))]
+    /// Up to `limit` live memories of the scope (and of these kinds), newest first, as records;
+    /// with `current`, only versions no later version replaced.
+    #[pyo3(signature = (*, user=None, agent=None, session=None, kind=Vec::new(), limit=100, current=false))]
+    #[allow(clippy::too_many_arguments)]
     fn latest(
         &self,
         py: Python<'_>,
@@ -219,9 +221,11 @@ impl Space {
         session: Option<String>,
         kind: Vec<String>,
         limit: usize,
+        current: bool,
     ) -> PyResult<Py<PyAny>> {
-        let filter =
-            RecallFilter { scope: Scope { user, agent, session }, kinds: kinds(kind)?, ..RecallFilter::default() };
+        let scope = Scope { user, agent, session };
+        let valid_at = current.then(atlas_runtime::now);
+        let filter = RecallFilter { scope, kinds: kinds(kind)?, valid_at, ..RecallFilter::default() };
         let lines = self.run(py, move |atlas| async move {
             let memories = atlas.latest(filter, limit).await.map_err(atlas_err)?;
             Ok(memories.iter().map(atlas_runtime::wire::memory_value).collect::<Vec<_>>())

@@ -122,6 +122,8 @@ def test_get_update_history_delete_reset(memory):
     # The old version no longer holds: search finds the new one only.
     found = [r["memory"] for r in memory.search("where do I live", user_id="ann")["results"]]
     assert found == ["I live in Vienna"]
+    # The replaced version is history, not one of the user's memories.
+    assert [r["memory"] for r in memory.get_all(user_id="ann")["results"]] == ["I live in Vienna"]
     for asked in (first, second):
         history = memory.history(asked)
         assert [(h["event"], h["old_memory"], h["new_memory"]) for h in history] == [

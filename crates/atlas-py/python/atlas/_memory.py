@@ -233,7 +233,8 @@ class Memory:
             raise _filters.invalid("top_k", f"a whole number from 1 to {MAX_K}, got {k!r}")
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         fetch = k if not conditions else max(k * 5, 500)
-        records = self._space.latest(kind=LISTED_KINDS, limit=fetch, **scope)
+        # A version `update` (or the sleep cycle) replaced is history, not one of the memories.
+        records = self._space.latest(kind=LISTED_KINDS, limit=fetch, current=True, **scope)
         results = [mem0_item(r) for r in records]
         if conditions:
             results = [r for r in results if _filters.matches(r, conditions)]
