@@ -129,7 +129,11 @@ pub struct Suite {
 /// (their frameworks pin different versions of shared packages); the guide's examples run
 /// once, each in the suite of the framework it imports.
 pub const SUITES: [Suite; 3] = [
-    Suite { name: "core", files: &["test_memory.py", "test_doors.py", "test_docs.py"], framework: None },
+    Suite {
+        name: "core",
+        files: &["test_memory.py", "test_process.py", "test_doors.py", "test_docs.py"],
+        framework: None,
+    },
     Suite {
         name: "langgraph",
         files: &["test_langgraph.py", "test_docs.py"],

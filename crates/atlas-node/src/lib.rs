@@ -140,7 +140,7 @@ impl Space {
         let filter = RecallFilter { scope, kinds, valid_at, ..RecallFilter::default() };
         let atlas = self.atlas()?;
         let memories = atlas.latest(filter, args.limit.unwrap_or(100) as usize).await.map_err(atlas_err)?;
-        Ok(memories.iter().map(atlas_runtime::wire::memory_value).collect())
+        Ok(memories.iter().map(atlas_runtime::wire::record_value).collect())
     }
 
     /// Records `text` as the new version of memory `id` (which it supersedes), with `meta`

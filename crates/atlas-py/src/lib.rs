@@ -4,108 +4,21 @@
 //! `cli`, the `atlas` command line for the package's console script. The Python package
 //! (`python/atlas/`) builds the mem0-compatible and typed APIs on top.
 
+mod errors;
+mod process;
+
 use atlas_domain::access::Caller;
 use atlas_domain::{AtlasError as Error, MemoryId, MemoryKind, RecallFilter, Scope};
 use atlas_runtime::in_process::OpenOptions;
 use atlas_runtime::{Atlas, ImportOptions};
 use atlas_server::Op;
-use atlas_server::ops::ApiError;
-use pyo3::exceptions::PyException;
+use errors::{api_err, atlas_err, invalid, to_json};
+use process::{runtime, wait};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-
-pyo3::create_exception!(
-    atlas,
-    AtlasError,
-    PyException,
-    "An error of ATLAS: `.code`, `.field` and `.location` say what and where."
-);
-pyo3::create_exception!(
-    atlas,
-    InvalidInput,
-    AtlasError,
-    "Input ATLAS refuses; `.field` names the field, `.location` where it was."
-);
-pyo3::create_exception!(atlas, NotFound, AtlasError, "No memory has this id (or it was forgotten for good).");
-pyo3::create_exception!(atlas, Forbidden, AtlasError, "The caller may not do this.");
-pyo3::create_exception!(atlas, Conflict, AtlasError, "An idempotency key used before for another payload.");
-pyo3::create_exception!(atlas, Busy, AtlasError, "The store is busy (another writer); try again.");
-pyo3::create_exception!(
-    atlas,
-    StorageError,
-    AtlasError,
-    "The store failed, or the file is not an ATLAS space, or is too new."
-);
-pyo3::create_exception!(atlas, EmbeddingError, AtlasError, "The embedding model could not be loaded or run.");
-pyo3::create_exception!(atlas, ConfigError, AtlasError, "The configuration is wrong.");
-
-/// The one async runtime of the process: every space's calls and background work run on it.
-/// [`shutdown`] takes it at interpreter exit; a later call builds another.
-static RUNTIME: Mutex<Option<tokio::runtime::Runtime>> = Mutex::new(None);
-
-fn runtime() -> tokio::runtime::Handle {
-    let mut runtime = RUNTIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    runtime
-        .get_or_insert_with(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .thread_name("atlas")
-                .enable_all()
-                .build()
-                .expect("a tokio runtime for the atlas module")
-        })
-        .handle()
-        .clone()
-}
-
-/// Stops the runtime, waiting (up to 10 s) for work under way: a batch of vectors being
-/// embedded finishes and is stored before the process's libraries are torn down. The package
-/// registers it with `atexit`.
-#[pyfunction]
-fn shutdown(py: Python<'_>) {
-    let taken = RUNTIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-    if let Some(runtime) = taken {
-        py.detach(move || runtime.shutdown_timeout(std::time::Duration::from_secs(10)));
-    }
-}
-
-/// `{"error": {"code", "message", "field", "location"}}` as the exception of its code.
-fn exception(body: &Value) -> PyErr {
-    let error = &body["error"];
-    let code = error["code"].as_str().unwrap_or("internal");
-    let message = error["message"].as_str().unwrap_or("unknown error").to_owned();
-    let err = match code {
-        "invalid_input" => InvalidInput::new_err(message),
-        "not_found" => NotFound::new_err(message),
-        "forbidden" => Forbidden::new_err(message),
-        "conflict" => Conflict::new_err(message),
-        "busy" => Busy::new_err(message),
-        "storage" | "not_atlas" | "schema_too_new" => StorageError::new_err(message),
-        "embedding" | "model_mismatch" => EmbeddingError::new_err(message),
-        "config" => ConfigError::new_err(message),
-        _ => AtlasError::new_err(message),
-    };
-    Python::attach(|py| {
-        let value = err.value(py);
-        let text = |key: &str| error[key].as_str().map(str::to_owned);
-        // Setting attributes on a fresh exception object cannot fail but for memory.
-        let _ = value.setattr("code", code);
-        let _ = value.setattr("field", text("field"));
-        let _ = value.setattr("location", text("location"));
-        let _ = value.setattr("index", error["index"].as_u64());
-    });
-    err
-}
-
-fn atlas_err(e: Error) -> PyErr {
-    exception(&ApiError::from(e).body)
-}
-
-fn api_err(e: ApiError) -> PyErr {
-    exception(&e.body)
-}
 
 fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     Ok(pythonize::pythonize(py, value)?.unbind())
@@ -114,7 +27,7 @@ fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
 /// The operation a Python name calls: its name in the route table (the MCP tool's name; `_many`
 /// for a batch).
 fn op(name: &str) -> PyResult<Op> {
-    atlas_server::json_op(name).ok_or_else(|| InvalidInput::new_err(format!("no operation {name:?}")))
+    atlas_server::json_op(name).ok_or_else(|| invalid("name", format!("no operation {name:?}")))
 }
 
 fn memory_id(id: i64) -> PyResult<MemoryId> {
@@ -132,22 +45,42 @@ struct Space {
     atlas: Mutex<Option<Arc<Atlas>>>,
     /// The file or the named space, for `repr`.
     label: String,
+    /// The process that opened it: a child after `fork()` shares its file descriptors but not
+    /// its threads, so the space is closed there (the child opens its own).
+    pid: u32,
 }
 
 impl Space {
     fn atlas(&self) -> PyResult<Arc<Atlas>> {
+        if self.pid != std::process::id() {
+            return Err(errors::closed(format!(
+                "{} was opened in process {} and this is a child it forked: open the space again here \
+                 (a space's threads and connections do not survive fork())",
+                self.label, self.pid
+            )));
+        }
         let guard = self.atlas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        guard.clone().ok_or_else(|| AtlasError::new_err(format!("{} is closed", self.label)))
+        guard.clone().ok_or_else(|| errors::closed(format!("{} is closed", self.label)))
     }
 
-    /// Runs `work` on the runtime with the GIL released.
+    /// Runs `work` on the runtime with the GIL released; Ctrl-C cancels it ([`wait`]).
     fn run<T, F>(&self, py: Python<'_>, work: impl FnOnce(Arc<Atlas>) -> F + Send) -> PyResult<T>
     where
         F: std::future::Future<Output = PyResult<T>> + Send,
         T: Send,
     {
         let atlas = self.atlas()?;
-        py.detach(move || runtime().block_on(work(atlas)))
+        wait(py, work(atlas))
+    }
+}
+
+impl Drop for Space {
+    /// In a forked child the space's threads do not exist: dropping it would wait for them.
+    fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            let inherited = self.atlas.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            std::mem::forget(inherited);
+        }
     }
 }
 
@@ -170,23 +103,21 @@ impl Space {
     ) -> PyResult<Self> {
         // A TOML file's path, or mem0's config as a dict (the runtime maps it).
         let (config_file, mem0) = match config {
-            Some(c) if c.is_instance_of::<PyDict>() => (None, Some(pythonize::depythonize::<Value>(c)?)),
+            Some(c) if c.is_instance_of::<PyDict>() => (None, Some(to_json("config", c)?)),
             Some(c) => (Some(c.extract::<PathBuf>()?), None),
             None => (None, None),
         };
         let options = OpenOptions { db, url, space, config_file, mem0, embedder };
         let settings = options.config(|k| std::env::var(k).ok()).map_err(atlas_err)?;
         let label = atlas_runtime::in_process::label(&settings);
-        let atlas = py.detach(|| {
-            runtime().block_on(async move {
-                let atlas = Atlas::open(settings).await?;
-                if sleep_cycle {
-                    atlas.start_sleep_cycle();
-                }
-                Ok::<_, Error>(atlas)
-            })
-        });
-        Ok(Space { atlas: Mutex::new(Some(Arc::new(atlas.map_err(atlas_err)?))), label })
+        let atlas = wait(py, async move {
+            let atlas = Atlas::open(settings).await.map_err(atlas_err)?;
+            if sleep_cycle {
+                atlas.start_sleep_cycle();
+            }
+            Ok(atlas)
+        })?;
+        Ok(Space { atlas: Mutex::new(Some(Arc::new(atlas))), label, pid: std::process::id() })
     }
 
     fn __repr__(&self) -> String {
@@ -197,7 +128,7 @@ impl Space {
     /// (docs/SERVER.md), answered in the same shape.
     fn call(&self, py: Python<'_>, name: &str, arguments: &Bound<'_, PyDict>) -> PyResult<Py<PyAny>> {
         let op = op(name)?;
-        let arguments: Value = pythonize::depythonize(arguments.as_any())?;
+        let arguments = to_json("", arguments.as_any())?;
         let answer = self.run(py, move |atlas| async move {
             if matches!(op, Op::Recall | Op::RecallMany | Op::Context) {
                 // What this process just wrote is searched by its vectors too (within
@@ -228,7 +159,7 @@ impl Space {
         let filter = RecallFilter { scope, kinds: kinds(kind)?, valid_at, ..RecallFilter::default() };
         let lines = self.run(py, move |atlas| async move {
             let memories = atlas.latest(filter, limit).await.map_err(atlas_err)?;
-            Ok(memories.iter().map(atlas_runtime::wire::memory_value).collect::<Vec<_>>())
+            Ok(memories.iter().map(atlas_runtime::wire::record_value).collect::<Vec<_>>())
         })?;
         to_py(py, &Value::Array(lines))
     }
@@ -238,8 +169,13 @@ impl Space {
     #[pyo3(signature = (id, text, *, meta=None))]
     fn revise(&self, py: Python<'_>, id: i64, text: String, meta: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
         let id = memory_id(id)?;
-        let meta: Option<serde_json::Map<String, Value>> =
-            meta.map(|m| pythonize::depythonize(m.as_any())).transpose()?;
+        let meta = match meta {
+            Some(m) => match to_json("meta", m.as_any())? {
+                Value::Object(fields) => Some(fields),
+                _ => unreachable!("a dict is a JSON object"),
+            },
+            None => None,
+        };
         let revised =
             self.run(py, move |atlas| async move { atlas.revise(id, text, meta).await.map_err(atlas_err) })?;
         to_py(py, &json!({"id": revised.id.0, "previous": revised.previous.0}))
@@ -321,6 +257,11 @@ impl Space {
     /// Closes the space: later calls raise; calls under way finish first.
     fn close(&self, py: Python<'_>) {
         let taken = self.atlas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if self.pid != std::process::id() {
+            // Inherited across fork(): its threads are the parent's.
+            std::mem::forget(taken);
+            return;
+        }
         if let Some(atlas) = taken {
             atlas.end_session();
             // The last reference stops the background work inside the runtime.
@@ -337,19 +278,9 @@ fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
     m.add_class::<Space>()?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
-    m.add_function(wrap_pyfunction!(shutdown, m)?)?;
-    m.add("AtlasError", py.get_type::<AtlasError>())?;
-    m.add("InvalidInput", py.get_type::<InvalidInput>())?;
-    m.add("NotFound", py.get_type::<NotFound>())?;
-    m.add("Forbidden", py.get_type::<Forbidden>())?;
-    m.add("Conflict", py.get_type::<Conflict>())?;
-    m.add("Busy", py.get_type::<Busy>())?;
-    m.add("StorageError", py.get_type::<StorageError>())?;
-    m.add("EmbeddingError", py.get_type::<EmbeddingError>())?;
-    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add_function(wrap_pyfunction!(process::shutdown, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -191,6 +191,29 @@ def test_ttl_expires_items(store):
     assert [h.key for h in store.search(("tmp",))] == ["long"]
 
 
+def test_a_read_refreshes_the_ttl_unless_told_not_to(tmp_path):
+    # Defect C of issue 48: refresh_on_read and refresh_ttl were ignored.
+    store = AtlasStore(tmp_path / "refresh.db", ttl={"default_ttl": 0.05, "refresh_on_read": True})
+    try:
+        store.put(("tmp",), "read", {"text": "read often"})
+        store.put(("tmp",), "found", {"text": "found by search"})
+        store.put(("tmp",), "peeked", {"text": "peeked at"})
+        for second in range(4):  # 4 x 1 s: past the 3 s TTL, but never 3 s without a read
+            time.sleep(1.0)
+            assert store.get(("tmp",), "read") is not None
+            if second < 2:
+                assert store.get(("tmp",), "peeked", refresh_ttl=False) is not None
+            assert [h.key for h in store.search(("tmp",), query="found by search", limit=1)] == ["found"]
+        assert store.get(("tmp",), "peeked", refresh_ttl=False) is None
+        assert store.get(("tmp",), "read").value == {"text": "read often"}
+        assert store.get(("tmp",), "found") is not None
+        time.sleep(3.2)
+        assert store.get(("tmp",), "read") is None
+        assert store.search(("tmp",), query="found by search") == []
+    finally:
+        store.memory.close()
+
+
 def test_async_batch(store):
     async def main():
         await store.aput(("a",), "k", {"v": 1})

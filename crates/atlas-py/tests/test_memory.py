@@ -338,8 +338,76 @@ def test_a_hundred_asyncio_tasks_and_the_loop_stays_free(tmp_path):
 def test_a_closed_memory_raises(tmp_path):
     m = atlas.Memory(tmp_path / "closed.db")
     m.close()
-    with pytest.raises(atlas.AtlasError, match="closed"):
+    with pytest.raises(atlas.ClosedError, match="closed") as closed:
         m.stats()
+    # As the Agents SDK's sessions and sqlite3's closed connections raise it.
+    assert isinstance(closed.value, RuntimeError) and isinstance(closed.value, atlas.AtlasError)
+    assert closed.value.code == "closed"
+
+
+def test_errors_are_the_builtin_exceptions_mem0_callers_catch(memory):
+    # Issue 48: mem0 raises ValueError for a missing or bad id and for bad arguments.
+    for call, kind in [
+        (lambda: memory.update("999999", "x"), atlas.NotFound),
+        (lambda: memory.delete("999999"), atlas.NotFound),
+        (lambda: memory.history("999999"), atlas.NotFound),
+        (lambda: memory.get("abc"), atlas.InvalidInput),
+        (lambda: memory.search("x", user_id="a", top_k=0), atlas.InvalidInput),
+        (lambda: memory.remember_many([{"text": "x", "time": "yesterday"}]), atlas.InvalidInput),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            call()
+        assert type(raised.value) is kind and isinstance(raised.value, atlas.AtlasError)
+    assert issubclass(atlas.ConfigError, ValueError)
+    assert not issubclass(atlas.StorageError, ValueError)
+
+
+def test_a_value_with_no_json_form_is_invalid_input_naming_where(memory):
+    # Issue 48: bytes in metadata raised a bare Exception from the converter.
+    memory.add("kept", user_id="ann", infer=False)
+    for call, field in [
+        (lambda: memory.add("x", user_id="ann", metadata={"b": b"raw"}), "memories[0].meta.b"),
+        (lambda: memory.remember("x", meta={"when": {"at": [1, 2j]}}), "meta.when.at[1]"),
+        (lambda: memory.remember("x", meta={3: "int key"}), "meta"),
+        (lambda: memory.update(memory.get_all(user_id="ann")["results"][0]["id"], "y", metadata={"o": object()}), "meta.o"),
+    ]:
+        with pytest.raises(atlas.InvalidInput) as bad:
+            call()
+        assert bad.value.field == field, (bad.value.field, str(bad.value))
+    assert [m["memory"] for m in memory.get_all(user_id="ann")["results"]] == ["kept"]
+
+
+def test_expiration_date_hides_a_memory_after_that_day_as_mem0_does(memory):
+    yesterday = (datetime.now(timezone.utc) - timedelta(days=1)).date()
+    gone = memory.add("The parking pass for lot B", user_id="ann", expiration_date=yesterday)["results"][0]["id"]
+    kept = memory.add("The parking pass for lot C", user_id="ann", expiration_date="2999-01-01")["results"][0]["id"]
+    listed = [m["id"] for m in memory.get_all(user_id="ann")["results"]]
+    assert listed == [kept]
+    assert {m["id"] for m in memory.get_all(user_id="ann", show_expired=True)["results"]} == {gone, kept}
+    assert [m["id"] for m in memory.search("parking pass", user_id="ann")["results"]] == [kept]
+    assert memory.get(kept)["metadata"] == {"expiration_date": "2999-01-01"}
+    # update(expiration_date=...) sets or clears it, keeping the text when none is given.
+    cleared = memory.update(gone, expiration_date=None)["id"]
+    assert memory.get(cleared)["memory"] == "The parking pass for lot B"
+    assert memory.get(cleared)["metadata"] is None
+    assert cleared in [m["id"] for m in memory.search("parking pass", user_id="ann")["results"]]
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.add("x", user_id="ann", expiration_date="next week")
+    assert bad.value.field == "expiration_date"
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.update(kept)
+    assert bad.value.field == "text"
+
+
+def test_add_takes_more_messages_than_one_write_holds(memory):
+    # mem0 takes any number; ATLAS writes 1,000 at a time, and a bad one is named in the call.
+    messages = [{"role": "user", "content": f"note number {i}"} for i in range(2500)]
+    added = memory.add(messages, user_id="ann", infer=False)["results"]
+    assert len(added) == 2500 and len({a["id"] for a in added}) == 2500
+    assert memory.stats()["memories"] == 2500
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.add([{"role": "user", "content": "ok"}] * 1500 + [{"role": "user", "content": ""}], user_id="bob")
+    assert (bad.value.index, bad.value.field) == (1500, "memories[500].text")
 
 
 def test_a_file_that_is_not_atlas_is_refused_untouched(tmp_path):

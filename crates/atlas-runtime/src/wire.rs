@@ -147,10 +147,17 @@ pub fn detail_value(detail: &MemoryDetail) -> Value {
                    "valid_until": e.validity.valid_until.map(|t| t.to_rfc3339())})
         })
         .collect();
-    let mut line = memory_value(&detail.memory);
+    let mut line = record_value(&detail.memory);
     line["edges"] = Value::Array(edges);
-    if !detail.memory.lifecycle.is_fresh() {
-        line["lifecycle"] = serde_json::to_value(detail.memory.lifecycle).expect("a lifecycle serialises");
+    line
+}
+
+/// A memory's record with its lifecycle once something happened to it (soft deletion, use,
+/// review): what `get` answers without the edges, and what the bindings' `latest` lists.
+pub fn record_value(m: &Memory) -> Value {
+    let mut line = memory_value(m);
+    if !m.lifecycle.is_fresh() {
+        line["lifecycle"] = serde_json::to_value(m.lifecycle).expect("a lifecycle serialises");
     }
     line
 }

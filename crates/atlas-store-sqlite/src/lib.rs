@@ -9,6 +9,7 @@ mod cache_file;
 mod caches;
 mod consolidation;
 mod error;
+mod fork_gate;
 mod keys;
 mod memories;
 pub mod migrations;

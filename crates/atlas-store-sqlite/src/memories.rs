@@ -275,6 +275,7 @@ impl SqliteStore {
     async fn truncate_wal(&self) -> Result<()> {
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
+            let _inside = crate::fork_gate::hold();
             let conn = Connection::open(&path).map_err(storage)?;
             conn.busy_timeout(Duration::from_secs(60)).map_err(storage)?;
             let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0)).map_err(storage)?;

@@ -29,6 +29,7 @@ impl Readers {
     {
         let readers = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
+            let _inside = crate::fork_gate::hold();
             let conn = readers.take()?;
             let out = op(&conn);
             readers.idle.lock().expect("reader pool lock").push(conn);

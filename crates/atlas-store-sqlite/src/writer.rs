@@ -94,6 +94,7 @@ impl Drop for Writer {
 
 fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Box<dyn WriteJob>>) {
     while let Ok(first) = receiver.recv() {
+        let _inside = crate::fork_gate::hold();
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
             match receiver.try_recv() {

@@ -20,9 +20,10 @@ import sys as _sys
 # virtual environment without `python3` on the PATH works too.
 _os.environ.setdefault("ATLAS_PYTHON", _sys.executable)
 
-from ._native import (  # noqa: E402
+from ._errors import (  # noqa: E402
     AtlasError,
     Busy,
+    ClosedError,
     ConfigError,
     Conflict,
     EmbeddingError,
@@ -30,8 +31,8 @@ from ._native import (  # noqa: E402
     InvalidInput,
     NotFound,
     StorageError,
-    __version__,
 )
+from ._native import __version__  # noqa: E402
 from ._native import shutdown as _shutdown  # noqa: E402
 from ._async import AsyncMemory  # noqa: E402
 from ._memory import Memory  # noqa: E402
@@ -45,6 +46,7 @@ __all__ = [
     "AsyncMemory",
     "AtlasError",
     "Busy",
+    "ClosedError",
     "ConfigError",
     "Conflict",
     "EmbeddingError",

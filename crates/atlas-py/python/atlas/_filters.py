@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._native import InvalidInput
+from ._errors import InvalidInput
 
 ENTITY_KEYS = {"user_id": "user", "agent_id": "agent", "run_id": "session"}
 # mem0's wildcard: `{"key": "*"}` matches any value the memory has for the key.

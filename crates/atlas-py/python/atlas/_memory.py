@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime, timezone
 from typing import Any, Union
 
 from . import _filters
-from ._native import InvalidInput, NotFound, Space
+from ._errors import AtlasError, InvalidInput, NotFound
+from ._native import Space
 from ._types import Recall, ScopeLike, rfc3339, scope_dict
 
 Messages = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
@@ -22,6 +23,38 @@ PathLike = Union[str, "os.PathLike[str]"]
 LISTED_KINDS = ["episode", "fact", "core", "summary"]
 # Most hits one recall returns (the server's MAX_K).
 MAX_K = 1000
+# Most memories one write stores (every door's batch limit); `add` writes more in several.
+MAX_BATCH = 1000
+# `update`'s "not given" for `expiration_date` (None clears it).
+_UNSET: Any = object()
+
+
+def _expiration(value: Any, field: str = "expiration_date") -> str | None:
+    """mem0's `expiration_date`: a date (or datetime, or "YYYY-MM-DD") as "YYYY-MM-DD"."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.date().isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value).isoformat()
+        except ValueError:
+            pass
+    raise _filters.invalid(field, f"a date in YYYY-MM-DD format, got {value!r}")
+
+
+def _expired(item: Mapping[str, Any]) -> bool:
+    """Whether a mem0 item's `expiration_date` (in its metadata) is before today (UTC), as mem0
+    hides it from `search` and `get_all` unless `show_expired`."""
+    expiration = (item.get("metadata") or {}).get("expiration_date")
+    if not expiration:
+        return False
+    try:
+        return date.fromisoformat(str(expiration)) < datetime.now(timezone.utc).date()
+    except ValueError:
+        return False
 
 
 def _memory_id(memory_id: int | str, field: str = "memory_id") -> int:
@@ -132,14 +165,18 @@ class Memory:
         metadata: Mapping[str, Any] | None = None,
         infer: bool = True,
         filters: Mapping[str, Any] | None = None,
+        expiration_date: Any = None,
         **_: Any,
     ) -> dict[str, Any]:
-        """Stores the messages as episodes of the entity's scope, in one write. With `infer`,
-        the sleep cycle consolidates them into facts, entities and summaries in the background
-        (no model is called here); without it they are kept as said."""
+        """Stores the messages as episodes of the entity's scope, in one write (1,000 at a
+        time beyond that, each write all or none). With `infer`, the sleep cycle consolidates
+        them into facts, entities and summaries in the background (no model is called here);
+        without it they are kept as said. `expiration_date` ("YYYY-MM-DD") hides them from
+        `search` and `get_all` after that day, as mem0 does."""
         scope, _rest = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         if not scope:
             raise _filters.invalid("user_id", "one of user_id, agent_id or run_id is required")
+        expiration = _expiration(expiration_date)
         items = []
         for i, message in enumerate(_messages(messages)):
             if not isinstance(message, Mapping) or not isinstance(message.get("content"), str):
@@ -147,6 +184,8 @@ class Memory:
             meta = dict(metadata or {})
             if not infer:
                 meta.setdefault("infer", False)
+            if expiration is not None:
+                meta["expiration_date"] = expiration
             item: dict[str, Any] = {"text": message["content"], "scope": scope, "meta": meta}
             speaker = message.get("name") or message.get("role")
             if speaker is not None:
@@ -154,7 +193,15 @@ class Memory:
             items.append(item)
         if not items:
             return {"results": []}
-        ids = self._space.call("remember_many", {"memories": items})["ids"]
+        ids = []
+        for start in range(0, len(items), MAX_BATCH):
+            try:
+                ids += self._space.call("remember_many", {"memories": items[start : start + MAX_BATCH]})["ids"]
+            except AtlasError as error:
+                # The message's place in the whole call, not in its write.
+                if error.index is not None:
+                    error.index += start
+                raise
         return {
             "results": [
                 {"id": str(i), "memory": item["text"], "event": "ADD"} | ({"role": item["speaker"]} if "speaker" in item else {})
@@ -174,36 +221,46 @@ class Memory:
         limit: int | None = None,
         threshold: float | None = None,
         explain: bool = False,
+        show_expired: bool = False,
         **_: Any,
     ) -> dict[str, Any]:
         """The memories that answer `query`, best first: `{"results": [{"id", "memory",
         "score", "metadata", "created_at", "user_id", ...}]}`. Entity ids narrow the scope;
         other `filters` are conditions on metadata; `threshold` drops hits scoring below it
         (ATLAS's fused score, not a cosine); `explain=True` gives each result an `explain`:
-        per signal that found it, its rank, raw score and share of the score."""
+        per signal that found it, its rank, raw score and share of the score. Memories past
+        their `expiration_date` are left out unless `show_expired`."""
         # mem0 2.x's default (`top_k=20`).
         k = top_k if top_k is not None else limit if limit is not None else 20
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise _filters.invalid("top_k", f"a whole number from 1 to {MAX_K}, got {k!r}")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+            raise _filters.invalid("threshold", f"a number, got {threshold!r}")
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
-        # Conditions on metadata are checked here, after the recall: ask for more to keep k.
+        # Conditions on metadata and expiry are checked here, after the recall: when they drop
+        # hits, ask again for more (up to MAX_K) to keep k.
         fetch = min(MAX_K, max(k * 5, 50)) if conditions else k
-        answer = self._space.call(
-            "recall", {"query": query, "k": fetch, "scope": scope or None, "explain": bool(explain)}
-        )
-        results = []
-        for hit in answer["hits"]:
-            item = mem0_item(hit, hit["score"])
-            if explain:
-                item["explain"] = hit.get("explain") or {}
-            if threshold is not None and hit["score"] < threshold:
-                continue
-            if conditions and not _filters.matches(item, conditions):
-                continue
-            results.append(item)
-            if len(results) == k:
-                break
-        return {"results": results}
+        while True:
+            answer = self._space.call(
+                "recall", {"query": query, "k": fetch, "scope": scope or None, "explain": bool(explain)}
+            )
+            results = []
+            for hit in answer["hits"]:
+                item = mem0_item(hit, hit["score"])
+                if explain:
+                    item["explain"] = hit.get("explain") or {}
+                if threshold is not None and hit["score"] < threshold:
+                    continue
+                if conditions and not _filters.matches(item, conditions):
+                    continue
+                if not show_expired and _expired(item):
+                    continue
+                results.append(item)
+                if len(results) == k:
+                    break
+            if len(results) == k or len(answer["hits"]) < fetch or fetch == MAX_K:
+                return {"results": results}
+            fetch = min(MAX_K, fetch * 4)
 
     def get(self, memory_id: int | str) -> dict[str, Any] | None:
         """The memory in mem0's shape, or None if there is none (or it was deleted)."""
@@ -224,32 +281,63 @@ class Memory:
         filters: Mapping[str, Any] | None = None,
         top_k: int | None = None,
         limit: int | None = None,
+        show_expired: bool = False,
         **_: Any,
     ) -> dict[str, Any]:
-        """The scope's memories, newest first: `{"results": [...]}`."""
+        """The scope's memories, newest first: `{"results": [...]}` (past their
+        `expiration_date` only with `show_expired`)."""
         # mem0 2.x's default (`top_k=20`).
         k = top_k if top_k is not None else limit if limit is not None else 20
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise _filters.invalid("top_k", f"a whole number from 1 to {MAX_K}, got {k!r}")
         scope, conditions = _filters.split(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         fetch = k if not conditions else max(k * 5, 500)
-        # A version `update` (or the sleep cycle) replaced is history, not one of the memories.
-        records = self._space.latest(kind=LISTED_KINDS, limit=fetch, current=True, **scope)
-        results = [mem0_item(r) for r in records]
-        if conditions:
-            results = [r for r in results if _filters.matches(r, conditions)]
-        return {"results": results[:k]}
+        while True:
+            # A version `update` (or the sleep cycle) replaced is history, not one of the memories.
+            records = self._space.latest(kind=LISTED_KINDS, limit=fetch, current=True, **scope)
+            results = [mem0_item(r) for r in records]
+            if conditions:
+                results = [r for r in results if _filters.matches(r, conditions)]
+            if not show_expired:
+                results = [r for r in results if not _expired(r)]
+            if len(results) >= k or len(records) < fetch:
+                return {"results": results[:k]}
+            fetch *= 4
 
     def update(
-        self, memory_id: int | str, data: str | None = None, *, text: str | None = None, metadata: Mapping[str, Any] | None = None
+        self,
+        memory_id: int | str,
+        data: str | None = None,
+        *,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        expiration_date: Any = _UNSET,
     ) -> dict[str, Any]:
-        """Records the new text as the memory's next version: it supersedes the old one, which
-        `history` keeps. The new version has its own id, returned as `id`."""
+        """Records the new text (and `metadata`, else the old version's) as the memory's next
+        version: it supersedes the old one, which `history` keeps. The new version has its own
+        id, returned as `id`. Without a text the old one is kept; `expiration_date` sets the
+        day after which it is hidden (None clears it)."""
         new_text = text if text is not None else data
-        if not isinstance(new_text, str):
-            raise _filters.invalid("data", "the new text of the memory is required")
+        if new_text is None and metadata is None and expiration_date is _UNSET:
+            raise _filters.invalid("text", "at least one of text, metadata or expiration_date is required")
+        if new_text is not None and not isinstance(new_text, str):
+            raise _filters.invalid("text", f"the new text of the memory is a string, got {type(new_text).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise _filters.invalid("metadata", f"a mapping, got {type(metadata).__name__}")
         old = _memory_id(memory_id)
-        revised = self._space.revise(old, new_text, meta=dict(metadata) if metadata is not None else None)
+        meta = dict(metadata) if metadata is not None else None
+        if new_text is None or (meta is None and expiration_date is not _UNSET):
+            record = self._space.call("get", {"id": old})
+            new_text = new_text if new_text is not None else record["text"]
+            meta = meta if meta is not None else dict(record.get("meta") or {})
+        if expiration_date is not _UNSET:
+            expiration = _expiration(expiration_date)
+            assert meta is not None
+            if expiration is None:
+                meta.pop("expiration_date", None)
+            else:
+                meta["expiration_date"] = expiration
+        revised = self._space.revise(old, new_text, meta=meta)
         return {"message": "Memory updated successfully!", "id": str(revised["id"]), "previous_id": str(old)}
 
     def delete(self, memory_id: int | str) -> dict[str, str]:

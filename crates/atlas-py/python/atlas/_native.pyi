@@ -1,25 +1,11 @@
-"""The native module (crates/atlas-py/src/lib.rs): an open memory space and ATLAS's errors."""
+"""The native module (crates/atlas-py/src/lib.rs): an open memory space; it raises the
+exceptions of `atlas._errors`."""
 
 from os import PathLike
 from collections.abc import Mapping
 from typing import Any
 
 __version__: str
-
-class AtlasError(Exception):
-    code: str
-    field: str | None
-    location: str | None
-    index: int | None
-
-class InvalidInput(AtlasError): ...
-class NotFound(AtlasError): ...
-class Forbidden(AtlasError): ...
-class Conflict(AtlasError): ...
-class Busy(AtlasError): ...
-class StorageError(AtlasError): ...
-class EmbeddingError(AtlasError): ...
-class ConfigError(AtlasError): ...
 
 class Space:
     def __init__(

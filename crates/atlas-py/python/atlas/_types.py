@@ -34,7 +34,7 @@ def scope_dict(scope: ScopeLike) -> dict[str, str] | None:
     else:
         unknown = sorted(set(scope) - {"user", "agent", "session"})
         if unknown:
-            from ._native import InvalidInput
+            from ._errors import InvalidInput
 
             error = InvalidInput(f"scope: unknown part {unknown[0]!r} (expected user, agent or session)")
             error.field = f"scope.{unknown[0]}"

@@ -4,7 +4,8 @@
 scope's session, its value and LangGraph's bookkeeping the metadata, its text the indexed
 fields. A put of an existing key records a new version that supersedes the old one (ATLAS's
 `explain` and `history` keep them); search with a query is ATLAS's hybrid recall (full text,
-vectors, recency) within the namespace; a TTL sets an expiry after which the item is gone.
+vectors, recency) within the namespace; a TTL sets an expiry after which the item is gone,
+pushed back by each read that refreshes it (ATLAS's `feedback`: the item was used).
 Imports LangGraph, which must be installed (`pip install atlas-memory[langgraph]`)."""
 
 from __future__ import annotations
@@ -129,7 +130,17 @@ class AtlasStore(BaseStore):
 
     def _get(self, op: GetOp) -> Item | None:
         record = self._current(op.namespace, op.key)
-        return _item(record, Item) if record is not None else None
+        if record is None:
+            return None
+        if op.refresh_ttl:
+            self._refresh(record)
+        return _item(record, Item)
+
+    def _refresh(self, record: Mapping[str, Any]) -> None:
+        """A read that refreshes the TTL of an item that has one: the item was used now, and
+        expires `ttl` minutes later ([`_expired`] reads the use from its lifecycle)."""
+        if record["meta"][FIELD].get("ttl") is not None:
+            self.memory._space.feedback(record["id"], True)
 
     def _put(self, op: PutOp) -> None:
         with self._writes:
@@ -151,6 +162,7 @@ class AtlasStore(BaseStore):
             "created_at": current["meta"][FIELD]["created_at"] if current else now.isoformat(),
             "indexed": op.index is not False,
             "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl is not None else None,
+            "ttl": ttl,
         }
         fields = self.index_fields if op.index in (None, False) else [(f, tokenize_path(f)) for f in op.index]
         text = _text(value, fields) or op.key
@@ -181,6 +193,9 @@ class AtlasStore(BaseStore):
                 k = min(MAX_K, max(wanted * (5 if op.filter else 2), 20))
                 answer = self.memory._space.call("recall", {"query": op.query, "k": k, "scope": scope, "kind": ["episode"]})
                 for hit in answer["hits"]:
+                    if _expired(hit) and hit["meta"][FIELD].get("ttl") is not None:
+                        # A hit carries no lifecycle: a read since may have refreshed it.
+                        hit = self.memory._space.call("get", {"id": hit["id"]}) | {"score": hit["score"]}
                     self._consider(hit, prefix, op.filter, hit["score"], found, need_indexed=True)
             ranked = sorted(found.values(), key=lambda pair: -(pair[1] or 0.0))
         else:
@@ -189,7 +204,11 @@ class AtlasStore(BaseStore):
                 if len(found) >= wanted:
                     break
             ranked = list(found.values())
-        return [_item(record, SearchItem, score) for record, score in ranked[op.offset : wanted]]
+        page = ranked[op.offset : wanted]
+        if op.refresh_ttl:
+            for record, _score in page:
+                self._refresh(record)
+        return [_item(record, SearchItem, score) for record, score in page]
 
     def _consider(self, record, prefix, filters, score, found, *, need_indexed: bool) -> None:
         lg = (record.get("meta") or {}).get(FIELD)
@@ -230,8 +249,17 @@ def _holds(record: Mapping[str, Any]) -> bool:
 
 
 def _expired(record: Mapping[str, Any]) -> bool:
-    expires = record["meta"][FIELD].get("expires_at")
-    return expires is not None and datetime.fromisoformat(expires) <= _now()
+    """Whether the item's TTL has run out: `ttl` minutes after its put, or after its last
+    refreshing read when that was later."""
+    lg = (record.get("meta") or {}).get(FIELD) or {}
+    expires = lg.get("expires_at")
+    if expires is None:
+        return False
+    until = datetime.fromisoformat(expires)
+    last_used = (record.get("lifecycle") or {}).get("last_used")
+    if last_used is not None and lg.get("ttl") is not None:
+        until = max(until, parse_time(last_used) + timedelta(minutes=lg["ttl"]))  # type: ignore[operator]
+    return until <= _now()
 
 
 def _text(value: Mapping[str, Any], fields: list[tuple[str, Any]]) -> str:
