@@ -132,3 +132,44 @@ def test_a_runner_keeps_its_history_in_atlas(tmp_path: Path):
         session.memory.close()
 
     asyncio.run(main())
+
+
+def test_the_compaction_snapshot_replaces_only_an_unchanged_suffix(tmp_path: Path):
+    # The SDK's automatic compaction (OpenAIResponsesCompactionSession) reads a snapshot of the
+    # newest items and replaces their suffix with the compacted output; the Runner-level tests
+    # that compact over a SQLiteSession (the peers' suite) need it.
+    async def main() -> None:
+        session = AtlasSession("compact", tmp_path / "compact.db", sleep_cycle=False)
+        items = [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+        await session.add_items(items)
+        snapshot = await session._get_compaction_snapshot(3)
+        assert snapshot.items == items[2:] and snapshot.complete is False
+        assert (await session._get_compaction_snapshot(5)).complete is True
+        summary = [{"role": "assistant", "content": "compacted: turns 3 and 4"}]
+        assert await snapshot.replace_suffix(1, summary) is True
+        assert await session.get_items() == items[:3] + summary
+        # A write after the snapshot was read: its suffix is no longer the newest, nothing changes.
+        stale = await session._get_compaction_snapshot(2)
+        await session.add_items([{"role": "user", "content": "late"}])
+        assert await stale.replace_suffix(0, summary) is False
+        assert len(await session.get_items()) == 5
+        # An expired prefix is dropped with the suffix it precedes (the SDK's EncryptedSession).
+        expired = lambda item: item["content"].startswith("turn")  # noqa: E731
+        snapshot = await session._get_compaction_snapshot(1, prune_prefix=expired)
+        assert await snapshot.replace_suffix(0, [{"role": "assistant", "content": "again"}]) is True
+        assert [i["content"] for i in await session.get_items()] == ["compacted: turns 3 and 4", "again"]
+        session.close()
+
+    asyncio.run(main())
+
+
+def test_add_items_takes_more_than_one_write_holds(tmp_path: Path):
+    async def main() -> None:
+        session = AtlasSession("long", tmp_path / "long.db", sleep_cycle=False)
+        items = [{"role": "user", "content": f"message {i}"} for i in range(2300)]
+        await session.add_items(items)
+        assert await session.get_items() == items
+        assert await session.get_items(limit=2) == items[-2:]
+        session.close()
+
+    asyncio.run(main())

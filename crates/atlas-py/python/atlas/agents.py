@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ._memory import Memory
 from ._types import Recall
@@ -21,6 +22,32 @@ from ._types import Recall
 FIELD = "agents_item"
 # Most items `get_items()` without a limit returns (a session longer than this is cut to its end).
 MAX_ITEMS = 100_000
+# Most items one write stores (every door's batch limit); `add_items` writes more in several.
+MAX_BATCH = 1000
+
+_T = TypeVar("_T")
+
+
+async def _settled(work: Callable[[], _T]) -> _T:
+    """Runs a write in a thread and waits for its outcome even when the caller is cancelled
+    (then re-raises the cancellation): a cancelled run knows whether its write landed, as the
+    SDK's own sessions guarantee."""
+    task = asyncio.ensure_future(asyncio.to_thread(work))
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as error:
+            cancelled = cancelled or error
+    try:
+        result = task.result()
+    except BaseException:
+        if cancelled is not None:
+            raise cancelled from None
+        raise
+    if cancelled is not None:
+        raise cancelled from None
+    return result
 
 
 def item_text(item: Mapping[str, Any]) -> str:
@@ -87,6 +114,9 @@ class AtlasSession:
         self.user_id = user_id
         self.agent = agent
         self._closed = False
+        # Writes of this session go one at a time: a compaction's suffix replacement checks
+        # the suffix it read is still the newest before it writes.
+        self._writes = threading.RLock()
 
     def close(self) -> None:
         """Ends the session's use of its space (closing the `Memory` it opened itself); later
@@ -125,34 +155,93 @@ class AtlasSession:
         return [r["meta"][FIELD] for r in reversed(records)]
 
     async def add_items(self, items: list[Any]) -> None:
-        """Appends items in order, in one write."""
+        """Appends items in order, in one write (1,000 at a time beyond that)."""
         self._check_open()
         if not items:
             return
+        await _settled(lambda: self._append(items))
+
+    def _append(self, items: Sequence[Any]) -> None:
         memories = []
         for item in items:
             item = dict(item)
             speaker = item.get("role") or item.get("type") or "item"
             memories.append({"text": item_text(item), "speaker": str(speaker), "scope": self._scope(), "meta": {FIELD: item}})
-        await asyncio.to_thread(self.memory._space.call, "remember_many", {"memories": memories})
+        with self._writes:
+            for start in range(0, len(memories), MAX_BATCH):
+                self.memory._space.call("remember_many", {"memories": memories[start : start + MAX_BATCH]})
+
+    def _forget(self, ids: Sequence[int]) -> None:
+        for id in ids:
+            self.memory._space.call("forget", {"id": id, "hard": True})
 
     async def pop_item(self) -> Any | None:
         """Removes the newest item for good and returns it (None when the session is empty)."""
         self._check_open()
 
         def pop() -> Any | None:
-            records = self._records(1)
-            if not records:
-                return None
-            self.memory._space.call("forget", {"id": records[0]["id"], "hard": True})
-            return records[0]["meta"][FIELD]
+            with self._writes:
+                records = self._records(1)
+                if not records:
+                    return None
+                self._forget([records[0]["id"]])
+                return records[0]["meta"][FIELD]
 
-        return await asyncio.to_thread(pop)
+        return await _settled(pop)
 
     async def clear_session(self) -> None:
         """Removes every item of the session for good."""
         self._check_open()
-        await asyncio.to_thread(lambda: self.memory._space.forget_scope(**self._scope()))
+
+        def clear() -> None:
+            with self._writes:
+                self.memory._space.forget_scope(**self._scope())
+
+        await _settled(clear)
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any | None:
+        """The Agents SDK's hook for automatic compaction (`OpenAIResponsesCompactionSession`),
+        as its SQLite sessions offer it: the newest `limit` items, whether they are the whole
+        history, and `replace_suffix(start, output)`, which replaces the items from `start` on
+        with the compacted `output` only if they are still the newest (False otherwise, nothing
+        written). The output is written before the replaced items are forgotten: a crash in
+        between leaves both, never neither. `prune_prefix` drops expired items just before the
+        suffix (the SDK's EncryptedSession)."""
+        self._check_open()
+        try:
+            from agents.memory.session import _CompactionSnapshot
+        except ImportError:
+            return None
+        newest = await asyncio.to_thread(self._records, limit + 1)
+        complete = len(newest) <= limit
+        records = list(reversed(newest[:limit]))
+
+        async def replace_suffix(start: int, output: list[Any]) -> bool:
+            expected = [r["id"] for r in records[start:]]
+            if not expected:
+                return False
+
+            def replace() -> bool:
+                with self._writes:
+                    current = [r["id"] for r in reversed(self._records(len(expected)))]
+                    if current != expected:
+                        return False
+                    expired: list[int] = []
+                    if prune_prefix is not None:
+                        older = [r for r in reversed(self._records(MAX_ITEMS)) if r["id"] < expected[0]]
+                        for record in older:
+                            if not prune_prefix(record["meta"][FIELD]):
+                                break
+                            expired.append(record["id"])
+                    self._append(output)
+                    self._forget(expected + expired)
+                    return True
+
+            return await _settled(replace)
+
+        return _CompactionSnapshot([r["meta"][FIELD] for r in records], complete, replace_suffix)
 
     # --- beyond the protocol ------------------------------------------------------------
 
