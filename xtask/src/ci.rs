@@ -112,7 +112,7 @@ fn pipeline(table: &Table) -> Result<()> {
         });
         let lane = Echo::lane("clients");
         let clients = (|| {
-            table.step("python tests (3 suites, 2 peers)", Some("clients"), || {
+            table.step("python tests (3 suites, 3 peers)", Some("clients"), || {
                 let counts = crate::python::tests(&lane)?;
                 Ok(((), Some(counts)))
             })?;

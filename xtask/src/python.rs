@@ -192,14 +192,21 @@ pub struct Peer {
     conftest: &'static str,
 }
 
-/// LangGraph's own store tests (InMemoryStore's) with `InMemoryStore` swapped for ATLAS's store;
-/// the Agents SDK's own session tests with `SQLiteSession` swapped for ATLAS's session.
-pub const PEERS: [Peer; 2] = [
+/// LangGraph's own store tests (InMemoryStore's, and the SQLite stores') with the store swapped
+/// for ATLAS's; the Agents SDK's own session and Runner tests with `SQLiteSession` swapped for
+/// ATLAS's session.
+pub const PEERS: [Peer; 3] = [
     Peer {
         sdist: "langgraph_checkpoint-4.3.2",
         files: &["tests/test_store.py"],
         suite: &SUITES[1],
         conftest: "langgraph_conftest.py",
+    },
+    Peer {
+        sdist: "langgraph_checkpoint_sqlite-3.1.2",
+        files: &["tests/test_store.py", "tests/test_async_store.py", "tests/test_ttl.py"],
+        suite: &SUITES[1],
+        conftest: "langgraph_sqlite_conftest.py",
     },
     Peer {
         sdist: "openai_agents-0.24.0",
@@ -269,6 +276,8 @@ fn peer_suite(peer: &Peer, echo: &Echo) -> Result<Counts> {
         .arg(&folder)
         .args(peer.files)
         .env("ATLAS_LOG", "warn")
+        // Which peer's lines of skips.txt apply (two peers have a tests/test_store.py).
+        .env("ATLAS_PEER", peer.sdist)
         .current_dir(&folder);
     let counts = crate::steps::run(&mut pytest, &format!("{}'s own tests against ATLAS", peer.sdist), echo)?;
     std::fs::remove_dir_all(&folder).with_context(|| folder.display().to_string())?;

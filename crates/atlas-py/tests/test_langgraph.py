@@ -186,6 +186,8 @@ def test_ttl_expires_items(store):
     store.put(("tmp",), "short", {"x": 1}, ttl=0.001)
     store.put(("tmp",), "long", {"x": 2}, ttl=60)
     time.sleep(0.1)
+    assert store.sweep_ttl() == 1  # as LangGraph's SQL stores sweep
+    assert store.sweep_ttl() == 0
     assert store.get(("tmp",), "short") is None
     assert store.get(("tmp",), "long").value == {"x": 2}
     assert [h.key for h in store.search(("tmp",))] == ["long"]

@@ -11,7 +11,9 @@ Imports LangGraph, which must be installed (`pip install atlas-memory[langgraph]
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -77,6 +79,8 @@ class AtlasStore(BaseStore):
         # A put reads the key's current version, then records the next one: two at once would
         # both see none and leave two live versions. Writes of one store go one at a time.
         self._writes = threading.RLock()
+        self._sweeper: threading.Thread | None = None
+        self._stop_sweeping = threading.Event()
 
     # --- the BaseStore protocol ---------------------------------------------------------
 
@@ -105,6 +109,61 @@ class AtlasStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
+
+    # --- TTL sweeping, as LangGraph's SQL stores offer it ---------------------------------
+
+    def sweep_ttl(self) -> int:
+        """Deletes every item whose TTL has run out now (reads delete them lazily too); how many."""
+        swept = 0
+        for record in self.memory._space.latest(limit=MAX_LISTED, agent=self.agent, kind=["episode"]):
+            lg = (record.get("meta") or {}).get(FIELD)
+            if lg is None or not _holds(record) or not _expired(record):
+                continue
+            namespace = tuple(lg["namespace"])
+            with self._writes:
+                again = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, lg["key"]))
+                # Only that version, and only if no put or refreshing read came meanwhile.
+                if again and again[0]["id"] == record["id"] and _expired(again[0]):
+                    self._delete_now(namespace, lg["key"])
+                    swept += 1
+        return swept
+
+    async def asweep_ttl(self) -> int:
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
+        """Sweeps every `sweep_interval_minutes` (else the TTL config's, else 5) in a daemon
+        thread until `stop_ttl_sweeper`; the future ends with it (cancelling it stops it)."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not self.ttl_config or (self._sweeper is not None and self._sweeper.is_alive()):
+            future.set_result(None)
+            return future
+        minutes = float(sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5)
+        self._stop_sweeping.clear()
+
+        def sweep_until_stopped() -> None:
+            while not self._stop_sweeping.wait(minutes * 60):
+                try:
+                    self.sweep_ttl()
+                except Exception:  # noqa: BLE001 (one failed sweep must not end the sweeper)
+                    logging.getLogger(__name__).exception("TTL sweep failed; the next one retries")
+            future.set_result(None)
+
+        future.add_done_callback(lambda f: self._stop_sweeping.set() if f.cancelled() else None)
+        self._sweeper = threading.Thread(target=sweep_until_stopped, daemon=True, name="atlas-ttl-sweeper")
+        self._sweeper.start()
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stops the sweeper; whether it ended within `timeout` seconds (or was not running)."""
+        if self._sweeper is None or not self._sweeper.is_alive():
+            return True
+        self._stop_sweeping.set()
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
 
     # --- operations ---------------------------------------------------------------------
 
@@ -138,7 +197,11 @@ class AtlasStore(BaseStore):
 
     def _refresh(self, record: Mapping[str, Any]) -> None:
         """A read that refreshes the TTL of an item that has one: the item was used now, and
-        expires `ttl` minutes later ([`_expired`] reads the use from its lifecycle)."""
+        expires `ttl` minutes later ([`_expired`] reads the use from its lifecycle). As in
+        LangGraph's SQLite and Postgres stores, only a store whose TTL config turns
+        `refresh_on_read` on refreshes (the read's `refresh_ttl` can then turn it off)."""
+        if not (self.ttl_config or {}).get("refresh_on_read", False):
+            return
         if record["meta"][FIELD].get("ttl") is not None:
             self.memory._space.feedback(record["id"], True)
 
