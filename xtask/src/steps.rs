@@ -29,6 +29,11 @@ impl std::ops::AddAssign for Counts {
 /// `# pass 12` and `# skipped 1` (TAP, as it reports when its output is not a terminal).
 pub fn summary(line: &str) -> Option<Counts> {
     let line = line.trim().trim_matches('=').trim();
+    // pytest adds the minutes of a long run: `... in 84.39s (0:01:24)`.
+    let line = match line.rfind(" (") {
+        Some(at) if line.ends_with(')') && line[..at].ends_with('s') => &line[..at],
+        _ => line,
+    };
     let node = |word: &str| {
         line.strip_prefix("# ").or_else(|| line.strip_prefix("ℹ "))?.strip_prefix(word)?.trim().parse().ok()
     };
@@ -183,6 +188,10 @@ mod tests {
             Some(Counts { passed: 1, skipped: 0 })
         );
         assert_eq!(summary("41 passed, 3 skipped in 12.34s"), Some(Counts { passed: 41, skipped: 3 }));
+        assert_eq!(
+            summary("134 passed, 19 skipped, 13 warnings in 84.39s (0:01:24)"),
+            Some(Counts { passed: 134, skipped: 19 })
+        );
         assert_eq!(summary("========== 7 passed in 0.51s =========="), Some(Counts { passed: 7, skipped: 0 }));
         assert_eq!(summary("# pass 12"), Some(Counts { passed: 12, skipped: 0 }));
         assert_eq!(summary("ℹ skipped 2"), Some(Counts { passed: 0, skipped: 2 }));

@@ -5,6 +5,8 @@ and writes the store."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TypedDict
@@ -251,3 +253,30 @@ def test_a_compiled_graph_remembers_across_threads_in_the_store(tmp_path):
         assert "Miso" in out["reply"] and "allergic" not in out["reply"]
         # The same items are ATLAS memories: recall and explain see them.
         assert memory.recall("Miso", scope={"agent": "langgraph"})[0].text.endswith("Miso\"}")
+
+
+def test_processes_putting_the_same_keys_leave_one_current_version_each(tmp_path: Path):
+    # Defect E of issue 48, across processes: two stores on one file that put one key at once
+    # both wrote, leaving two live versions (a store's lock covers its own process only).
+    path = tmp_path / "shared.db"
+    AtlasStore(path, sleep_cycle=False).memory.close()  # created once, before the writers race
+    writer = (
+        "import sys\n"
+        "from atlas.langgraph import AtlasStore\n"
+        "store = AtlasStore(sys.argv[1], sleep_cycle=False)\n"
+        "for i in range(25):\n"
+        "    for key in ('a', 'b', 'c'):\n"
+        "        store.put(('shared',), key, {'writer': sys.argv[2], 'i': i})\n"
+        "store.memory.close()\n"
+    )
+    writers = [subprocess.Popen([sys.executable, "-c", writer, str(path), str(n)]) for n in range(4)]
+    assert [w.wait(timeout=300) for w in writers] == [0, 0, 0, 0]
+    store = AtlasStore(path, sleep_cycle=False)
+    try:
+        for key in ("a", "b", "c"):
+            holding = store.memory._space.latest(limit=50, kind=["episode"], current=True, agent="langgraph", user="shared", session=key)
+            assert len(holding) == 1, (key, [h["meta"]["langgraph"]["value"] for h in holding])
+            assert store.get(("shared",), key).value["i"] == 24
+        assert sorted(i.key for i in store.search(("shared",))) == ["a", "b", "c"]
+    finally:
+        store.memory.close()

@@ -171,7 +171,7 @@ impl Consolidator for QdrantStore {
         let revised_ids: Vec<MemoryId> = batch.revisions.iter().map(|r| r.id).collect();
         let mut revised = self.fetch(&revised_ids, true).await?;
         if let Some(r) = batch.revisions.iter().find(|r| !revised.iter().any(|(m, _, _)| m.id == r.id)) {
-            return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
+            return Err(AtlasError::NotFound(r.id));
         }
         let model = self.bound_model();
         self.collection.ensure(model.as_ref()).await?;
@@ -391,8 +391,8 @@ mod tests {
             report: serde_json::json!({}),
             at: Timestamp(1),
         };
-        let err = store.apply(batch).await.unwrap_err().to_string();
-        assert!(err.contains("revision of memory 9"), "{err}");
+        let err = store.apply(batch).await.unwrap_err();
+        assert!(matches!(err, AtlasError::NotFound(MemoryId(9))), "{err:?}");
         assert!(store.cycles(5).await.unwrap().is_empty(), "no ledger row either");
     }
 }

@@ -103,7 +103,7 @@ impl Consolidator for SqliteStore {
                         )
                         .map_err(storage)?;
                     if changed == 0 {
-                        return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
+                        return Err(AtlasError::NotFound(r.id));
                     }
                 }
                 let written = insert_all(conn, &batch.memories, None)?;

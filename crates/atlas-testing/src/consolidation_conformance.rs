@@ -110,7 +110,10 @@ pub fn a_batch_applies_all_or_nothing<S: ConsolidatingStore>(make: Make<S>) {
             confidence: None,
         });
         bad.processed = later.clone();
-        assert!(store.apply(bad).await.is_err());
+        // A revision of a memory that is not there (deleted meanwhile, by another process) is
+        // NotFound naming it, which a caller can act on, not a storage failure.
+        let refused = store.apply(bad).await.unwrap_err();
+        assert!(matches!(refused, atlas_domain::AtlasError::NotFound(MemoryId(999_999))), "{refused:?}");
         let after = store.stats().await.unwrap();
         assert_eq!((after.memories_by_kind, after.edges), (before.memories_by_kind, before.edges));
         assert_eq!(pending(10).await.iter().map(|m| m.id).collect::<Vec<_>>(), later, "still to do");

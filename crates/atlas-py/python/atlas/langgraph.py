@@ -36,6 +36,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
+from ._errors import Conflict, InvalidInput, NotFound
 from ._memory import MAX_K, Memory
 from ._types import parse_time
 
@@ -43,6 +44,8 @@ from ._types import parse_time
 FIELD = "langgraph"
 # Most versions of one key read when it is deleted (each is forgotten for good).
 MAX_VERSIONS = 1000
+# Most times a put writes again on a version another process replaced meanwhile.
+MAX_ATTEMPTS = 8
 # Most items one listing reads (list_namespaces, a prefix or filter-only search).
 MAX_LISTED = 100_000
 
@@ -209,7 +212,7 @@ class AtlasStore(BaseStore):
         with self._writes:
             self._put_now(op)
 
-    def _put_now(self, op: PutOp) -> None:
+    def _put_now(self, op: PutOp, attempt: int = 1) -> None:
         if op.value is None:
             self._delete(op.namespace, op.key)
             return
@@ -235,15 +238,45 @@ class AtlasStore(BaseStore):
                 "remember", {"text": text, "speaker": "langgraph", "scope": self._scope(op.namespace), "session": op.key, "meta": meta}
             )
         else:
-            self.memory._space.revise(current["id"], text, meta=meta)
+            try:
+                self.memory._space.revise(current["id"], text, meta=meta)
+            except (NotFound, InvalidInput) as raced:
+                # Another process replaced or deleted that version since it was read: write
+                # again on what holds now. If it still holds, the write itself was refused.
+                again = self._current(op.namespace, op.key)
+                if again is not None and again["id"] == current["id"]:
+                    raise
+                if attempt >= MAX_ATTEMPTS:
+                    raise Conflict(f"the key {op.key!r} of {op.namespace} kept changing under this put") from raced
+                self._put_now(op, attempt + 1)
+                return
+        self._settle(op.namespace, op.key)
+
+    def _settle(self, namespace: Sequence[str], key: str) -> None:
+        """One current version per key, across processes: two stores on one file that put the
+        same key at once (a new key, or the same version revised) both write; the version
+        written last (the highest id) holds, as the later put would have replaced the other, and
+        the rest are deleted. Every writer settles the same way, so they agree."""
+        holding = self.memory._space.latest(limit=16, kind=["episode"], current=True, **self._scope(namespace, key))
+        holding = [r for r in holding if FIELD in (r.get("meta") or {})]
+        if len(holding) > 1:
+            newest = max(r["id"] for r in holding)
+            self._forget([r["id"] for r in holding if r["id"] != newest])
 
     def _delete(self, namespace: Sequence[str], key: str) -> None:
         with self._writes:
             self._delete_now(namespace, key)
 
     def _delete_now(self, namespace: Sequence[str], key: str) -> None:
-        for record in self.memory._space.latest(limit=MAX_VERSIONS, **self._scope(namespace, key)):
-            self.memory._space.call("forget", {"id": record["id"], "hard": True})
+        self._forget([r["id"] for r in self.memory._space.latest(limit=MAX_VERSIONS, **self._scope(namespace, key))])
+
+    def _forget(self, ids: Iterable[int]) -> None:
+        """Deletes these versions for good; one another process deleted first is gone already."""
+        for id in ids:
+            try:
+                self.memory._space.call("forget", {"id": id, "hard": True})
+            except NotFound:
+                pass
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)

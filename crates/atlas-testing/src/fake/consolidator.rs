@@ -55,7 +55,7 @@ impl Consolidator for FakeStore {
             return Err(AtlasError::Storage(format!("an edge refers to a memory that does not exist: {e:?}")));
         }
         if let Some(r) = batch.revisions.iter().find(|r| !s.memories.contains_key(&r.id)) {
-            return Err(AtlasError::Storage(format!("revision of memory {}: no such memory", r.id)));
+            return Err(AtlasError::NotFound(r.id));
         }
         // Revisions first: a version they end is history before the new memories look for the
         // turn they follow.
