@@ -152,8 +152,25 @@ fn stage_default_model(dir: &Path) -> Result<()> {
     use atlas_embed_onnx::{assets, manifest::Manifest};
     let manifest = Manifest::builtin()?;
     let model = manifest.default_model();
+    // Only this model's files: another model's folder, or a copy cut short, would ship too.
+    if dir.exists() {
+        for entry in std::fs::read_dir(dir).with_context(|| dir.display().to_string())? {
+            let entry = entry?;
+            if entry.file_name() != model.name.as_str() {
+                let path = entry.path();
+                if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) }
+                    .with_context(|| format!("remove {}", path.display()))?;
+            }
+        }
+    }
     let folder = dir.join(&model.name);
     std::fs::create_dir_all(&folder).with_context(|| folder.display().to_string())?;
+    for entry in std::fs::read_dir(&folder).with_context(|| folder.display().to_string())? {
+        let path = entry?.path();
+        if !model.files.iter().any(|f| path.file_name().is_some_and(|n| n == f.file.as_str())) {
+            std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+        }
+    }
     for file in &model.files {
         let source = assets::model_file(model, &file.file, None)?;
         let dest = folder.join(&file.file);

@@ -131,10 +131,12 @@ pub fn runtime_library(library: &Library) -> Result<PathBuf> {
 /// `ATLAS_PREBUILT_MODELS` names (`<model>/<file>`): the Python wheel carries the default
 /// model's files so that its first use fetches no model and builds no Python environment. It is
 /// checked against the manifest's sha256 like a file of the cache.
-fn prebuilt(model: &Model, file: &str) -> Option<PathBuf> {
+fn prebuilt(model: &Model, file: &crate::manifest::ModelFile) -> Option<PathBuf> {
     let dir = std::env::var_os("ATLAS_PREBUILT_MODELS").filter(|d| !d.is_empty())?;
-    let path = PathBuf::from(dir).join(&model.name).join(file);
-    path.is_file().then_some(path)
+    let path = PathBuf::from(dir).join(&model.name).join(&file.file);
+    // Another build's folder (a variable inherited by a process of another version) with other
+    // bytes is passed over, not an error: the cache or a fetch serves instead.
+    (path.is_file() && sha256_file_cached(&path).is_ok_and(|hash| hash == file.sha256)).then_some(path)
 }
 
 /// The verified path of one file of `model`: in `dir` if given (never fetched), else in the
@@ -143,7 +145,7 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
     let spec = model.file(name)?;
     let cached = dir.map_or_else(|| model_dir(model), Path::to_path_buf).join(&spec.file);
     let path = match dir {
-        None if !cached.is_file() => prebuilt(model, &spec.file).unwrap_or(cached),
+        None if !cached.is_file() => prebuilt(model, spec).unwrap_or(cached),
         _ => cached,
     };
     if !path.is_file() {

@@ -36,8 +36,8 @@ pub fn exception(body: &Value) -> PyErr {
             .and_then(|c| Ok(c.cast_into::<PyType>()?));
         let class = match class {
             Ok(class) => class,
-            // The package is broken (its _errors module missing): say so rather than lose the error.
-            Err(e) => return e,
+            // The package is broken (its _errors module missing): keep the error's words.
+            Err(_) => return pyo3::exceptions::PyRuntimeError::new_err(format!("{code}: {message}")),
         };
         let err = PyErr::from_type(class, (message,));
         let value = err.value(py);

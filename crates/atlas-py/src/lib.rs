@@ -66,8 +66,8 @@ impl Space {
     /// Runs `work` on the runtime with the GIL released; Ctrl-C cancels it ([`wait`]).
     fn run<T, F>(&self, py: Python<'_>, work: impl FnOnce(Arc<Atlas>) -> F + Send) -> PyResult<T>
     where
-        F: std::future::Future<Output = PyResult<T>> + Send,
-        T: Send,
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: Send + 'static,
     {
         let atlas = self.atlas()?;
         wait(py, work(atlas))

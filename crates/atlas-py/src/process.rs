@@ -49,14 +49,15 @@ pub fn shutdown(py: Python<'_>) {
 }
 
 /// Runs `future` to its end on the runtime with the GIL released, looking for signals every
-/// [`SIGNAL_CHECK`]: Ctrl-C (or any signal handler that raises) stops the wait and cancels the
-/// call at its next await point, as an interrupted call of any Python library does. Work the
-/// call had finished stays done (each write is its own transaction); what it had not is left
-/// as before, e.g. vectors still pending for the background embedder.
+/// [`SIGNAL_CHECK`]: Ctrl-C (or any signal handler that raises) returns control to Python at
+/// once, as an interrupted call of any Python library does. The call itself is not cut at an
+/// await point (a write's steps after its commit, such as erasing a forgotten memory from the
+/// cache files, must not be skipped): it finishes on the runtime in the background, its answer
+/// dropped.
 pub fn wait<T, F>(py: Python<'_>, future: F) -> PyResult<T>
 where
-    F: Future<Output = PyResult<T>> + Send,
-    T: Send,
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
 {
     let handle = runtime();
     let mut future = Box::pin(future);
@@ -67,10 +68,9 @@ where
             Ok(done) => return done,
             Err(_elapsed) => {
                 if let Err(signal) = py.check_signals() {
-                    // The cancelled call is dropped inside the runtime's context (its timers
-                    // and tasks need one).
-                    let _entered = handle.enter();
-                    drop(future);
+                    handle.spawn(async move {
+                        let _ = future.await;
+                    });
                     return Err(signal);
                 }
             }

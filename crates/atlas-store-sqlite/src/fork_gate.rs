@@ -7,7 +7,9 @@
 //! child's first SQLite call hangs (Python's `os.fork()` and `multiprocessing` under the fork
 //! start method, issue 48). Every use of a connection holds the gate ([`hold`]); a
 //! `pthread_atfork` handler closes it before the fork and opens it after, in both processes.
-//! The gate is atomics only: no lock of its own can be left held in the child.
+//! The gate is atomics only: no lock of its own can be left held in the child. Every access is
+//! sequentially consistent: a holder counts itself then looks for a fork while the fork marks
+//! itself then counts the holders, and one of the two must see the other's write.
 
 use std::cell::Cell;
 use std::sync::Once;
@@ -33,21 +35,27 @@ const PAUSE: Duration = Duration::from_micros(200);
 /// This thread is inside SQLite until the hold is dropped.
 pub struct Hold(());
 
+/// Installs the fork handlers (once per process; the store calls it at open, before any thread
+/// of its own exists, so that no fork happens during the registration).
+pub fn install() {
+    REGISTERED.call_once(register);
+}
+
 /// Enters the gate, waiting while a fork is under way.
 pub fn hold() -> Hold {
-    REGISTERED.call_once(register);
+    install();
     let depth = DEPTH.with(Cell::get);
     if depth == 0 {
         loop {
-            while FORKING.load(Ordering::Acquire) {
+            while FORKING.load(Ordering::SeqCst) {
                 std::thread::sleep(PAUSE);
             }
-            INSIDE.fetch_add(1, Ordering::AcqRel);
-            if !FORKING.load(Ordering::Acquire) {
+            INSIDE.fetch_add(1, Ordering::SeqCst);
+            if !FORKING.load(Ordering::SeqCst) {
                 break;
             }
             // A fork began between the look and the count: step back out and wait for it.
-            INSIDE.fetch_sub(1, Ordering::AcqRel);
+            INSIDE.fetch_sub(1, Ordering::SeqCst);
         }
     }
     DEPTH.with(|d| d.set(depth + 1));
@@ -59,7 +67,7 @@ impl Drop for Hold {
         let depth = DEPTH.with(Cell::get) - 1;
         DEPTH.with(|d| d.set(depth));
         if depth == 0 {
-            INSIDE.fetch_sub(1, Ordering::AcqRel);
+            INSIDE.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -76,16 +84,16 @@ fn register() {
 /// Closes the gate and waits for every thread inside SQLite to leave (not for this thread's
 /// own holds, if it forks from inside one).
 extern "C" fn before_fork() {
-    FORKING.store(true, Ordering::Release);
+    FORKING.store(true, Ordering::SeqCst);
     let own = usize::from(DEPTH.with(Cell::get) > 0);
-    while INSIDE.load(Ordering::Acquire) > own {
+    while INSIDE.load(Ordering::SeqCst) > own {
         std::thread::sleep(PAUSE);
     }
 }
 
 /// Opens the gate again: in the parent, and in the child, whose only thread is this one.
 extern "C" fn after_fork() {
-    FORKING.store(false, Ordering::Release);
+    FORKING.store(false, Ordering::SeqCst);
 }
 
 #[cfg(test)]
@@ -96,10 +104,10 @@ mod tests {
     fn a_fork_waits_for_the_threads_inside_and_keeps_new_ones_out_until_it_is_done() {
         let inside = hold();
         let nested = hold();
-        assert_eq!(INSIDE.load(Ordering::Acquire), 1, "a nested hold counts its thread once");
+        assert_eq!(INSIDE.load(Ordering::SeqCst), 1, "a nested hold counts its thread once");
         let forking = std::thread::spawn(|| {
             before_fork();
-            let waited_for_all = INSIDE.load(Ordering::Acquire) == 0;
+            let waited_for_all = INSIDE.load(Ordering::SeqCst) == 0;
             after_fork();
             waited_for_all
         });
@@ -111,8 +119,8 @@ mod tests {
         drop(inside);
         assert!(forking.join().unwrap());
         let again = hold();
-        assert_eq!(INSIDE.load(Ordering::Acquire), 1);
+        assert_eq!(INSIDE.load(Ordering::SeqCst), 1);
         drop(again);
-        assert_eq!(INSIDE.load(Ordering::Acquire), 0);
+        assert_eq!(INSIDE.load(Ordering::SeqCst), 0);
     }
 }

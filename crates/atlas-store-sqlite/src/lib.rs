@@ -152,6 +152,7 @@ impl SqliteStore {
     /// migrations) is bounded by `options.busy_timeout` like every write. A database whose
     /// directory this process cannot write is opened read-only: reads work, writes fail clearly.
     pub fn open(path: &Path, options: &SqliteOptions) -> Result<Self> {
+        fork_gate::install();
         Self::open_checked(path, options).map_err(|e| error::at_path(&path.display().to_string(), e))
     }
 

@@ -150,7 +150,8 @@ class AtlasStore(BaseStore):
                     self.sweep_ttl()
                 except Exception:  # noqa: BLE001 (one failed sweep must not end the sweeper)
                     logging.getLogger(__name__).exception("TTL sweep failed; the next one retries")
-            future.set_result(None)
+            if not future.done():  # a cancelled future stopped it, and is done already
+                future.set_result(None)
 
         future.add_done_callback(lambda f: self._stop_sweeping.set() if f.cancelled() else None)
         self._sweeper = threading.Thread(target=sweep_until_stopped, daemon=True, name="atlas-ttl-sweeper")
@@ -291,7 +292,10 @@ class AtlasStore(BaseStore):
                 for hit in answer["hits"]:
                     if _expired(hit) and hit["meta"][FIELD].get("ttl") is not None:
                         # A hit carries no lifecycle: a read since may have refreshed it.
-                        hit = self.memory._space.call("get", {"id": hit["id"]}) | {"score": hit["score"]}
+                        try:
+                            hit = self.memory._space.call("get", {"id": hit["id"]}) | {"score": hit["score"]}
+                        except NotFound:
+                            continue  # swept meanwhile
                     self._consider(hit, prefix, op.filter, hit["score"], found, need_indexed=True)
             ranked = sorted(found.values(), key=lambda pair: -(pair[1] or 0.0))
         else:
