@@ -390,6 +390,15 @@ class Memory:
             previous = record
         return events
 
+    def _forget_for_good(self, ids: Iterable[int]) -> None:
+        """Deletes these memories for good (the integrations' deletes and replacements); one
+        another process deleted first is gone already, which is what was asked."""
+        for id in ids:
+            try:
+                self._space.call("forget", {"id": id, "hard": True})
+            except NotFound:
+                pass
+
     def reset(self) -> None:
         """Deletes every memory of the space for good."""
         self._space.forget_scope()

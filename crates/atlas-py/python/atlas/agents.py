@@ -171,10 +171,6 @@ class AtlasSession:
             for start in range(0, len(memories), MAX_BATCH):
                 self.memory._space.call("remember_many", {"memories": memories[start : start + MAX_BATCH]})
 
-    def _forget(self, ids: Sequence[int]) -> None:
-        for id in ids:
-            self.memory._space.call("forget", {"id": id, "hard": True})
-
     async def pop_item(self) -> Any | None:
         """Removes the newest item for good and returns it (None when the session is empty)."""
         self._check_open()
@@ -184,7 +180,7 @@ class AtlasSession:
                 records = self._records(1)
                 if not records:
                     return None
-                self._forget([records[0]["id"]])
+                self.memory._forget_for_good([records[0]["id"]])
                 return records[0]["meta"][FIELD]
 
         return await _settled(pop)
@@ -236,7 +232,7 @@ class AtlasSession:
                                 break
                             expired.append(record["id"])
                     self._append(output)
-                    self._forget(expected + expired)
+                    self.memory._forget_for_good(expected + expired)
                     return True
 
             return await _settled(replace)

@@ -122,13 +122,7 @@ class AtlasStore(BaseStore):
             lg = (record.get("meta") or {}).get(FIELD)
             if lg is None or not _holds(record) or not _expired(record):
                 continue
-            namespace = tuple(lg["namespace"])
-            with self._writes:
-                again = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, lg["key"]))
-                # Only that version, and only if no put or refreshing read came meanwhile.
-                if again and again[0]["id"] == record["id"] and _expired(again[0]):
-                    self._delete_now(namespace, lg["key"])
-                    swept += 1
+            swept += self._delete_expired(tuple(lg["namespace"]), lg["key"], record["id"])
         return swept
 
     async def asweep_ttl(self) -> int:
@@ -182,14 +176,20 @@ class AtlasStore(BaseStore):
         records = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, key))
         record = next((r for r in records if _holds(r)), None)
         if record is not None and _expired(record):
-            # Only that version, and only if no put replaced it meanwhile: a put of the key
-            # between this read and the delete is a new value, not an expired one.
-            with self._writes:
-                again = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, key))
-                if again and again[0]["id"] == record["id"]:
-                    self._delete_now(namespace, key)
+            self._delete_expired(namespace, key, record["id"])
             return None
         return record
+
+    def _delete_expired(self, namespace: Sequence[str], key: str, expired_id: int) -> bool:
+        """Deletes the key if version `expired_id` is still its newest and still expired: a put
+        between the read and the delete is a new value, and a refreshing read (another thread's
+        or process's) gave it more time. Whether it was deleted."""
+        with self._writes:
+            again = self.memory._space.latest(limit=1, kind=["episode"], **self._scope(namespace, key))
+            if again and again[0]["id"] == expired_id and _expired(again[0]):
+                self._delete_now(namespace, key)
+                return True
+        return False
 
     def _get(self, op: GetOp) -> Item | None:
         record = self._current(op.namespace, op.key)
@@ -262,22 +262,15 @@ class AtlasStore(BaseStore):
         holding = [r for r in holding if FIELD in (r.get("meta") or {})]
         if len(holding) > 1:
             newest = max(r["id"] for r in holding)
-            self._forget([r["id"] for r in holding if r["id"] != newest])
+            self.memory._forget_for_good([r["id"] for r in holding if r["id"] != newest])
 
     def _delete(self, namespace: Sequence[str], key: str) -> None:
         with self._writes:
             self._delete_now(namespace, key)
 
     def _delete_now(self, namespace: Sequence[str], key: str) -> None:
-        self._forget([r["id"] for r in self.memory._space.latest(limit=MAX_VERSIONS, **self._scope(namespace, key))])
-
-    def _forget(self, ids: Iterable[int]) -> None:
-        """Deletes these versions for good; one another process deleted first is gone already."""
-        for id in ids:
-            try:
-                self.memory._space.call("forget", {"id": id, "hard": True})
-            except NotFound:
-                pass
+        versions = self.memory._space.latest(limit=MAX_VERSIONS, **self._scope(namespace, key))
+        self.memory._forget_for_good([r["id"] for r in versions])
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
