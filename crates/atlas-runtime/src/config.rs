@@ -322,6 +322,13 @@ pub struct RecallConfig {
     /// ask about …") comes at place 2 at worst ([`atlas_domain::policy::instructions`]): BEAM
     /// dev instruction following R@10 0.56 → 0.78 (docs/EVAL.md). Off, it ranks like any memory.
     pub standing_instructions: bool,
+    /// Added to a memory that holds all the numbers the question names ("93%", "5 hours"),
+    /// in proportion to the share it holds ([`atlas_domain::policy::question`]); 0 turns it off.
+    pub number_weight: f64,
+    /// For a question about the requester ("What score did I get…", no "you" in it), the share
+    /// of its score a turn the agent said keeps ([`atlas_domain::policy::question`]); 1 turns
+    /// it off.
+    pub agent_turn_weight: f64,
 }
 
 impl Default for RecallConfig {
@@ -345,6 +352,8 @@ impl Default for RecallConfig {
             centre_query: false,
             embed_budget_ms: 250,
             standing_instructions: true,
+            number_weight: 0.5,
+            agent_turn_weight: 0.5,
         }
     }
 }

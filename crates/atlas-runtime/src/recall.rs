@@ -8,8 +8,10 @@ use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread
 use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, asks_about_own_past, instructs_the_agent, lift_first};
 use atlas_domain::policy::long_text::{Passage, TURN_WORDS, matched_passage, per_turn, words};
 use atlas_domain::policy::query::terms;
+use atlas_domain::policy::question::{asks_about_the_requester, numbers, numbers_held};
 use atlas_domain::policy::recency::boost;
 use atlas_domain::policy::redundancy::collapse;
+use atlas_domain::policy::speakers::said_by_the_agent;
 use atlas_domain::ports::MemoryStore;
 use atlas_domain::{AtlasError, Memory, MemoryId, MemoryKind, RecallFilter, Result, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap};
@@ -199,6 +201,36 @@ fn add_recency(hits: &mut [Hit], now: Timestamp, config: &RecallConfig) {
         h.score += added;
     }
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
+}
+
+/// What the question itself says about where its answer lies (`policy::question`): a memory
+/// that holds the numbers it names gains `number_weight` times the share it holds (the `numbers`
+/// signal); for a question about the requester, a turn the agent said keeps `agent_turn_weight`
+/// of its score (the `speaker` signal, whose contribution is what it lost). Re-sorts, and says
+/// which of the two applied.
+fn weigh_by_question(hits: &mut [Hit], query: &str, config: &RecallConfig) -> [Option<Signal>; 2] {
+    let asked = if config.number_weight > 0.0 { numbers(query) } else { Vec::new() };
+    let about_requester = config.agent_turn_weight < 1.0 && asks_about_the_requester(query);
+    let (mut holding, mut agent_turns) = (0, 0);
+    for hit in hits.iter_mut() {
+        if !asked.is_empty() {
+            let share = numbers_held(&asked, &hit.memory.text);
+            if share > 0.0 {
+                holding += 1;
+                let added = config.number_weight * share;
+                hit.signals.insert(Signal::Numbers, SignalScore { rank: holding, raw: share, contribution: added });
+                hit.score += added;
+            }
+        }
+        if about_requester && said_by_the_agent(&hit.memory) {
+            agent_turns += 1;
+            let lost = hit.score * (1.0 - config.agent_turn_weight.max(0.0));
+            hit.signals.insert(Signal::Speaker, SignalScore { rank: agent_turns, raw: hit.score, contribution: -lost });
+            hit.score -= lost;
+        }
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
+    [(!asked.is_empty()).then_some(Signal::Numbers), about_requester.then_some(Signal::Speaker)]
 }
 
 /// Puts the best-ranked standing instruction at [`INSTRUCTION_PLACE`] at worst, scored between
@@ -404,6 +436,9 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     if request.k > 0 && config.recency_weight > 0.0 {
         add_recency(&mut hits, request.as_of.unwrap_or(now), config);
         signals.push(SignalReport { signal: Signal::Recency, used: true, note: None });
+    }
+    for signal in weigh_by_question(&mut hits, &request.query, config).into_iter().flatten() {
+        signals.push(SignalReport { signal, used: true, note: None });
     }
     if lifting {
         lift_instruction(&mut hits);

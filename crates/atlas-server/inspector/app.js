@@ -3,7 +3,7 @@
 // tab's sessionStorage and travels as a header, and nothing is fetched from anywhere else.
 
 const KEY = 'atlas.key';
-const SIGNALS = ['text', 'vector', 'context', 'graph', 'recency', 'instruction'];
+const SIGNALS = ['text', 'vector', 'context', 'graph', 'recency', 'instruction', 'numbers', 'speaker'];
 const DAY = 86400000;
 
 // ---- building the page: elements from data, text as text --------------------------------
@@ -278,9 +278,11 @@ async function viewSearch(_, params) {
 
 function hitCard(hit, rank) {
   const explain = hit.explain || {};
-  const total = Object.values(explain).reduce((a, s) => a + (s.contribution || 0), 0) || 1;
+  // The bar shows what each signal added; one that took away (an agent's turn, for a question
+  // about the requester) is in the table below, not in the bar.
+  const total = Object.values(explain).reduce((a, s) => a + Math.max(s.contribution || 0, 0), 0) || 1;
   const bar = h('div', { class: 'bar', title: 'share of the fused score' },
-    SIGNALS.filter((s) => explain[s]).map((s) =>
+    SIGNALS.filter((s) => explain[s] && explain[s].contribution > 0).map((s) =>
       h('span', { class: 'seg-' + s, style: `width:${(100 * explain[s].contribution / total).toFixed(1)}%` })));
   const rows = SIGNALS.filter((s) => explain[s]).map((s) =>
     h('tr', {}, h('td', {}, s), h('td', {}, '#' + explain[s].rank), h('td', {}, fixed(explain[s].score)),

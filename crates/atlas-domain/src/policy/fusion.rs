@@ -23,6 +23,12 @@ pub enum Signal {
     /// The user's standing instruction that ranks best for the request, lifted to its place
     /// (`policy::instructions`); its contribution is the score the lift added.
     Instruction,
+    /// The share of the numbers the question names that the memory holds
+    /// (`policy::question`); its contribution is what they added.
+    Numbers,
+    /// A turn the agent said, for a question about the requester (`policy::question`); its
+    /// contribution is the (negative) part of the score it lost.
+    Speaker,
 }
 
 impl Signal {
@@ -34,6 +40,8 @@ impl Signal {
             Signal::Graph => "graph",
             Signal::Recency => "recency",
             Signal::Instruction => "instruction",
+            Signal::Numbers => "numbers",
+            Signal::Speaker => "speaker",
         }
     }
 }

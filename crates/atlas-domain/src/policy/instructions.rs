@@ -12,15 +12,12 @@
 
 use crate::Memory;
 use crate::policy::long_text::TURN_WORDS;
+use crate::policy::speakers::{is_agent_role, said_by_the_agent};
 use crate::policy::text;
 
 /// The place, counted from 1, that the best-matching standing instruction takes at worst: right
 /// after the memory that answers the request best, which keeps its first place.
 pub const INSTRUCTION_PLACE: usize = 2;
-
-/// Speakers whose lines are the agent's own, or its tools': "Always back up first" from the
-/// assistant is advice given, not an instruction the agent was given.
-const AGENT_SPEAKERS: &[&str] = &["assistant", "agent", "ai", "bot", "system", "model", "tool"];
 
 /// Words that may open a sentence before the instruction itself ("Please always…", "Thanks!
 /// Also, from now on…").
@@ -71,12 +68,7 @@ const REQUEST_VERBS: &[&str] = &[
 /// Whether `memory` is a standing instruction to the agent ([`is_standing_instruction`]), and not
 /// said by the agent itself under its own name (a speaker equal to the memory's scope agent).
 pub fn instructs_the_agent(memory: &Memory) -> bool {
-    let speaker = memory.body.speaker();
-    let own = memory.scope.agent.as_deref();
-    if speaker.is_some_and(|s| own.is_some_and(|a| a.trim().eq_ignore_ascii_case(s.trim()))) {
-        return false;
-    }
-    is_standing_instruction(speaker, &memory.text)
+    !said_by_the_agent(memory) && is_standing_instruction(memory.body.speaker(), &memory.text)
 }
 
 /// Whether a memory said by `speaker` with `text` is a standing instruction to the agent: a
@@ -92,7 +84,8 @@ pub fn instructs_the_agent(memory: &Memory) -> bool {
 /// modal ("you should…"). Openers may follow `LEAD_WORDS`. Matching is on words (case and
 /// punctuation aside), so no input can make it fail.
 pub fn is_standing_instruction(speaker: Option<&str>, text: &str) -> bool {
-    if speaker.is_some_and(|s| AGENT_SPEAKERS.iter().any(|a| s.trim().eq_ignore_ascii_case(a))) {
+    // "Always back up first" from the assistant is advice given, not an instruction received.
+    if speaker.is_some_and(is_agent_role) {
         return false;
     }
     // Counted no further than the bound: recall asks this of memories of any length.

@@ -15,4 +15,5 @@ mod files_support;
 mod forgetting;
 mod inspect;
 mod migrate;
+mod question;
 mod runtime;
