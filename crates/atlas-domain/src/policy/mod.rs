@@ -1,4 +1,4 @@
-//! Pure policies: the text pipeline and BM25 every store ranks by, query normalisation, rank fusion, standing instructions, what a long
+//! Pure policies: the text pipeline and BM25 every store ranks by, query normalisation, what a question says (its numbers, whether it asks about the requester), who said a turn, rank fusion, standing instructions, what a long
 //! memory's text match is worth, recency, near-duplicate collapse, id references and their
 //! renumbering on restore, input limits, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, the relations it knows and the reading of facts in words, fact decisions) and of
