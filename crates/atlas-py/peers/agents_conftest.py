@@ -7,14 +7,12 @@ reason; every other test must pass. Copied as the suite's root conftest.py by
 
 from __future__ import annotations
 
-import os
-import tempfile
 
 import agents
 import agents.memory
 
 from atlas.agents import AtlasSession
-from skipped import pytest_collection_modifyitems  # noqa: F401 (a pytest hook)
+from skipped import pytest_collection_modifyitems, scratch_file  # noqa: F401 (a pytest hook)
 
 
 class AtlasAsSQLiteSession(AtlasSession):
@@ -22,7 +20,7 @@ class AtlasAsSQLiteSession(AtlasSession):
 
     def __init__(self, session_id, db_path=":memory:", session_settings=None, **_ignored):
         if str(db_path) == ":memory:":
-            path = os.path.join(tempfile.mkdtemp(prefix="atlas-peer-"), "session.db")
+            path = scratch_file("session.db")
         else:
             path = f"{db_path}.atlas"
         super().__init__(session_id, path, session_settings=session_settings, sleep_cycle=False)

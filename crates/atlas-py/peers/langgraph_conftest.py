@@ -6,21 +6,18 @@ Copied as the suite's root conftest.py by `cargo xtask python-tests`."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 
 import langgraph.store.memory
 
 from atlas.langgraph import AtlasStore
-from skipped import pytest_collection_modifyitems  # noqa: F401 (a pytest hook)
+from skipped import pytest_collection_modifyitems, scratch_file  # noqa: F401 (a pytest hook)
 
 
 class AtlasInMemoryStore(AtlasStore):
     """`InMemoryStore(index=..., ttl=...)` as an ATLAS space in a new temporary file."""
 
     def __init__(self, *, index=None, ttl=None, **_ignored):
-        folder = tempfile.mkdtemp(prefix="atlas-peer-")
-        super().__init__(os.path.join(folder, "store.db"), index=index, ttl=ttl, sleep_cycle=False)
+        super().__init__(scratch_file("store.db"), index=index, ttl=ttl, sleep_cycle=False)
 
 
 langgraph.store.memory.InMemoryStore = AtlasInMemoryStore

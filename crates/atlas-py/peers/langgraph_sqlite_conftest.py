@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import tempfile
 
 import langgraph.store.sqlite
 import langgraph.store.sqlite.aio
 import langgraph.store.sqlite.base
 
 from atlas.langgraph import AtlasStore
-from skipped import pytest_collection_modifyitems  # noqa: F401 (a pytest hook)
+from skipped import pytest_collection_modifyitems, scratch_file  # noqa: F401 (a pytest hook)
 
 
 def _path(conn_string: str) -> str:
     if str(conn_string) == ":memory:":
-        return os.path.join(tempfile.mkdtemp(prefix="atlas-peer-"), "store.db")
+        return scratch_file("store.db")
     return str(conn_string)
 
 
