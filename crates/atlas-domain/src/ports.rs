@@ -5,7 +5,7 @@
 //! one conformance suite over every
 //! implementation, the in-memory fake included.
 
-use crate::{Edge, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
+use crate::{Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, RecallFilter, Result, Timestamp};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -133,6 +133,24 @@ pub trait MemoryStore: Send + Sync {
             out.insert(id, edges);
         }
         Ok(out)
+    }
+
+    /// The typed links (every edge but temporal ones) of each of `ids`, at most `at_most` of
+    /// each: enough to tell a hub (an entity hundreds of turns name) from a memory recall walks
+    /// through, without reading all of a hub's links. A memory with at most `at_most` links
+    /// gets them all; which `at_most` of a busier one's come back is the store's choice. The
+    /// default reads every edge and keeps the first links; a store that can stop early does.
+    async fn links_of_many(
+        &self,
+        ids: Vec<MemoryId>,
+        at_most: usize,
+    ) -> Result<std::collections::HashMap<MemoryId, Vec<Edge>>> {
+        let mut all = self.edges_of_many(ids).await?;
+        for edges in all.values_mut() {
+            edges.retain(|e| e.kind != EdgeKind::Temporal);
+            edges.truncate(at_most);
+        }
+        Ok(all)
     }
 
     /// The `limit` newest memories the filter admits, newest first by (event time, id): a

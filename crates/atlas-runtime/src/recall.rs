@@ -138,7 +138,15 @@ async fn walk_around(
             unread.sort_unstable();
             unread.dedup();
             if !unread.is_empty() {
-                edges.extend(store.edges_of_many(unread).await?);
+                // Past the starts, the typed walk needs a memory's links only to walk on or to
+                // find it a hub: one link past the hub line tells that (an entity hundreds of
+                // turns name would otherwise be read whole, to be passed over).
+                let read = if temporal || distance == 1 {
+                    store.edges_of_many(unread).await?
+                } else {
+                    store.links_of_many(unread, HUB_MENTIONS + 1).await?
+                };
+                edges.extend(read);
             }
             for (start, seen, frontier) in &mut walks {
                 let found = around.get_mut(start).expect("one per start");

@@ -63,6 +63,14 @@ fn edges_of_sql() -> String {
     )
 }
 
+/// At most `?2` of the typed links from or to `?1`: SQLite stops reading at the limit.
+fn links_of_sql() -> String {
+    format!(
+        "SELECT {EDGE_COLUMNS} FROM edges WHERE src = ?1 AND kind <> 'temporal' UNION ALL \
+         SELECT {EDGE_COLUMNS} FROM edges WHERE dst = ?1 AND src <> ?1 AND kind <> 'temporal' LIMIT ?2"
+    )
+}
+
 #[async_trait]
 impl MemoryStore for SqliteStore {
     async fn insert(&self, batch: Vec<NewMemory>, progress: Option<ProgressFn>) -> Result<Vec<MemoryId>> {
@@ -231,6 +239,18 @@ impl MemoryStore for SqliteStore {
             .read(move |conn| {
                 let sql = edges_of_sql();
                 ids.into_iter().map(|id| Ok((id, query_edges(conn, &sql, &[Value::Integer(id.0)])?))).collect()
+            })
+            .await
+    }
+
+    async fn links_of_many(&self, ids: Vec<MemoryId>, at_most: usize) -> Result<HashMap<MemoryId, Vec<Edge>>> {
+        let limit = Value::Integer(i64::try_from(at_most).unwrap_or(i64::MAX));
+        self.readers
+            .read(move |conn| {
+                let sql = links_of_sql();
+                ids.into_iter()
+                    .map(|id| Ok((id, query_edges(conn, &sql, &[Value::Integer(id.0), limit.clone()])?)))
+                    .collect()
             })
             .await
     }

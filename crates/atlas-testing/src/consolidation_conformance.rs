@@ -28,7 +28,7 @@ macro_rules! consolidator_conformance {
                 a_revised_turn_carries_nothing_of_the_version_it_replaces,
                 a_late_statement_moves_a_fact_back_and_its_source_away,
                 a_restore_carries_what_the_cycle_consumed_and_its_ledger,
-                closed_sessions_are_those_quiet_and_not_yet_summarised);
+                closed_sessions_are_those_quiet_and_not_yet_summarised, links_stop_at_the_bound);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {
@@ -413,5 +413,53 @@ pub fn closed_sessions_are_those_quiet_and_not_yet_summarised<S: ConsolidatingSt
         assert!(store.forget(ids[2]).await.unwrap());
         assert_eq!(listed(sessions(100).await), vec![pair("bo", "a")]);
         let _ = RecallFilter::default();
+    });
+}
+
+pub fn links_stop_at_the_bound<S: ConsolidatingStore>(make: Make<S>) {
+    let subject = make();
+    runtime().block_on(async {
+        let store = subject.store.as_ref();
+        let turns: Vec<NewMemory> = (0..6).map(|i| turn(&format!("turn {i}"), "ann", 10 + i)).collect();
+        let turns = store.insert(turns, None).await.unwrap();
+        // A hub named by five turns, and a memory linked to two.
+        let mut cycle = batch(30);
+        cycle.memories.push(fact("ann", "likes", "tea", "ann", 20));
+        cycle.memories.push(fact("ann", "likes", "jazz", "ann", 20));
+        for t in &turns[..5] {
+            cycle.edges.push(edge(MemoryRef::Stored(*t), MemoryRef::New(0), EdgeKind::Entity, 30));
+        }
+        for t in &turns[4..] {
+            cycle.edges.push(edge(MemoryRef::New(1), MemoryRef::Stored(*t), EdgeKind::DerivedFrom, 30));
+        }
+        let new = store.apply(cycle).await.unwrap();
+        let (hub, pair) = (new[0], new[1]);
+        let links_of = |id| async move {
+            let mut links: Vec<_> =
+                store.edges_of(id).await.unwrap().into_iter().filter(|e| e.kind != EdgeKind::Temporal).collect();
+            links.sort_by_key(|e| (e.src, e.dst, e.kind));
+            links
+        };
+        let ids = vec![hub, pair, turns[4], turns[5]];
+        let bounded = store.links_of_many(ids.clone(), 3).await.unwrap();
+        assert_eq!(bounded.len(), ids.len());
+        assert_eq!(bounded[&hub].len(), 3, "{:?}", bounded[&hub]);
+        let all_of_hub = links_of(hub).await;
+        assert_eq!(all_of_hub.len(), 5);
+        assert!(bounded[&hub].iter().all(|e| all_of_hub.contains(e)), "a bounded read holds only the hub's links");
+        // At most the bound: all of them, and no temporal edge (turn 4 follows turn 3 and is
+        // followed by turn 5 in its session).
+        for id in [pair, turns[4], turns[5]] {
+            let mut got = bounded[&id].clone();
+            got.sort_by_key(|e| (e.src, e.dst, e.kind));
+            assert_eq!(got, links_of(id).await, "links of {id}");
+            assert!(got.iter().all(|e| e.kind != EdgeKind::Temporal));
+        }
+        assert_eq!(bounded[&turns[4]].len(), 2, "one entity link, one provenance link");
+        let unbounded = store.links_of_many(ids.clone(), 1_000).await.unwrap();
+        let mut hub_links = unbounded[&hub].clone();
+        hub_links.sort_by_key(|e| (e.src, e.dst, e.kind));
+        assert_eq!(hub_links, all_of_hub);
+        assert!(store.links_of_many(vec![MemoryId(999_999)], 3).await.unwrap()[&MemoryId(999_999)].is_empty());
     });
 }
