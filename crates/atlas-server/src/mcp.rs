@@ -44,7 +44,8 @@ currently true; summary; core: the profile), by time (`since`, `until`) or ask w
 below about 0.3 the hit is probably unrelated). With `explain: true` each hit also says which signals found \
 it (rank, raw score, share of the fused score): text alone means a word match, vector alone a match in \
 meaning, `instruction` a standing instruction of the user (\"Always ... when I ask about ...\") lifted to second \
-place, since it seldom shares words with the requests it governs.";
+place, since it seldom shares words with the requests it governs, `numbers` a memory holding the numbers \
+the query names, `speaker` (a negative share) a turn of the agent's for a question about the user.";
 
 pub const GET: &str = "Read one memory by id: its text, kind, time, scope, the edges that link it to other \
 memories (next turn, mentions, replaces) and its lifecycle (uses, soft deletion).";
