@@ -219,6 +219,9 @@ fn add_recency(hits: &mut [Hit], now: Timestamp, config: &RecallConfig) {
 fn weigh_by_question(hits: &mut [Hit], query: &str, config: &RecallConfig) -> [Option<Signal>; 2] {
     let asked = if config.number_weight > 0.0 { numbers(query) } else { Vec::new() };
     let about_requester = config.agent_turn_weight < 1.0 && asks_about_the_requester(query);
+    if asked.is_empty() && !about_requester {
+        return [None, None];
+    }
     let (mut holding, mut agent_turns) = (0, 0);
     for hit in hits.iter_mut() {
         if !asked.is_empty() {
