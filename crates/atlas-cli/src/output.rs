@@ -115,6 +115,13 @@ pub fn print_stats(config: &atlas_runtime::Config, stats: &Stats, json: bool) {
     }
     println!("edges:           {}", s.edges);
     println!("vectors:         {} ({} pending)", s.vectors, s.pending_vectors);
+    let (failed, listed) = &stats.vector_failed;
+    if *failed > 0 {
+        println!("vector failed:   {failed} (set aside, tried again later or after `atlas reembed`)");
+        for (id, why) in listed {
+            println!("  memory {id}: {why}");
+        }
+    }
     let made_by = s.embedding_model.as_ref().map(|m| format!("{} ({} dimensions)", m.name, m.dimension));
     println!("vectors made by: {}", made_by.as_deref().unwrap_or("no model bound yet"));
     if let Some(bytes) = s.bytes {

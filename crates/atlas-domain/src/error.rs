@@ -50,6 +50,13 @@ pub enum AtlasError {
     #[error("embedding error: {0}")]
     Embedding(String),
 
+    /// The embedder answered, but not with a usable vector for these inputs: it refused them
+    /// (a content policy, a text past its window) or its vector is not finite, of another
+    /// dimension or of no length. Another try of the same text fails the same way, unlike an
+    /// outage (`Embedding`): the background embedder sets such a memory aside and goes on.
+    #[error("embedding refused: {0}")]
+    EmbeddingRefused(String),
+
     #[error("llm error: {0}")]
     Llm(String),
 
@@ -71,6 +78,7 @@ impl AtlasError {
             AtlasError::NotAtlas { .. } => "not_atlas",
             AtlasError::Storage(_) => "storage",
             AtlasError::Embedding(_) => "embedding",
+            AtlasError::EmbeddingRefused(_) => "embedding_refused",
             AtlasError::Llm(_) => "llm",
             AtlasError::Config(_) => "config",
         }

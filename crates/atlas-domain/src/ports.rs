@@ -220,6 +220,16 @@ pub trait VectorIndex: Send + Sync {
     /// memories forgotten in the meantime are dropped.
     async fn put_vectors(&self, vectors: Vec<(MemoryId, Vec<f32>)>) -> Result<()>;
 
+    /// Sets `memories` aside, each with why: they stay queued, but no embedder claims them until
+    /// `until` (a text the embedder refuses, or whose vector is unusable, waits on a long
+    /// backoff instead of holding up the queue behind it). `put_vectors` takes one off the
+    /// queue as usual; `rebind_model` (a re-embed) queues it afresh, claimable at once.
+    async fn set_aside(&self, memories: Vec<(MemoryId, String)>, until: Timestamp) -> Result<()>;
+
+    /// How many queued memories are set aside (see [`VectorIndex::set_aside`]), and up to `limit`
+    /// of them with why, in id order.
+    async fn set_aside_vectors(&self, limit: usize) -> Result<(u64, Vec<(MemoryId, String)>)>;
+
     /// Nearest memories to `query` by cosine similarity (score = similarity), best first.
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
 
@@ -230,6 +240,11 @@ pub trait VectorIndex: Send + Sync {
     /// ([`crate::policy::embedding::away_from_mean`]).
     async fn mean_vector(&self) -> Result<Option<Vec<f32>>>;
 }
+
+/// How long a memory whose text the embedder refused waits before it is tried again (six
+/// hours): long enough that a poisoned memory costs the endpoint a request a few times a day,
+/// short enough that a content policy or a model changed meanwhile lets it through the same day.
+pub const VECTOR_SET_ASIDE_MS: i64 = 6 * 3_600_000;
 
 /// The fewest vectors a store estimates [`VectorIndex::mean_vector`] from when it does not keep
 /// it exactly: the standard error of each component is then under 2% of its spread.

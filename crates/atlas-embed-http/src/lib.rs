@@ -12,6 +12,7 @@ mod batches;
 mod wire;
 
 use async_trait::async_trait;
+use atlas_domain::policy::secrets::{display_url, redact};
 use atlas_domain::ports::{Embedder, EmbedderUsage, EmbeddingModel};
 use atlas_domain::{AtlasError, Result};
 use atlas_http::{Failure, Retry};
@@ -129,6 +130,18 @@ struct Counters {
 /// A request's vectors, boxed: splitting a refused request calls itself.
 type Vectors<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Vec<f32>>>> + Send + 'a>>;
 
+/// The status a [`Failure`] carries for an answer that is well-formed but not this space's
+/// vectors (not an HTTP status: none is in the 600s).
+const MISMATCH: u16 = 600;
+
+/// The most bytes an answer to `inputs` inputs may take: each vector's numbers written out in
+/// full (at most 26 bytes each, `-1.2345678901234567e-300,`), of the space's dimension or, while
+/// it is not known, of the widest models' (16,384), and room for the envelope.
+fn answer_cap(inputs: usize, dimension: usize) -> usize {
+    let dimension = if dimension == 0 { 16_384 } else { dimension };
+    inputs.max(1).saturating_mul(dimension.saturating_mul(26).saturating_add(256)).saturating_add(64 << 10)
+}
+
 /// The shortest text a refused single input is shortened to before the refusal is final.
 const SHORTEST_RETRIED_TEXT: usize = 64;
 
@@ -146,7 +159,7 @@ fn too_large(failure: &Failure) -> bool {
 impl HttpEmbedder {
     /// Checks the options and learns the dimension (from them, else by asking the endpoint).
     pub async fn connect(options: HttpEmbedderOptions) -> Result<Self> {
-        let config = |m: String| AtlasError::Config(format!("embeddings endpoint {}: {m}", options.url));
+        let config = |m: String| AtlasError::Config(format!("embeddings endpoint {}: {m}", display_url(&options.url)));
         if !(options.url.starts_with("http://") || options.url.starts_with("https://")) {
             return Err(config("expected an http(s) URL".into()));
         }
@@ -161,9 +174,14 @@ impl HttpEmbedder {
         let mut embedder = HttpEmbedder { route: options.route(), options, client, model, usage: Counters::default() };
         if embedder.model.dimension == 0 {
             let probe = embedder.embed_with(vec!["dimension".into()], Prefix::Document).await.map_err(|e| {
+                // The inner words only: "embedding error: " once.
+                let said = match e {
+                    AtlasError::Embedding(m) | AtlasError::EmbeddingRefused(m) => m,
+                    other => other.to_string(),
+                };
                 AtlasError::Embedding(format!(
-                    "{e}; the embedder asks the endpoint for its dimension at start: set the dimension \
-                     (http.dimensions) to start while the endpoint is away"
+                    "{said}; the embedder asks the endpoint for its dimension at start (a space that has \
+                     recorded it does not): set http.dimensions to start while the endpoint is away"
                 ))
             })?;
             embedder.model.dimension = probe.first().map_or(0, Vec::len);
@@ -243,10 +261,21 @@ impl HttpEmbedder {
                 return self.embed_batch(vec![shorter]).await;
             }
             let tries = if tries == 1 { String::new() } else { format!(" (after {tries} attempts)") };
-            Err(AtlasError::Embedding(format!(
+            let message = format!(
                 "embeddings endpoint {} (model {}): {}{tries}",
-                self.options.url, self.options.model, failure.message
-            )))
+                display_url(&self.options.url),
+                self.options.model,
+                redact(&failure.message, &self.secrets())
+            );
+            // The endpoint answered, and would answer this input the same way again: a text it
+            // refuses alone, or vectors that are not this space's. The runtime sets such a memory
+            // aside; anything else (an outage) keeps every memory queued.
+            let refused_alone = refused && inputs.len() == 1;
+            if refused_alone || failure.status == Some(MISMATCH) {
+                Err(AtlasError::EmbeddingRefused(message))
+            } else {
+                Err(AtlasError::Embedding(message))
+            }
         })
     }
 
@@ -264,12 +293,17 @@ impl HttpEmbedder {
         result
     }
 
+    /// What must never be shown: the API key.
+    fn secrets(&self) -> Vec<&str> {
+        self.options.api_key.as_deref().into_iter().collect()
+    }
+
     async fn request(&self, inputs: &[String]) -> std::result::Result<Vec<Vec<f32>>, Failure> {
         let mut call = self.client.post(&self.route).json(&wire::request(&self.options.model, inputs));
         if let Some(key) = &self.options.api_key {
             call = call.bearer_auth(key);
         }
-        let text = atlas_http::send(call, self.options.timeout).await?;
+        let text = atlas_http::send(call, self.options.timeout, answer_cap(inputs.len(), self.model.dimension)).await?;
         let dimension = (self.model.dimension > 0).then_some(self.model.dimension);
         match wire::answer(&text, inputs.len(), dimension) {
             Ok(answer) => {
@@ -280,9 +314,12 @@ impl HttpEmbedder {
             Err(wire::Unusable::Malformed(m)) => {
                 Err(Failure { message: m, retry: true, wait: None, status: None, timed_out: false })
             }
-            Err(wire::Unusable::Mismatch(m)) => Err(Failure::permanent(format!(
-                "{m}: is another model behind the URL now? `atlas reembed` moves the space to it"
-            ))),
+            Err(wire::Unusable::Mismatch(m)) => Err(Failure {
+                status: Some(MISMATCH),
+                ..Failure::permanent(format!(
+                    "{m}: is another model behind the URL now? `atlas reembed` moves the space to it"
+                ))
+            }),
         }
     }
 }

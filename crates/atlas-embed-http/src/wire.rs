@@ -3,6 +3,7 @@
 //! vector per input, in input order, every count and dimension checked. Pure, so the tests can
 //! check it byte for byte.
 
+use atlas_domain::policy::model_answer::unit_vector;
 use serde_json::{Value, json};
 
 /// `POST …/embeddings` with `input` as an array (one request per batch), floats asked for.
@@ -55,21 +56,10 @@ pub fn answer(text: &str, inputs: usize, dimension: Option<usize>) -> Result<Ans
                 n.as_f64().ok_or_else(|| malformed(format!("data[{position}].embedding holds {n}, not a number")))?;
             vector.push(x as f32);
         }
-        if let Some(d) = dimension
-            && vector.len() != d
-        {
-            return Err(Unusable::Mismatch(format!(
-                "the endpoint answered a vector of {} numbers (data[{position}]); the space's model has {d}",
-                vector.len()
-            )));
-        }
-        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if !norm.is_finite() || norm == 0.0 {
-            return Err(Unusable::Mismatch(format!(
-                "data[{position}].embedding has no direction (its length is {norm})"
-            )));
-        }
-        vector.iter_mut().for_each(|x| *x /= norm);
+        // The one check every embedder's vectors pass (finite, the dimension, a direction).
+        let vector = unit_vector(vector, dimension).map_err(|why| {
+            Unusable::Mismatch(format!("the endpoint answered an unusable vector (data[{position}]): {why}"))
+        })?;
         if slots[index].replace(vector).is_some() {
             return Err(malformed(format!("two vectors for input {index}")));
         }

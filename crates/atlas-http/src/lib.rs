@@ -40,10 +40,15 @@ pub fn client(timeout: Duration) -> Result<reqwest::Client, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Sends `call` and reads its answer's body; a status other than 2xx is a [`Failure`] with the
-/// start of the body, retryable for 429 and 5xx.
-pub async fn send(call: reqwest::RequestBuilder, timeout: Duration) -> Result<String, Failure> {
-    let response = call.send().await.map_err(|err| Failure {
+/// How much of an error answer's body is read (its start is quoted in the failure).
+const ERROR_BODY_BYTES: usize = 4096;
+
+/// Sends `call` and reads its answer's body, at most `max_bytes` of it: a longer answer (a
+/// runaway stream, an endless chunked body) is cut off with a failure no retry mends, so that
+/// no answer holds more memory than the call it answers warrants. A status other than 2xx is a
+/// [`Failure`] with the start of the body, retryable for 429 and 5xx.
+pub async fn send(call: reqwest::RequestBuilder, timeout: Duration, max_bytes: usize) -> Result<String, Failure> {
+    let mut response = call.send().await.map_err(|err| Failure {
         retry: err.is_timeout() || err.is_connect() || err.is_request() || err.is_body(),
         message: if err.is_timeout() {
             format!("no answer within {} ms", timeout.as_millis())
@@ -61,14 +66,42 @@ pub async fn send(call: reqwest::RequestBuilder, timeout: Duration) -> Result<St
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
-    let text = response.text().await.map_err(|err| Failure {
-        // The connection broke while the answer came: the call itself may well succeed again.
-        retry: true,
-        message: format!("reading the answer failed: {}", chain(&err)),
+    let limit = if status.is_success() { max_bytes } else { ERROR_BODY_BYTES };
+    let too_long = |bytes: u64| Failure {
+        message: format!("the answer is longer than the {max_bytes} bytes this call reads ({bytes} bytes or more)"),
+        retry: false,
         wait: None,
         status: Some(status.as_u16()),
-        timed_out: err.is_timeout(),
-    })?;
+        timed_out: false,
+    };
+    if status.is_success()
+        && let Some(length) = response.content_length()
+        && length > max_bytes as u64
+    {
+        return Err(too_long(length));
+    }
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        let chunk = response.chunk().await.map_err(|err| Failure {
+            // The connection broke while the answer came: the call itself may well succeed again.
+            retry: true,
+            message: format!("reading the answer failed: {}", chain(&err)),
+            wait: None,
+            status: Some(status.as_u16()),
+            timed_out: err.is_timeout(),
+        })?;
+        let Some(chunk) = chunk else { break };
+        if body.len() + chunk.len() > limit {
+            if status.is_success() {
+                return Err(too_long((body.len() + chunk.len()) as u64));
+            }
+            // An error's start is enough to quote.
+            body.extend_from_slice(&chunk[..limit - body.len()]);
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
     if !status.is_success() {
         let retry = status.as_u16() == 429 || status.is_server_error();
         let head: String = text.chars().take(300).collect();

@@ -6,6 +6,8 @@
 mod wire;
 
 use async_trait::async_trait;
+use atlas_domain::policy::model_answer::answer_bytes;
+use atlas_domain::policy::secrets::{display_url, redact};
 use atlas_domain::ports::{Completion, Llm, LlmRequest};
 use atlas_domain::{AtlasError, Result};
 use atlas_http::{Failure, Retry};
@@ -98,12 +100,15 @@ impl Llm for HttpLlm {
         let e = &self.endpoint;
         let retry = Retry { max_retries: e.max_retries, backoff: e.backoff, ..Retry::default() };
         atlas_http::with_retries(retry, &e.name, || self.attempt(&request)).await.map_err(|(failure, tries)| {
+            // Neither the URL's credentials nor a key the server echoed reach an error, a log
+            // line or the ledger of cycles.
+            let secrets: Vec<&str> = e.api_key.as_deref().into_iter().collect();
             AtlasError::Llm(format!(
                 "{} ({} at {}): {} (after {tries} attempt{})",
                 e.name,
                 e.model,
-                e.url,
-                failure.message,
+                display_url(&e.url),
+                redact(&failure.message, &secrets),
                 if tries == 1 { "" } else { "s" }
             ))
         })
@@ -129,7 +134,7 @@ impl HttpLlm {
             }
             (Provider::OpenAi, None) => call,
         };
-        let text = atlas_http::send(call, e.timeout).await?;
+        let text = atlas_http::send(call, e.timeout, answer_cap(e, request)).await?;
         let parsed = match e.provider {
             Provider::OpenAi => wire::openai_answer(&text),
             Provider::Anthropic => wire::anthropic_answer(&text),
@@ -142,6 +147,15 @@ impl HttpLlm {
             cost: (input_tokens as f64 * e.input_price + output_tokens as f64 * e.output_price) / 1e6,
         })
     }
+}
+
+/// The most bytes of an answer read for `request`: what its schema allows, or else what
+/// `max_tokens` tokens can spell (at most 16 bytes a token), each byte escaped twice over in the
+/// widest form (the answer is JSON inside a JSON string), and room for the envelope.
+fn answer_cap(e: &Endpoint, request: &LlmRequest) -> usize {
+    let by_tokens = u64::from(e.max_tokens).saturating_mul(16);
+    let answer = request.json_schema.as_ref().and_then(answer_bytes).unwrap_or(by_tokens);
+    usize::try_from(answer.saturating_mul(7).saturating_add(64 << 10)).unwrap_or(usize::MAX)
 }
 
 /// Several endpoints of one tier, tried in order: the first that answers does. A tier never

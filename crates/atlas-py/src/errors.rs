@@ -17,7 +17,7 @@ fn class_of(code: &str) -> &'static str {
         "conflict" => "Conflict",
         "busy" => "Busy",
         "storage" | "not_atlas" | "schema_too_new" => "StorageError",
-        "embedding" | "model_mismatch" => "EmbeddingError",
+        "embedding" | "embedding_refused" | "model_mismatch" => "EmbeddingError",
         "config" => "ConfigError",
         "closed" => "ClosedError",
         _ => "AtlasError",
@@ -71,62 +71,110 @@ pub fn closed(message: String) -> PyErr {
 
 /// `value` (the argument `field`; "" for an operation's arguments, whose fields are named
 /// alone) as JSON; a value JSON cannot hold (bytes, a set, an object, a key that is not a
-/// string, a number too large) is `InvalidInput` naming its path (`memories[0].meta.when`).
+/// string, a number too large, NaN), one nested deeper than [`MAX_DEPTH`] or one that contains
+/// itself is `InvalidInput` naming its path (`memories[0].meta.when`). The value is walked
+/// without recursion before anything converts it, so that no value (10,000 levels, a dict
+/// holding itself) can exhaust a thread's stack.
 pub fn to_json(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
-    pythonize::depythonize::<Value>(value).map_err(|e| match bad_path(value, field.to_owned(), 0) {
-        Some((path, why)) => invalid(if path.is_empty() { "arguments" } else { &path }, why),
-        None => invalid(if field.is_empty() { "arguments" } else { field }, e),
-    })
+    let named = |path: &str| if path.is_empty() { "arguments".to_owned() } else { path.to_owned() };
+    if let Some((path, why)) = bad_path(value, field) {
+        return Err(invalid(&named(&path), why));
+    }
+    pythonize::depythonize::<Value>(value).map_err(|e| invalid(&named(field), e))
 }
 
-/// Deeper than this, the path is not walked: the domain's depth rule refuses such a value.
-const MAX_WALK: usize = 256;
+/// How deeply an argument may nest lists and dicts: deep enough that the domain's own rule
+/// (`meta` holds at most 32 levels) names the field of a value a little too deep, shallow enough
+/// that converting it never nears a small thread's stack (about 600 bytes a level: a thread of
+/// 512 KB failed at 900 levels).
+pub const MAX_DEPTH: usize = 200;
 
-/// The first place in `value` that has no JSON form, and why.
-fn bad_path(value: &Bound<'_, PyAny>, path: String, depth: usize) -> Option<(String, String)> {
-    if depth > MAX_WALK {
-        return None;
+/// How many values one argument may hold in all (a structure that shares one list many times
+/// over is walked once per reference).
+const MAX_VALUES: usize = 4_000_000;
+
+/// One container being walked: its address (to tell a cycle), its path, its children left.
+struct Open<'py> {
+    address: usize,
+    children: std::vec::IntoIter<(String, Bound<'py, PyAny>)>,
+}
+
+/// The first place in `value` that has no JSON form, and why; depth first, without recursion.
+fn bad_path(value: &Bound<'_, PyAny>, path: &str) -> Option<(String, String)> {
+    let mut open: Vec<Open<'_>> = Vec::new();
+    let mut on_path: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let mut next: Option<(String, Bound<'_, PyAny>)> = Some((path.to_owned(), value.clone()));
+    let mut seen = 0usize;
+    loop {
+        if let Some((path, value)) = next.take() {
+            seen += 1;
+            if seen > MAX_VALUES {
+                return Some((path, format!("holds more than {MAX_VALUES} values")));
+            }
+            match children(&value, &path) {
+                Err(why) => return Some((path, why)),
+                Ok(None) => {}
+                Ok(Some(items)) => {
+                    let address = value.as_ptr() as usize;
+                    if !on_path.insert(address) {
+                        return Some((path, "contains itself (a list or dict inside itself has no JSON form)".into()));
+                    }
+                    if open.len() >= MAX_DEPTH {
+                        return Some((path, format!("nested more than {MAX_DEPTH} levels deep")));
+                    }
+                    open.push(Open { address, children: items.into_iter() });
+                }
+            }
+        }
+        let top = open.last_mut()?;
+        match top.children.next() {
+            Some(child) => next = Some(child),
+            None => {
+                on_path.remove(&top.address);
+                open.pop();
+            }
+        }
     }
+}
+
+/// A value's children with their paths (`None` for a scalar JSON holds), or why it has no
+/// JSON form.
+fn children<'py>(value: &Bound<'py, PyAny>, path: &str) -> Result<Option<Vec<(String, Bound<'py, PyAny>)>>, String> {
     if value.is_none() || value.is_instance_of::<PyBool>() || value.is_instance_of::<PyString>() {
-        return None;
+        return Ok(None);
     }
     if value.is_instance_of::<PyInt>() {
         return match (value.extract::<i64>(), value.extract::<u64>()) {
-            (Err(_), Err(_)) => Some((path, format!("{value} is out of the range of a 64-bit integer"))),
-            _ => None,
+            (Err(_), Err(_)) => Err(format!("{value} is out of the range of a 64-bit integer")),
+            _ => Ok(None),
         };
     }
     if let Ok(float) = value.cast::<PyFloat>() {
         let float = float.value();
-        return (!float.is_finite()).then(|| (path, format!("{float} is not a finite number")));
+        return if float.is_finite() { Ok(None) } else { Err(format!("{float} is not a finite number")) };
     }
     if let Ok(dict) = value.cast::<PyDict>() {
+        let mut items = Vec::with_capacity(dict.len());
         for (key, item) in dict.iter() {
             let Ok(name) = key.extract::<String>() else {
                 let kind = key.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-                return Some((
-                    path,
-                    format!(
-                        "a key must be a string, got {kind} {}",
-                        key.repr().map(|r| r.to_string()).unwrap_or_default()
-                    ),
+                return Err(format!(
+                    "a key must be a string, got {kind} {}",
+                    key.repr().map(|r| r.to_string()).unwrap_or_default()
                 ));
             };
             let inner = if path.is_empty() { name } else { format!("{path}.{name}") };
-            if let Some(found) = bad_path(&item, inner, depth + 1) {
-                return Some(found);
-            }
+            items.push((inner, item));
         }
-        return None;
+        return Ok(Some(items));
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-        for (i, item) in value.try_iter().ok()?.enumerate() {
-            if let Some(found) = bad_path(&item.ok()?, format!("{path}[{i}]"), depth + 1) {
-                return Some(found);
-            }
+        let mut items = Vec::new();
+        for (i, item) in value.try_iter().map_err(|e| e.to_string())?.enumerate() {
+            items.push((format!("{path}[{i}]"), item.map_err(|e| e.to_string())?));
         }
-        return None;
+        return Ok(Some(items));
     }
     let kind = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    Some((path, format!("{kind} has no JSON form (give a string, number, boolean, None, list or dict)")))
+    Err(format!("{kind} has no JSON form (give a string, number, boolean, None, list or dict)"))
 }

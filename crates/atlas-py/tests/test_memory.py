@@ -201,6 +201,55 @@ def test_metadata_nested_too_deep_is_refused_and_the_space_stays_readable(memory
     assert len(memory.get_all(user_id="ann")["results"]) == 2
 
 
+def test_metadata_deep_enough_to_crash_or_holding_itself_is_invalid_input(memory):
+    # Issue 69: 10,000 levels on the main thread, 900 in a thread of 512 KB and a dict that
+    # contains itself all ended the interpreter with SIGSEGV (the conversion recursed first).
+    memory.add("kept", user_id="ann", infer=False)
+    deep: dict = {}
+    inner = deep
+    for _ in range(10_000):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.add("too deep", user_id="ann", metadata={"deep": deep}, infer=False)
+    assert "nested more than" in str(bad.value) and bad.value.field.startswith("memories[0].meta.deep")
+    circular: dict = {"a": 1}
+    circular["self"] = circular
+    with pytest.raises(atlas.InvalidInput) as bad:
+        memory.remember("circular", meta={"c": circular})
+    assert "contains itself" in str(bad.value) and bad.value.field == "meta.c.self"
+    shared = [1, 2]
+    memory.remember("shared twice is fine", meta={"a": shared, "b": shared})
+    for value, why in [(float("nan"), "not a finite number"), ({1, 2}, "has no JSON form")]:
+        with pytest.raises(atlas.InvalidInput) as bad:
+            memory.remember("odd", meta={"v": value})
+        assert why in str(bad.value) and bad.value.field == "meta.v"
+
+    outcome: list = []
+
+    def in_a_small_thread():
+        nine_hundred: list = []
+        inner = nine_hundred
+        for _ in range(900):
+            inner.append([])
+            inner = inner[0]
+        try:
+            memory.remember("deep in a thread", meta={"deep": nine_hundred})
+            outcome.append("stored")
+        except atlas.InvalidInput as e:
+            outcome.append(str(e))
+
+    previous = threading.stack_size(512 * 1024)
+    try:
+        worker = threading.Thread(target=in_a_small_thread)
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(previous)
+    assert len(outcome) == 1 and "nested more than" in outcome[0], outcome
+    assert [m["memory"] for m in memory.get_all(user_id="ann")["results"]] == ["kept"]
+
+
 def test_native_api_recall_explain_forget_recover(memory):
     ids = memory.remember_many(
         [

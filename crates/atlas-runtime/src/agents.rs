@@ -547,6 +547,13 @@ impl Atlas {
     /// outside the schema: the rule takes over).
     async fn abstract_by_model(&self, t: &Trajectory) -> Option<(String, String)> {
         let llm = self.parts.llm.as_ref()?;
+        let schema = serde_json::json!({
+            "type": "object", "required": ["situation", "suggestion"],
+            "properties": {
+                "situation": {"type": "string", "minLength": 1, "maxLength": 300},
+                "suggestion": {"type": "string", "minLength": 1, "maxLength": 500}
+            }
+        });
         let request = LlmRequest {
             system: "You turn one task an agent did into a reusable strategy: the situation it applies to \
                      (general, no specifics of this task) and what to do in it. Answer with JSON only: \
@@ -560,13 +567,7 @@ impl Atlas {
                 if t.success { "success" } else { "failure" },
                 t.feedback.as_deref().unwrap_or("none")
             ),
-            json_schema: Some(serde_json::json!({
-                "type": "object", "required": ["situation", "suggestion"],
-                "properties": {
-                    "situation": {"type": "string", "minLength": 1, "maxLength": 300},
-                    "suggestion": {"type": "string", "minLength": 1, "maxLength": 500}
-                }
-            })),
+            json_schema: Some(schema.clone()),
         };
         let answer = match llm.complete(request).await {
             Ok(answer) => answer,
@@ -575,7 +576,9 @@ impl Atlas {
                 return None;
             }
         };
-        let value: serde_json::Value = serde_json::from_str(answer.text.trim()).ok()?;
+        let value = atlas_domain::policy::model_answer::read_answer(&answer.text, &schema)
+            .map_err(|why| tracing::warn!(%why, "the model's strategy is outside its schema; the rule writes it"))
+            .ok()?;
         let field = |k: &str| value.get(k)?.as_str().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
         Some((field("situation")?, field("suggestion")?))
     }

@@ -1,10 +1,12 @@
 //! The background embedder: fills vectors of new memories in batches, off the hot path.
 
 use crate::Parts;
-use atlas_domain::Result;
 use atlas_domain::policy::embedding::embedding_text;
-use atlas_domain::ports::ProgressFn;
+use atlas_domain::policy::model_answer::unit_vector;
+use atlas_domain::ports::{Embedder, ProgressFn, VECTOR_SET_ASIDE_MS};
+use atlas_domain::{AtlasError, Memory, MemoryId, Result, Timestamp};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
@@ -23,13 +25,23 @@ struct Shared {
     /// One drain at a time, so an `import` waiting for its vectors and the task never embed the
     /// same memories twice.
     draining: Mutex<()>,
+    /// Whether the embedder has given this process a usable vector: until it has, a refusal of
+    /// every text it was given says more about the embedder (another model behind the URL, a
+    /// broken model file) than about the texts, and nothing is set aside for it.
+    answered: AtomicBool,
 }
 
 impl Background {
     /// Without `task`, nothing embeds until someone calls [`Background::drain`].
     pub fn start(parts: Arc<Parts>, batch: usize, task: bool) -> Self {
         let enabled = task && parts.embedder.is_some();
-        let shared = Arc::new(Shared { parts, batch, wake: Notify::new(), draining: Mutex::new(()) });
+        let shared = Arc::new(Shared {
+            parts,
+            batch,
+            wake: Notify::new(),
+            draining: Mutex::new(()),
+            answered: AtomicBool::new(false),
+        });
         let task = enabled.then(|| {
             let shared = Arc::clone(&shared);
             // Pending work from an earlier run starts at once.
@@ -82,8 +94,15 @@ impl Background {
             return Ok(0);
         };
         let mut done = 0;
-        while started.elapsed() < budget {
-            let n = self.shared.embed_batch(embedder.as_ref(), CATCH_UP_BATCH).await?;
+        while let Some(left) = budget.checked_sub(started.elapsed()) {
+            // The budget bounds the call too: an embedder that accepts and never answers (an
+            // endpoint hung) costs a recall at most its budget, not the endpoint's timeouts and
+            // retries. The claimed memories stay queued; their claim expires.
+            let Ok(n) = tokio::time::timeout(left, self.shared.embed_batch(embedder.as_ref(), CATCH_UP_BATCH)).await
+            else {
+                break;
+            };
+            let n = n?;
             if n == 0 {
                 break;
             }
@@ -138,8 +157,9 @@ impl Shared {
                     }
                     None => embedding.await?,
                 };
-                let (vectors, n) = (&self.parts.vectors, embedded.len());
-                writing = Some(Box::pin(async move { vectors.put_vectors(embedded).await.map(|()| n) }));
+                let vectors = self.settle(embedded).await?;
+                let (store, n) = (&self.parts.vectors, vectors.len());
+                writing = Some(Box::pin(async move { store.put_vectors(vectors).await.map(|()| n) }));
             }
             if let Some(write) = writing {
                 done += write.await?;
@@ -155,28 +175,85 @@ impl Shared {
         if pending.is_empty() {
             return Ok(0);
         }
-        let embedded = embed(embedder, &pending).await?;
-        let n = embedded.len();
-        self.parts.vectors.put_vectors(embedded).await?;
-        Ok(n)
+        let vectors = self.settle(embed(embedder, &pending).await?).await?;
+        let n = vectors.len();
+        self.parts.vectors.put_vectors(vectors).await?;
+        // Set-aside memories count as done: the queue moved past them.
+        Ok(n.max(pending.len()))
+    }
+
+    /// The vectors to store of `embedded`; its refused memories are set aside on a long backoff
+    /// (once the embedder has shown that it answers), each with why.
+    async fn settle(&self, embedded: Embedded) -> Result<Vec<(MemoryId, Vec<f32>)>> {
+        if !embedded.vectors.is_empty() {
+            self.answered.store(true, Ordering::Relaxed);
+        }
+        if !embedded.refused.is_empty() {
+            if !self.answered.load(Ordering::Relaxed) {
+                let (id, why) = &embedded.refused[0];
+                return Err(AtlasError::EmbeddingRefused(format!(
+                    "memory {id} and every other text so far: {why} (nothing is set aside until the embedder \
+                     has given one usable vector)"
+                )));
+            }
+            for (id, why) in &embedded.refused {
+                tracing::warn!(memory = %id, %why, "a memory's vector was refused; it is set aside and tried again later");
+            }
+            let until = Timestamp(crate::now().millis() + VECTOR_SET_ASIDE_MS);
+            self.parts.vectors.set_aside(embedded.refused, until).await?;
+        }
+        Ok(embedded.vectors)
     }
 }
 
-/// The vectors of `memories`' embedding texts, paired with their ids.
-async fn embed(
-    embedder: &dyn atlas_domain::ports::Embedder,
-    memories: &[atlas_domain::Memory],
-) -> Result<Vec<(atlas_domain::MemoryId, Vec<f32>)>> {
-    let (ids, texts): (Vec<_>, Vec<_>) = memories.iter().map(|m| (m.id, embedding_text(m))).unzip();
-    let vectors = embedder.embed(texts).await?;
-    if vectors.len() != ids.len() {
-        return Err(atlas_domain::AtlasError::Embedding(format!(
-            "embedder returned {} vectors for {} texts",
-            vectors.len(),
-            ids.len()
-        )));
+/// What one embedding of queued memories gave: their vectors, each checked for the space, and
+/// the memories to set aside, with why.
+#[derive(Default)]
+struct Embedded {
+    vectors: Vec<(MemoryId, Vec<f32>)>,
+    refused: Vec<(MemoryId, String)>,
+}
+
+/// The vectors of `memories`' embedding texts, paired with their ids, each held to the space
+/// (finite, its dimension, a direction: `policy::model_answer::unit_vector`), whichever embedder
+/// made it. A batch the embedder refuses ([`AtlasError::EmbeddingRefused`]) is embedded by
+/// halves, down to single memories, so that one memory it always refuses, or whose vector is
+/// unusable, never holds up the others: such a memory is in `refused`. Any other error (an
+/// outage) fails the call, and nothing is set aside for it.
+async fn embed(embedder: &dyn Embedder, memories: &[Memory]) -> Result<Embedded> {
+    let dimension = Some(embedder.model().dimension).filter(|d| *d > 0);
+    let mut out = Embedded::default();
+    let mut parts: Vec<&[Memory]> = vec![memories];
+    while let Some(part) = parts.pop() {
+        if part.is_empty() {
+            continue;
+        }
+        let texts: Vec<String> = part.iter().map(embedding_text).collect();
+        let refusal = match embedder.embed(texts).await {
+            Ok(vectors) if vectors.len() == part.len() => {
+                for (memory, vector) in part.iter().zip(vectors) {
+                    match unit_vector(vector, dimension) {
+                        Ok(unit) => out.vectors.push((memory.id, unit)),
+                        Err(why) => out.refused.push((memory.id, format!("the embedder's vector is unusable: {why}"))),
+                    }
+                }
+                continue;
+            }
+            Ok(vectors) => format!("the embedder returned {} vectors for {} texts", vectors.len(), part.len()),
+            Err(AtlasError::EmbeddingRefused(why)) => why,
+            Err(other) => return Err(other),
+        };
+        match part {
+            [one] => out.refused.push((one.id, refusal)),
+            _ => {
+                let (first, second) = part.split_at(part.len() / 2);
+                // The first half is embedded first: memories keep their queue's order.
+                parts.push(second);
+                parts.push(first);
+            }
+        }
     }
-    Ok(ids.into_iter().zip(vectors).collect())
+    Ok(out)
 }
 
 impl Drop for Background {

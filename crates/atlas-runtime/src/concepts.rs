@@ -268,6 +268,14 @@ impl Atlas {
     /// from its code and the tasks it was learned from (so that a task finds it).
     async fn autodoc(&self, concept: &Learned, tasks: &[&str]) -> Option<(String, String)> {
         let llm = self.parts.llm.as_ref()?;
+        // The name's pattern is checked below (the answer check leaves patterns to the caller).
+        let schema = serde_json::json!({
+            "type": "object", "required": ["name", "description"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-z_][a-z0-9_]{0,47}$", "maxLength": 48},
+                "description": {"type": "string", "minLength": 1, "maxLength": 300}
+            }
+        });
         let request = LlmRequest {
             system: "You name and document a reusable code pattern learned from an agent's programs. Answer with \
                      JSON only: {\"name\": \"snake_case_identifier\", \"description\": \"one sentence\"}."
@@ -278,16 +286,12 @@ impl Atlas {
                 concept.code,
                 tasks.join("\n")
             ),
-            json_schema: Some(serde_json::json!({
-                "type": "object", "required": ["name", "description"],
-                "properties": {
-                    "name": {"type": "string", "pattern": "^[a-z_][a-z0-9_]{0,47}$"},
-                    "description": {"type": "string", "minLength": 1, "maxLength": 300}
-                }
-            })),
+            json_schema: Some(schema.clone()),
         };
         let answer = llm.complete(request).await.map_err(|e| tracing::warn!(error = %e, "autodoc failed")).ok()?;
-        let value: serde_json::Value = serde_json::from_str(answer.text.trim()).ok()?;
+        let value = atlas_domain::policy::model_answer::read_answer(&answer.text, &schema)
+            .map_err(|why| tracing::warn!(%why, "the model's concept name is outside its schema"))
+            .ok()?;
         let name = value.get("name")?.as_str()?.trim();
         let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         let description = value.get("description")?.as_str()?.trim();

@@ -318,6 +318,10 @@ pub struct RecallConfig {
     /// before it answers (0: none); what is left waits for the background task or
     /// `atlas embed-pending`, and full text covers it meanwhile.
     pub embed_budget_ms: u64,
+    /// At most this long (ms) a recall waits for its query's vector; past it, or while the
+    /// embedder has just failed (a circuit breaker pauses it, one second doubling up to 30),
+    /// the recall answers from full text at once and its vector signal says why.
+    pub query_embedding_timeout_ms: u64,
     /// The standing instruction of the user that ranks best for a request ("Always … when I
     /// ask about …") comes at place 2 at worst ([`atlas_domain::policy::instructions`]): BEAM
     /// dev instruction following R@10 0.56 → 0.78 (docs/EVAL.md). Off, it ranks like any memory.
@@ -351,6 +355,7 @@ impl Default for RecallConfig {
             duplicate_threshold: 0.8,
             centre_query: false,
             embed_budget_ms: 250,
+            query_embedding_timeout_ms: 500,
             standing_instructions: true,
             number_weight: 0.5,
             agent_turn_weight: 0.5,
@@ -472,6 +477,9 @@ impl Config {
         }
         if let Some(v) = env("ATLAS_RECALL_EMBED_BUDGET_MS") {
             self.recall.embed_budget_ms = millis("ATLAS_RECALL_EMBED_BUDGET_MS", v)?;
+        }
+        if let Some(v) = env("ATLAS_RECALL_QUERY_EMBEDDING_TIMEOUT_MS") {
+            self.recall.query_embedding_timeout_ms = millis("ATLAS_RECALL_QUERY_EMBEDDING_TIMEOUT_MS", v)?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ pub(crate) use sleeper::Sleeper;
 
 use crate::Parts;
 use crate::config::ConsolidationConfig;
-use atlas_domain::policy::consolidation::{Candidate, NameMention, is_phatic, name_mentions, normalize};
+use atlas_domain::policy::consolidation::{Candidate, NameMention, fact_text, is_phatic, name_mentions, normalize};
 use atlas_domain::policy::reading::tag_fact;
 use atlas_domain::policy::relations;
 use atlas_domain::policy::retain::{RetainTag, harvest};
@@ -75,7 +75,27 @@ pub struct CycleReport {
     /// close enough to be the same): each with its verdict and who gave it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub judgments: Vec<Judgment>,
+    /// Model answers refused for departing from their schema or from the input limits (the turns
+    /// they were about wait for a later cycle; a summary falls back to an extractive one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub answers_refused: usize,
+    /// Why, for the first [`REFUSALS_SHOWN`] of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<String>,
     pub took_ms: f64,
+}
+
+/// How many refusals a cycle's report quotes (the count holds them all).
+pub const REFUSALS_SHOWN: usize = 20;
+
+impl CycleReport {
+    /// Counts a refused model answer, quoting why while the report has room.
+    pub(crate) fn refuse(&mut self, why: String) {
+        self.answers_refused += 1;
+        if self.refusals.len() < REFUSALS_SHOWN {
+            self.refusals.push(why);
+        }
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -145,8 +165,15 @@ fn tag_candidates(episode: &Memory, tags: Vec<RetainTag>) -> Vec<(Candidate, &'s
         .collect()
 }
 
-/// Runs one cycle over up to `config.batch` unprocessed episodes.
-pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timestamp) -> Result<CycleReport> {
+/// Runs one cycle over up to `config.batch` unprocessed episodes. Everything it stores stays
+/// within the limits every other door enforces (`max_text_bytes`, the name caps), so that a
+/// space the cycle wrote always exports and imports back whole.
+pub async fn run_cycle(
+    parts: &Parts,
+    config: &ConsolidationConfig,
+    max_text_bytes: usize,
+    now: Timestamp,
+) -> Result<CycleReport> {
     let started = std::time::Instant::now();
     let store = parts.consolidator.as_ref().ok_or_else(|| {
         AtlasError::Config(
@@ -219,12 +246,25 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
                     plan.batch.processed.extend(chunk.iter().map(|e| e.id));
                 }
                 Err(error) => {
-                    tracing::warn!(%error, episodes = chunk.len(), "extraction failed; the episodes will be retried");
+                    tracing::warn!(error = %error.why, episodes = chunk.len(), "extraction failed; the episodes will be retried");
+                    if error.refused {
+                        report.refuse(format!("extraction of {} turns: {}", chunk.len(), error.why));
+                    }
+                    let error = error.why;
                     report.failed += chunk.len();
                     plan.batch.failed.extend(chunk.iter().map(|e| (e.id, error.clone())));
                 }
             }
         }
+        // A statement the rules or the model read is filed only within the input limits (a
+        // retain tag may name a subject longer than a name may be).
+        candidates.retain(|(c, origin)| match within_limits(c, &scope, max_text_bytes) {
+            Ok(()) => true,
+            Err(why) => {
+                report.refuse(format!("a fact read by {origin}: {why}"));
+                false
+            }
+        });
         let subjects: Vec<String> = candidates.iter().map(|(c, _)| c.subject.clone()).collect();
         let names: Vec<String> = mentions.iter().flat_map(|(_, _, n)| n.iter().map(|n| normalize(&n.name))).collect();
         plan.known = store.known(subjects, names, scope.clone()).await?;
@@ -298,6 +338,12 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
             summarise(parts, session, &mut plan, &mut report, &mut calls_left).await;
         }
     }
+    // The last word: nothing outside the limits is stored (what the steps above let through
+    // would make the space one that cannot be restored). A memory here outside them is a bug
+    // of the cycle's: the cycle stores nothing, and says which.
+    for (i, memory) in plan.batch.memories.iter().enumerate() {
+        atlas_domain::policy::limits::validate(memory, max_text_bytes, &format!("sleep cycle, new memory {}", i + 1))?;
+    }
     report.took_ms = started.elapsed().as_secs_f64() * 1e3;
     plan.batch.report = serde_json::to_value(&report).expect("a report serialises");
     if report.episodes_seen > 0 || !plan.batch.memories.is_empty() {
@@ -305,6 +351,30 @@ pub async fn run_cycle(parts: &Parts, config: &ConsolidationConfig, now: Timesta
     }
     refile::forget_refiled(parts, refiled, now).await?;
     Ok(report)
+}
+
+/// Whether the fact `candidate` would become passes the input limits.
+fn within_limits(candidate: &Candidate, scope: &Scope, max_text_bytes: usize) -> std::result::Result<(), String> {
+    let text = candidate
+        .wording
+        .clone()
+        .unwrap_or_else(|| fact_text(&candidate.subject_shown, &candidate.predicate, &candidate.object));
+    let fact = atlas_domain::NewMemory {
+        scope: scope.clone(),
+        text,
+        event_time: candidate.said_at,
+        recorded_at: candidate.said_at,
+        validity: atlas_domain::Validity::from(candidate.said_at),
+        meta: serde_json::Map::new(),
+        body: Body::Fact {
+            subject: candidate.subject.clone(),
+            predicate: candidate.predicate.clone(),
+            object: candidate.object.clone(),
+            confidence: candidate.confidence.clamp(0.0, 1.0),
+        },
+    };
+    atlas_domain::policy::limits::validate(&fact, max_text_bytes, "fact").map_err(|e| e.to_string())?;
+    atlas_domain::policy::limits::check_name(&candidate.subject_shown, "subject", "fact").map_err(|e| e.to_string())
 }
 
 /// The embeddings of the candidates' objects and of the objects of the known facts they meet

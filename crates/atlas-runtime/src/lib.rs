@@ -24,6 +24,7 @@ mod markdown_files;
 mod mem0_config;
 pub mod migrate;
 mod model_adapters;
+mod query_embedding;
 mod recall;
 pub mod wire;
 
@@ -67,6 +68,8 @@ pub struct Parts {
     pub consolidator: Option<Arc<dyn Consolidator>>,
     /// The language model of consolidation; `None` runs it on rules only.
     pub llm: Option<Arc<dyn Llm>>,
+    /// Stops a recall asking an embedder that just failed for its query's vector.
+    pub(crate) query_breaker: Arc<query_embedding::Breaker>,
 }
 
 impl Parts {
@@ -84,6 +87,7 @@ impl Parts {
             embedder,
             consolidator: None,
             llm: None,
+            query_breaker: Arc::default(),
         }
     }
 
@@ -137,7 +141,13 @@ pub struct Stats {
     pub embedder: Option<String>,
     /// What the embedder has done since this instance opened (its calls to an endpoint).
     pub embedder_usage: Option<atlas_domain::ports::EmbedderUsage>,
+    /// Queued memories set aside because the embedder refused their text or gave an unusable
+    /// vector (`vector_failed`): how many, and the first [`SET_ASIDE_SHOWN`] with why.
+    pub vector_failed: (u64, Vec<(MemoryId, String)>),
 }
+
+/// How many set-aside memories `stats` lists with why.
+pub const SET_ASIDE_SHOWN: usize = 10;
 
 /// An ATLAS memory space.
 pub struct Atlas {
@@ -364,6 +374,7 @@ impl Atlas {
             self.sleeper.start(
                 Arc::clone(&self.parts),
                 self.config.consolidation.clone(),
+                self.config.max_text_bytes,
                 self.config.forgetting.decay_every_hours,
                 self.config.bank.dir.clone(),
             );
@@ -378,7 +389,9 @@ impl Atlas {
     /// Runs one sleep cycle now (see [`consolidation`]): rules, and the model where one is
     /// configured, within its call budget.
     pub async fn consolidate(&self) -> Result<CycleReport> {
-        let report = consolidation::run_cycle(&self.parts, &self.config.consolidation, now()).await?;
+        let report =
+            consolidation::run_cycle(&self.parts, &self.config.consolidation, self.config.max_text_bytes, now())
+                .await?;
         self.write_configured_bank().await?;
         Ok(report)
     }
@@ -395,7 +408,7 @@ impl Atlas {
     /// recently it was spoken in (what `end_session` does in the background).
     pub async fn consolidate_ending_sessions(&self) -> Result<CycleReport> {
         let config = config::ConsolidationConfig { session_idle_secs: 0, ..self.config.consolidation.clone() };
-        let report = consolidation::run_cycle(&self.parts, &config, now()).await?;
+        let report = consolidation::run_cycle(&self.parts, &config, self.config.max_text_bytes, now()).await?;
         self.write_configured_bank().await?;
         Ok(report)
     }
@@ -440,6 +453,7 @@ impl Atlas {
             store: self.parts.store.stats().await?,
             embedder: self.parts.embedder.as_ref().map(|e| e.model().name),
             embedder_usage: self.parts.embedder.as_ref().map(|e| e.usage()),
+            vector_failed: self.parts.vectors.set_aside_vectors(SET_ASIDE_SHOWN).await?,
         })
     }
 
@@ -462,15 +476,29 @@ impl Atlas {
 
 /// Builds the adapters `config` names, as this build has them.
 async fn open_parts(config: &Config) -> Result<Parts> {
-    let embedder = open_embedder(config).await?;
-    let parts = match config.storage {
-        config::StorageKind::Sqlite => open_sqlite(config, embedder),
-        config::StorageKind::Qdrant => open_qdrant(config, embedder).await,
-    }?;
+    // An endpoint whose dimension is not configured is asked for it at start, unless the space
+    // has recorded it: then the space opens, imports and serves while the endpoint is away.
+    let asks_endpoint = config.embedder == config::EmbedderKind::Http && config.http.dimensions.is_none();
+    let parts = if asks_endpoint {
+        let mut parts = open_store(config, None).await?;
+        let recorded = parts.store.stats().await?.embedding_model;
+        parts.embedder = model_adapters::open_embedder_recorded(config, recorded).await?;
+        parts
+    } else {
+        let embedder = open_embedder(config).await?;
+        open_store(config, embedder).await?
+    };
     Ok(match open_llm(&config.llm)? {
         Some(llm) => parts.with_llm(llm),
         None => parts,
     })
+}
+
+async fn open_store(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Parts> {
+    match config.storage {
+        config::StorageKind::Sqlite => open_sqlite(config, embedder),
+        config::StorageKind::Qdrant => open_qdrant(config, embedder).await,
+    }
 }
 
 #[cfg(feature = "store-sqlite")]

@@ -69,10 +69,19 @@ pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
 
 /// The embedder `config` names, loaded off the async executor; `None` for `embedder = "none"`.
 pub async fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    open_embedder_recorded(config, None).await
+}
+
+/// [`open_embedder`] for a space that recorded `recorded` as its model: an endpoint that is that
+/// model takes its dimension from the record instead of asking for it.
+pub async fn open_embedder_recorded(
+    config: &Config,
+    recorded: Option<atlas_domain::ports::EmbeddingModel>,
+) -> Result<Option<Arc<dyn Embedder>>> {
     match config.embedder {
         config::EmbedderKind::None => Ok(None),
         config::EmbedderKind::Onnx => open_onnx(config).await,
-        config::EmbedderKind::Http => open_http(&config.http).await,
+        config::EmbedderKind::Http => open_http(&config.http, recorded).await,
     }
 }
 
@@ -113,7 +122,10 @@ async fn open_onnx(_: &Config) -> Result<Option<Arc<dyn Embedder>>> {
 
 /// The embeddings endpoint of the `[http]` section; its API key read from `http.api_key_env`.
 #[cfg(feature = "embed-http")]
-async fn open_http(c: &config::HttpConfig) -> Result<Option<Arc<dyn Embedder>>> {
+async fn open_http(
+    c: &config::HttpConfig,
+    recorded: Option<atlas_domain::ports::EmbeddingModel>,
+) -> Result<Option<Arc<dyn Embedder>>> {
     use atlas_embed_http::{HttpEmbedder, HttpEmbedderOptions};
     let missing = |field: &str| {
         AtlasError::Config(format!("embedder = \"http\" needs http.{field} (or ATLAS_HTTP_{})", field.to_uppercase()))
@@ -138,10 +150,18 @@ async fn open_http(c: &config::HttpConfig) -> Result<Option<Arc<dyn Embedder>>> 
     options.batch_bytes = c.batch_bytes.max(1);
     options.concurrency = c.concurrency.max(1);
     options.max_input_chars = c.max_input_chars.max(1);
+    if options.dimensions.is_none()
+        && let Some(recorded) = recorded.filter(|r| r.name == options.identity())
+    {
+        options.dimensions = Some(recorded.dimension);
+    }
     Ok(Some(Arc::new(HttpEmbedder::connect(options).await?)))
 }
 
 #[cfg(not(feature = "embed-http"))]
-async fn open_http(_: &config::HttpConfig) -> Result<Option<Arc<dyn Embedder>>> {
+async fn open_http(
+    _: &config::HttpConfig,
+    _: Option<atlas_domain::ports::EmbeddingModel>,
+) -> Result<Option<Arc<dyn Embedder>>> {
     Err(AtlasError::Config("embedder = \"http\" needs atlas built with the embed-http feature".into()))
 }

@@ -339,13 +339,21 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         let t = Instant::now();
         // The space's mean vector is kept or cached by the store; read it while the model runs.
         let mean = async { if config.centre_query { parts.vectors.mean_vector().await } else { Ok(None) } };
-        let (query, mean) = tokio::join!(embedder.embed_query(request.query.clone()), mean);
+        let deadline = std::time::Duration::from_millis(config.query_embedding_timeout_ms.max(1));
+        let embedding = crate::query_embedding::embed_query(
+            embedder.as_ref(),
+            &parts.query_breaker,
+            request.query.clone(),
+            deadline,
+        );
+        let (query, mean) = tokio::join!(embedding, mean);
         let query = match query {
             Ok(query) => away_from_mean(&query, mean?.as_deref()),
-            // An embedder that fails (an endpoint away) delays vectors; it never fails a recall.
-            Err(e) => {
-                tracing::warn!(error = %e, "embedding the query failed; recalling on full text only");
-                let note = Some(format!("the embedder failed ({e}); recall ran on full text only"));
+            // An embedder that fails (an endpoint away, hung or answering garbage) delays
+            // vectors; it never fails a recall, nor holds it past its deadline.
+            Err(why) => {
+                tracing::warn!(%why, "no query vector; recalling on full text only");
+                let note = Some(format!("{why}; recall ran on full text only"));
                 return Ok((Vec::new(), SignalReport { signal: Signal::Vector, used: false, note }));
             }
         };

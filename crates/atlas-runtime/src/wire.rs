@@ -175,9 +175,12 @@ pub fn stats_value(config: &crate::Config, stats: &Stats) -> Value {
         json!({"calls": u.calls, "retries": u.retries, "failures": u.failures, "texts": u.texts, "tokens": u.tokens})
     });
     json!({"db": db, "space": space, "memories": s.memories(), "by_kind": by_kind, "edges": s.edges,
-           "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
-           "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder,
-           "embedder_usage": usage})
+    "soft_deleted": s.soft_deleted, "vectors": s.vectors, "pending_vectors": s.pending_vectors, "bytes": s.bytes,
+    "schema_version": s.schema_version, "embedding_model": model, "embedder": stats.embedder,
+    "embedder_usage": usage, "vector_failed": {
+        "count": stats.vector_failed.0,
+        "memories": stats.vector_failed.1.iter().map(|(id, why)| json!({"id": id.0, "reason": why})).collect::<Vec<_>>()
+    }})
 }
 
 /// `{"error": {"code", "message", "field", "location"}}`: what was wrong and where.

@@ -173,9 +173,72 @@ pub async fn claim(
     Claims::VECTORS.claim(memories, ids, vec![queued()], owner, now, until).await
 }
 
-/// Takes `ids` off the queue (their vectors are stored).
+/// Takes `ids` off the queue (their vectors are stored), with why any of them was set aside.
 pub async fn done(memories: &Collection, ids: &[MemoryId]) -> Result<()> {
-    Claims::VECTORS.release(memories, ids, None).await
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let filter = Filter::must([Condition::from(HasIdCondition { has_id: point_ids(ids)? })]);
+    let fields = vec![field::VECTOR_QUEUE.to_owned(), field::VECTOR_CLAIM.to_owned(), field::VECTOR_FAILED.to_owned()];
+    let request = DeletePayloadPointsBuilder::new(memories.name(), fields).points_selector(filter).wait(true);
+    memories.call("release claims", memories.client().delete_payload(request.build())).await
+}
+
+/// Sets queued `items` aside until `until`: claimed by [`field::SET_ASIDE`], which no process is,
+/// each with why. A point deleted or embedded meanwhile is left alone.
+pub async fn set_aside(memories: &Collection, items: &[(MemoryId, String)], until: i64) -> Result<()> {
+    for (id, why) in items {
+        let payload =
+            json!({ field::VECTOR_QUEUE: until, field::VECTOR_CLAIM: field::SET_ASIDE, field::VECTOR_FAILED: why });
+        let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object") };
+        let filter = Filter::must([Condition::from(HasIdCondition { has_id: point_ids(&[*id])? }), queued()]);
+        let request = SetPayloadPointsBuilder::new(memories.name(), qdrant_client::Payload::from(payload))
+            .points_selector(filter)
+            .ordering(crate::collection::ordered())
+            .wait(true);
+        memories.call("set a memory aside", memories.client().set_payload(request.build())).await?;
+    }
+    Ok(())
+}
+
+/// Forgets why any memory was set aside (a re-embed tries every one again at once: the queue
+/// was just set to 0 for all).
+pub async fn clear_set_aside(memories: &Collection) -> Result<()> {
+    let request = DeletePayloadPointsBuilder::new(memories.name(), vec![field::VECTOR_FAILED.to_owned()])
+        .points_selector(set_aside_filter())
+        .wait(true);
+    memories.call("clear set-aside reasons", memories.client().delete_payload(request.build())).await
+}
+
+/// Queued points with a reason for being set aside.
+fn set_aside_filter() -> Filter {
+    Filter { must: vec![queued()], must_not: vec![Condition::is_empty(field::VECTOR_FAILED)], ..Filter::default() }
+}
+
+/// How many queued memories are set aside, and up to `limit` of them with why, in id order.
+pub async fn set_aside_list(memories: &Collection, limit: usize) -> Result<(u64, Vec<(MemoryId, String)>)> {
+    if !memories.exists().await? {
+        return Ok((0, Vec::new()));
+    }
+    let total = memories.count(Some(set_aside_filter())).await?;
+    if total == 0 || limit == 0 {
+        return Ok((total, Vec::new()));
+    }
+    let request = qdrant_client::qdrant::ScrollPointsBuilder::new(memories.name())
+        .filter(set_aside_filter())
+        .limit(limit.min(u32::MAX as usize) as u32)
+        .with_payload(crate::decode::include(&[field::VECTOR_FAILED]))
+        .with_vectors(false);
+    let page = memories.call("scroll", memories.client().scroll(request.build())).await?;
+    let mut listed = Vec::with_capacity(page.points.len());
+    for p in page.points {
+        let id = crate::decode::memory_id(p.id.as_ref())?;
+        let why =
+            p.payload.get(field::VECTOR_FAILED).and_then(|v| v.as_str().map(ToOwned::to_owned)).unwrap_or_default();
+        listed.push((id, why));
+    }
+    listed.sort();
+    Ok((total, listed))
 }
 
 /// Puts the points `filter` selects (back) on the queue, unclaimed.

@@ -55,6 +55,11 @@ pub mod queue_field {
     pub const VECTOR_QUEUE: &str = "vector_queue";
     /// Who holds the claim (meaningful while `vector_queue` lies in the future).
     pub const VECTOR_CLAIM: &str = "vector_claim";
+    /// Why a queued memory is set aside (`VectorIndex::set_aside`): its claim is then held by
+    /// [`SET_ASIDE`] until the backoff passes.
+    pub const VECTOR_FAILED: &str = "vector_failed";
+    /// The owner of a set-aside memory's claim: no process is named so.
+    pub const SET_ASIDE: &str = "set-aside";
     /// Until when a sleep cycle holds the episode (absent: nobody does).
     pub const SLEEP_UNTIL: &str = "sleep_until";
     pub const SLEEP_CLAIM: &str = "sleep_claim";

@@ -8,7 +8,7 @@ use crate::payload::point_id;
 use crate::{QdrantStore, filter, meta, now_nanos, queue};
 use async_trait::async_trait;
 use atlas_domain::ports::{EmbeddingModel, MEAN_VECTOR_SAMPLE, MemoryStore, ScoredId, VECTOR_CLAIM_MS, VectorIndex};
-use atlas_domain::{AtlasError, Memory, MemoryId, RecallFilter, Result};
+use atlas_domain::{AtlasError, Memory, MemoryId, RecallFilter, Result, Timestamp};
 use qdrant_client::qdrant::{
     Filter, PointId, PointVectors, Query, QueryPointsBuilder, Sample, UpdatePointVectorsBuilder, Vector,
     VectorsSelector, vector_output,
@@ -52,6 +52,7 @@ impl VectorIndex for QdrantStore {
         }
         self.collection.ensure(Some(&model)).await?;
         queue::enqueue_matching(&self.collection, Filter::default()).await?;
+        queue::clear_set_aside(&self.collection).await?;
         meta::rebind_model(&self.meta, &model).await?;
         *self.mean.lock().await = None;
         *self.model.write().expect("model lock") = Some(model);
@@ -74,6 +75,17 @@ impl VectorIndex for QdrantStore {
                 return self.get_many(held).await;
             }
         }
+    }
+
+    async fn set_aside(&self, memories: Vec<(MemoryId, String)>, until: Timestamp) -> Result<()> {
+        if memories.is_empty() || !self.collection.exists().await? {
+            return Ok(());
+        }
+        queue::set_aside(&self.collection, &memories, until.millis()).await
+    }
+
+    async fn set_aside_vectors(&self, limit: usize) -> Result<(u64, Vec<(MemoryId, String)>)> {
+        queue::set_aside_list(&self.collection, limit).await
     }
 
     async fn queued_vectors(&self) -> Result<u64> {

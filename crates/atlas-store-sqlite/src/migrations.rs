@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_one_text_pipeline",
         sql: include_str!("../../../migrations/0011_one_text_pipeline.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_vector_set_aside",
+        sql: include_str!("../../../migrations/0012_vector_set_aside.sql"),
+    },
 ];
 
 /// The newest schema this build understands.

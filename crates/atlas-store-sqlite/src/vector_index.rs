@@ -9,11 +9,15 @@ use crate::vector_cache::{self, Precision};
 use crate::{SharedCache, SqliteStore, VECTOR_TABLE, boot_id, read_model};
 use async_trait::async_trait;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, ScoredId, VECTOR_CLAIM_MS, VectorIndex};
-use atlas_domain::{AtlasError, Memory, MemoryId, RecallFilter, Result};
+use atlas_domain::{AtlasError, Memory, MemoryId, RecallFilter, Result, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params};
 use std::path::Path;
 use std::sync::Arc;
+
+/// The claim's owner of a memory set aside ([`VectorIndex::set_aside`]): no process is named so,
+/// and none is ever taken for dead.
+const SET_ASIDE: &str = "set-aside";
 
 /// Whether a claim's owner (`boot/pid-nanos`) is a process of this boot that no longer runs.
 /// Unknown boots, other machines and live processes are never dead.
@@ -63,6 +67,12 @@ impl VectorIndex for SqliteStore {
                 )
                 .map_err(storage)?;
                 create_vector_table(conn, stored.dimension)?;
+                // What was set aside is tried again at once with the new model.
+                conn.execute_batch(&format!(
+                    "UPDATE vector_queue SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = '{SET_ASIDE}'; \
+                     DELETE FROM vector_failures;"
+                ))
+                .map_err(storage)?;
                 let queued = conn
                     .execute("INSERT OR IGNORE INTO vector_queue (id) SELECT id FROM memories", [])
                     .map_err(storage)?;
@@ -173,6 +183,7 @@ impl VectorIndex for SqliteStore {
                     .prepare_cached(&format!("INSERT INTO {VECTOR_TABLE} (rowid, embedding) VALUES (?, ?)"))
                     .map_err(storage)?;
                 let mut dequeue = conn.prepare_cached("DELETE FROM vector_queue WHERE id = ?").map_err(storage)?;
+                let mut succeeded = conn.prepare_cached("DELETE FROM vector_failures WHERE id = ?").map_err(storage)?;
                 let mut stored = Vec::with_capacity(vectors.len());
                 for (id, v) in vectors {
                     if !exists.exists([id.0]).map_err(storage)? {
@@ -181,6 +192,7 @@ impl VectorIndex for SqliteStore {
                     delete.execute([id.0]).map_err(storage)?;
                     insert.execute(params![id.0, vector_blob(&v)]).map_err(storage)?;
                     dequeue.execute([id.0]).map_err(storage)?;
+                    succeeded.execute([id.0]).map_err(storage)?;
                     crate::cache_file::log_changed(conn, id.0)?;
                     stored.push((id, v));
                 }
@@ -194,6 +206,53 @@ impl VectorIndex for SqliteStore {
             }
         }
         Ok(())
+    }
+
+    async fn set_aside(&self, memories: Vec<(MemoryId, String)>, until: Timestamp) -> Result<()> {
+        if memories.is_empty() {
+            return Ok(());
+        }
+        self.writer
+            .write(move |conn| {
+                let mut claim = conn
+                    .prepare_cached("UPDATE vector_queue SET claimed_by = ?1, claimed_until = ?2 WHERE id = ?3")
+                    .map_err(storage)?;
+                let mut reason = conn
+                    .prepare_cached("INSERT OR REPLACE INTO vector_failures (id, reason) VALUES (?1, ?2)")
+                    .map_err(storage)?;
+                for (id, why) in &memories {
+                    if claim.execute(params![SET_ASIDE, until.millis(), id.0]).map_err(storage)? > 0 {
+                        reason.execute(params![id.0, why]).map_err(storage)?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn set_aside_vectors(&self, limit: usize) -> Result<(u64, Vec<(MemoryId, String)>)> {
+        self.readers
+            .read(move |conn| {
+                // Only memories still queued: one deleted or embedded meanwhile is not waiting.
+                let total: i64 = conn
+                    .query_row("SELECT count(*) FROM vector_failures f JOIN vector_queue q ON q.id = f.id", [], |r| {
+                        r.get(0)
+                    })
+                    .map_err(storage)?;
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT f.id, f.reason FROM vector_failures f JOIN vector_queue q ON q.id = f.id \
+                         ORDER BY f.id LIMIT ?",
+                    )
+                    .map_err(storage)?;
+                let listed = stmt
+                    .query_map([limit.min(i64::MAX as usize) as i64], |r| Ok((MemoryId(r.get(0)?), r.get(1)?)))
+                    .map_err(storage)?
+                    .collect::<rusqlite::Result<Vec<(MemoryId, String)>>>()
+                    .map_err(storage)?;
+                Ok((total as u64, listed))
+            })
+            .await
     }
 
     async fn search_vector(&self, query: Vec<f32>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>> {

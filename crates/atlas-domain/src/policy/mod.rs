@@ -1,6 +1,6 @@
 //! Pure policies: the text pipeline and BM25 every store ranks by, query normalisation, what a question says (its numbers, whether it asks about the requester), who said a turn, rank fusion, standing instructions, what a long
 //! memory's text match is worth, recency, near-duplicate collapse, id references and their
-//! renumbering on restore, input limits, what is indexed and embedded,
+//! renumbering on restore, input limits, the checks every model answer and vector passes, secrets kept out of what is shown and stored, what is indexed and embedded,
 //! the rules of consolidation (retain tags, phatic turns, names, the relations it knows and the reading of facts in words, fact decisions) and of
 //! forgetting (decay, reinforcement, SM-2), and the dialectic that admits observations about
 //! the user into core memory; the agent memories' statistics (experience weights and
@@ -21,6 +21,7 @@ pub mod fusion;
 pub mod instructions;
 pub mod limits;
 pub mod long_text;
+pub mod model_answer;
 pub mod program;
 pub mod query;
 pub mod question;
@@ -30,6 +31,7 @@ pub mod redundancy;
 pub mod references;
 pub mod relations;
 pub mod retain;
+pub mod secrets;
 pub mod speakers;
 pub mod strategy;
 pub mod summary;

@@ -323,7 +323,11 @@ pub fn reconcile(
             Some(i) => i,
             None => {
                 if let Some(i) = replaced {
-                    segments[i].validity.valid_until = Some(s.said_at);
+                    // Replaced at the instant it began, a fact still held for that instant (one
+                    // millisecond): a validity is never empty, as every door requires of what it
+                    // stores (`policy::limits`), so that a space the cycle wrote restores whole.
+                    let began = segments[i].validity.valid_from.millis();
+                    segments[i].validity.valid_until = Some(Timestamp(s.said_at.millis().max(began + 1)));
                 }
                 segments.push(Segment {
                     fact: None,
@@ -552,6 +556,9 @@ mod tests {
                 }
             }
             prop_assert_eq!(content(&whole), content(&last));
+            for segment in &whole {
+                prop_assert!(segment.validity.valid_until.is_none_or(|u| u > segment.validity.valid_from), "{:?}", segment);
+            }
             if functional {
                 let current = whole.iter().filter(|s| s.validity.valid_until.is_none()).count();
                 prop_assert_eq!(current, 1, "one object at a time");

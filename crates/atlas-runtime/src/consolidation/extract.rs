@@ -6,6 +6,7 @@ use super::CycleReport;
 use crate::Parts;
 use atlas_domain::Memory;
 use atlas_domain::policy::consolidation::Candidate;
+use atlas_domain::policy::model_answer::read_answer;
 use atlas_domain::policy::reading::key_fact;
 use atlas_domain::policy::relations;
 use atlas_domain::ports::LlmRequest;
@@ -39,6 +40,7 @@ fn schema(turns: usize) -> Value {
 pub(super) const TURNS_PER_CALL: usize = 24;
 
 /// One fact as the model proposed it, checked against the schema.
+#[derive(Debug)]
 struct Proposed {
     turn: usize,
     subject: String,
@@ -47,12 +49,12 @@ struct Proposed {
     confidence: f32,
 }
 
-/// Reads the model's answer; any departure from the schema fails the whole answer, so that a
-/// half-understood reply never becomes memory.
+/// Reads the model's answer; any departure from the schema it was asked for (a string longer
+/// than its `maxLength`, more facts than `maxItems`, a turn out of range) fails the whole
+/// answer, so that a half-understood reply never becomes memory and the turns wait for another
+/// cycle (policy::model_answer).
 fn parse_answer(text: &str, turns: usize) -> std::result::Result<Vec<Proposed>, String> {
-    let trimmed = text.trim().trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```");
-    let value: Value =
-        serde_json::from_str(trimmed.trim()).map_err(|e| format!("the model's answer is not JSON ({e})"))?;
+    let value = read_answer(text, &schema(turns))?;
     let facts = value.get("facts").and_then(Value::as_array).ok_or("the answer has no \"facts\" array")?;
     facts
         .iter()
@@ -64,21 +66,10 @@ fn parse_answer(text: &str, turns: usize) -> std::result::Result<Vec<Proposed>, 
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
-                    .ok_or_else(|| format!("facts[{i}].{key}: missing or not a non-empty string"))
+                    .ok_or_else(|| format!("facts[{i}].{key}: blank"))
             };
-            let turn = f
-                .get("turn")
-                .and_then(Value::as_u64)
-                .filter(|t| (1..=turns as u64).contains(t))
-                .ok_or_else(|| format!("facts[{i}].turn: not a turn number from 1 to {turns}"))?;
-            let confidence = match f.get("confidence") {
-                None | Some(Value::Null) => 0.8,
-                Some(c) => c
-                    .as_f64()
-                    .filter(|c| (0.0..=1.0).contains(c))
-                    .ok_or_else(|| format!("facts[{i}].confidence: not a number from 0 to 1"))?
-                    as f32,
-            };
+            let turn = f.get("turn").and_then(Value::as_u64).ok_or_else(|| format!("facts[{i}].turn: not a turn"))?;
+            let confidence = f.get("confidence").and_then(Value::as_f64).unwrap_or(0.8) as f32;
             Ok(Proposed {
                 turn: turn as usize,
                 subject: text("subject")?,
@@ -90,12 +81,19 @@ fn parse_answer(text: &str, turns: usize) -> std::result::Result<Vec<Proposed>, 
         .collect()
 }
 
+/// Why an extraction failed: `refused` when the model answered outside its schema (rather than
+/// the call failing).
+pub(super) struct Failed {
+    pub(super) why: String,
+    pub(super) refused: bool,
+}
+
 /// One model call over `turns`; the facts it proposed as candidates, or why it failed.
 pub(super) async fn extract(
     parts: &Parts,
     turns: &[&Memory],
     report: &mut CycleReport,
-) -> std::result::Result<Vec<(Candidate, &'static str)>, String> {
+) -> std::result::Result<Vec<(Candidate, &'static str)>, Failed> {
     let llm = parts.llm.as_ref().expect("only called with a model");
     let vocabulary = relations::vocabulary().collect::<Vec<_>>().join(", ");
     let prompt = turns
@@ -109,11 +107,11 @@ pub(super) async fn extract(
     let request =
         LlmRequest { system: format!("{SYSTEM}{vocabulary}."), prompt, json_schema: Some(schema(turns.len())) };
     report.llm_calls += 1;
-    let answer = llm.complete(request).await.map_err(|e| e.to_string())?;
+    let answer = llm.complete(request).await.map_err(|e| Failed { why: e.to_string(), refused: false })?;
     report.input_tokens += answer.input_tokens;
     report.output_tokens += answer.output_tokens;
     report.cost_usd += answer.cost;
-    let proposed = parse_answer(&answer.text, turns.len())?;
+    let proposed = parse_answer(&answer.text, turns.len()).map_err(|why| Failed { why, refused: true })?;
     let mut out = Vec::new();
     for p in proposed {
         let episode = turns[p.turn - 1];
@@ -164,6 +162,16 @@ mod tests {
             parse_answer("{\"facts\": [{\"turn\": 1, \"subject\": \"\", \"predicate\": \"b\", \"object\": \"c\"}]}", 2)
                 .is_err()
         );
+        let long = format!(
+            "{{\"facts\": [{{\"turn\": 1, \"subject\": \"{}\", \"predicate\": \"b\", \"object\": \"c\"}}]}}",
+            "s".repeat(300)
+        );
+        assert!(parse_answer(&long, 2).unwrap_err().contains("300 characters, more than the schema's 60"));
+        let many: Vec<String> = (0..1000)
+            .map(|_| "{\"turn\": 1, \"subject\": \"a\", \"predicate\": \"b\", \"object\": \"c\"}".to_owned())
+            .collect();
+        let many = format!("{{\"facts\": [{}]}}", many.join(","));
+        assert!(parse_answer(&many, 4).unwrap_err().contains("1000 items, more than the schema's 8"));
         let ok = parse_answer("```json\n{\"facts\": [{\"turn\": 2, \"subject\": \"Ann\", \"predicate\": \"prefers\", \"object\": \"Rust\", \"confidence\": 0.7}]}\n```", 2).unwrap();
         assert_eq!((ok[0].turn, ok[0].object.as_str(), ok[0].confidence), (2, "Rust", 0.7));
     }

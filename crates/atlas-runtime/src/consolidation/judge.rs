@@ -4,6 +4,7 @@
 
 use super::{CycleReport, Judgment};
 use crate::Parts;
+use atlas_domain::policy::model_answer::read_answer;
 use atlas_domain::policy::timeline::Verdict;
 use atlas_domain::ports::LlmRequest;
 use serde_json::{Value, json};
@@ -49,19 +50,14 @@ fn judge_schema(pairs: usize) -> Value {
     })
 }
 
-/// Reads a judgment answer; any departure from the schema fails it whole.
+/// Reads a judgment answer; any departure from its schema fails it whole (policy::model_answer).
 fn parse_judgments(text: &str, pairs: usize) -> std::result::Result<BTreeMap<usize, Verdict>, String> {
-    let trimmed = text.trim().trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```");
-    let value: Value =
-        serde_json::from_str(trimmed.trim()).map_err(|e| format!("the model's answer is not JSON ({e})"))?;
+    let value = read_answer(text, &judge_schema(pairs))?;
     let items = value.get("judgments").and_then(Value::as_array).ok_or("the answer has no \"judgments\" array")?;
     let mut out = BTreeMap::new();
     for (i, item) in items.iter().enumerate() {
-        let pair = item
-            .get("pair")
-            .and_then(Value::as_u64)
-            .filter(|p| (1..=pairs as u64).contains(p))
-            .ok_or_else(|| format!("judgments[{i}].pair: not a pair number from 1 to {pairs}"))?;
+        let pair =
+            item.get("pair").and_then(Value::as_u64).ok_or_else(|| format!("judgments[{i}].pair: not a pair"))?;
         let verdict: Verdict = item
             .get("verdict")
             .cloned()

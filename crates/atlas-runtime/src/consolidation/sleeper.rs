@@ -47,6 +47,7 @@ impl Sleeper {
         &self,
         parts: Arc<Parts>,
         config: ConsolidationConfig,
+        max_text_bytes: usize,
         decay_every_hours: f64,
         bank_dir: Option<std::path::PathBuf>,
     ) {
@@ -75,7 +76,7 @@ impl Sleeper {
                 // Full batches follow each other; a cycle that deferred or failed anything
                 // waits for the next occasion, so a model's budget is never run through.
                 loop {
-                    let outcome = run_cycle(&parts, &config, crate::now()).await;
+                    let outcome = run_cycle(&parts, &config, max_text_bytes, crate::now()).await;
                     if outcome.is_ok()
                         && let Some(dir) = &bank_dir
                     {

@@ -3,6 +3,7 @@
 use super::CycleReport;
 use super::filing::Plan;
 use crate::Parts;
+use atlas_domain::policy::model_answer::read_answer;
 use atlas_domain::ports::{LlmRequest, Revision};
 use atlas_domain::{Body, EdgeKind, NewMemory, Validity};
 use serde_json::{Value, json};
@@ -13,6 +14,9 @@ JSON only: {\"summary\": \"...\"}.";
 
 /// Most characters of a session the model reads (its last turns when longer).
 const SUMMARY_INPUT_CHARS: usize = 12_000;
+
+/// The most characters of a model's summary (its schema's `maxLength`).
+const SUMMARY_CHARS: usize = 600;
 
 /// Characters an extractive summary may quote.
 const EXTRACTIVE_CHARS: usize = 600;
@@ -50,27 +54,30 @@ pub(super) async fn summarise(
             lines.push(line);
         }
         lines.reverse();
-        let request = LlmRequest {
-            system: SUMMARY_SYSTEM.into(),
-            prompt: lines.join("\n"),
-            json_schema: Some(json!({
-                "type": "object", "required": ["summary"],
-                "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 600}}
-            })),
-        };
+        let schema = json!({
+            "type": "object", "required": ["summary"],
+            "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": SUMMARY_CHARS}}
+        });
+        let request =
+            LlmRequest { system: SUMMARY_SYSTEM.into(), prompt: lines.join("\n"), json_schema: Some(schema.clone()) };
         match llm.complete(request).await {
             Ok(answer) => {
                 report.input_tokens += answer.input_tokens;
                 report.output_tokens += answer.output_tokens;
                 report.cost_usd += answer.cost;
-                let text = serde_json::from_str::<Value>(answer.text.trim())
-                    .ok()
-                    .and_then(|v| v.get("summary").and_then(Value::as_str).map(str::trim).map(str::to_owned))
-                    .filter(|s| !s.is_empty());
+                let text = read_answer(&answer.text, &schema).and_then(|v| {
+                    v.get("summary")
+                        .and_then(Value::as_str)
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .ok_or_else(|| "answer.summary: blank".to_owned())
+                });
                 match text {
-                    Some(text) => written = Some((text, "llm")),
-                    None => {
-                        tracing::warn!("the model's summary is not {{\"summary\": text}}; an extractive one is kept")
+                    Ok(text) => written = Some((text, "llm")),
+                    Err(why) => {
+                        tracing::warn!(%why, "the model's summary is outside its schema; an extractive one is kept");
+                        report.refuse(format!("summary of session {:?}: {why}", session.scope.session));
                     }
                 }
             }

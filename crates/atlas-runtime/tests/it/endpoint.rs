@@ -46,7 +46,9 @@ async fn memories_written_while_the_endpoint_is_away_get_their_vectors_when_it_r
     let vector = recall.signals.iter().find(|s| s.signal == Signal::Vector).unwrap();
     assert!(!vector.used, "the vector signal is not used");
     let note = vector.note.clone().unwrap_or_default();
-    assert!(note.contains("embedder failed") && note.contains("full text"), "and recall says why: {note}");
+    // Why: the endpoint's failure, or its deadline passing while the client retried.
+    let why = note.contains("embedder failed") || note.contains("no query vector within");
+    assert!(why && note.contains("full text"), "and recall says why: {note}");
     assert_eq!(atlas.pending_vectors().await.unwrap(), 24, "every memory waits for its vector");
 
     // The endpoint returns, failing in every way on the way back.

@@ -17,3 +17,4 @@ mod inspect;
 mod migrate;
 mod question;
 mod runtime;
+mod untrusted_models;

@@ -50,7 +50,7 @@ macro_rules! store_conformance {
                 updates_change_lifecycle_and_body_only, latest_is_newest_first_under_the_filter, rankings_are_the_fakes,
                 access_keys_are_kept_and_revoked, the_mean_vector_follows_what_is_stored,
                 a_long_turn_is_linked_but_not_carried_as_context, pieces_are_one_write,
-                restored_pieces_are_one_restore);
+                restored_pieces_are_one_restore, a_set_aside_memory_waits_and_others_go_on);
         }
     };
     (@cases $make:expr; $attrs:tt; $($case:ident),* $(,)?) => {

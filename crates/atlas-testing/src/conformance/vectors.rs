@@ -161,3 +161,44 @@ pub fn own_claims_on_queued_vectors_are_renewed<S: Store>(make: Make<S>) {
         assert_eq!(store.queued_vectors().await.unwrap(), 0);
     });
 }
+
+/// A memory set aside (its text refused, its vector unusable) is not handed out again until its
+/// backoff passes, keeps why, and is counted; the others are handed out as before; its vector
+/// stored, or a re-embed, takes it back.
+pub fn a_set_aside_memory_waits_and_others_go_on<S: Store>(make: Make<S>) {
+    let subject = make();
+    let store = &subject.store;
+    runtime().block_on(async {
+        let ids = store
+            .insert(
+                vec![episode("red apples", None, 1), episode("green pears", None, 2), episode("blue whales", None, 3)],
+                None,
+            )
+            .await
+            .unwrap();
+        bind_test_model(store.as_ref()).await;
+        assert_eq!(store.set_aside_vectors(10).await.unwrap(), (0, Vec::new()));
+        let later = Timestamp(now_ms() + 3_600_000);
+        store.set_aside(vec![(ids[0], "refused: content policy".into())], later).await.unwrap();
+        let pending: Vec<MemoryId> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
+        assert_eq!(pending, vec![ids[1], ids[2]], "the set-aside memory is not handed out");
+        assert_eq!(store.queued_vectors().await.unwrap(), 3, "it is still queued");
+        assert_eq!(store.set_aside_vectors(10).await.unwrap(), (1, vec![(ids[0], "refused: content policy".into())]));
+        // One whose backoff has passed is handed out again (and still says why it failed).
+        store.set_aside(vec![(ids[1], "a vector of NaN".into())], Timestamp(now_ms() - 1)).await.unwrap();
+        let pending: Vec<MemoryId> = store.pending_vectors(10).await.unwrap().iter().map(|m| m.id).collect();
+        assert!(pending.contains(&ids[1]) && !pending.contains(&ids[0]), "{pending:?}");
+        assert_eq!(store.set_aside_vectors(1).await.unwrap().0, 2);
+        let e = HashEmbedder::new(DIM);
+        store.put_vectors(vec![(ids[1], e.embed_one("green pears"))]).await.unwrap();
+        assert_eq!(store.set_aside_vectors(10).await.unwrap().0, 1, "a stored vector ends the failure");
+        store.rebind_model(EmbeddingModel { name: "another".into(), dimension: DIM }).await.unwrap();
+        assert_eq!(store.set_aside_vectors(10).await.unwrap(), (0, Vec::new()), "a re-embed tries it again");
+        let pending = store.pending_vectors(10).await.unwrap();
+        assert_eq!(pending.len(), 3, "every memory is handed out after a re-embed");
+    });
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}

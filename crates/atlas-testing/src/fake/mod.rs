@@ -27,6 +27,8 @@ struct State {
     memories: BTreeMap<MemoryId, Memory>,
     edges: Vec<Edge>,
     queue: BTreeSet<MemoryId>,
+    /// Queued memories set aside: why, and until when (milliseconds of the wall clock).
+    set_aside: BTreeMap<MemoryId, (String, i64)>,
     vectors: HashMap<MemoryId, Vec<f32>>,
     model: Option<EmbeddingModel>,
     receipts: HashMap<String, Receipt>,

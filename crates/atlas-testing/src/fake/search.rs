@@ -26,6 +26,10 @@ impl TextIndex for FakeStore {
     }
 }
 
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 #[async_trait]
 impl VectorIndex for FakeStore {
     async fn bind_model(&self, model: EmbeddingModel) -> Result<()> {
@@ -49,13 +53,38 @@ impl VectorIndex for FakeStore {
         let mut s = self.state.lock().unwrap();
         s.model = Some(model);
         s.vectors.clear();
+        s.set_aside.clear();
         s.queue = s.memories.keys().copied().collect();
         Ok(s.queue.len() as u64)
     }
 
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>> {
         let s = self.state.lock().unwrap();
-        Ok(s.queue.iter().take(limit).map(|id| s.memories[id].clone()).collect())
+        let now = wall_clock_ms();
+        let waiting = |id: &MemoryId| s.set_aside.get(id).is_some_and(|(_, until)| *until > now);
+        Ok(s.queue.iter().filter(|id| !waiting(id)).take(limit).map(|id| s.memories[id].clone()).collect())
+    }
+
+    async fn set_aside(&self, memories: Vec<(MemoryId, String)>, until: Timestamp) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        for (id, why) in memories {
+            if s.queue.contains(&id) {
+                s.set_aside.insert(id, (why, until.millis()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn set_aside_vectors(&self, limit: usize) -> Result<(u64, Vec<(MemoryId, String)>)> {
+        let s = self.state.lock().unwrap();
+        // Only what is still queued: a memory deleted or given its vector since is not waiting.
+        let aside: Vec<(MemoryId, String)> = s
+            .set_aside
+            .iter()
+            .filter(|(id, _)| s.queue.contains(id))
+            .map(|(id, (why, _))| (*id, why.clone()))
+            .collect();
+        Ok((aside.len() as u64, aside.into_iter().take(limit).collect()))
     }
 
     async fn queued_vectors(&self) -> Result<u64> {
@@ -74,6 +103,7 @@ impl VectorIndex for FakeStore {
         for (id, v) in vectors {
             if s.memories.contains_key(&id) {
                 s.queue.remove(&id);
+                s.set_aside.remove(&id);
                 s.vectors.insert(id, v);
             }
         }
