@@ -265,7 +265,7 @@ impl HttpEmbedder {
                 "embeddings endpoint {} (model {}): {}{tries}",
                 display_url(&self.options.url),
                 self.options.model,
-                redact(&failure.message, &self.secrets())
+                failure.message
             );
             // The endpoint answered, and would answer this input the same way again: a text it
             // refuses alone, or vectors that are not this space's. The runtime sets such a memory
@@ -281,7 +281,11 @@ impl HttpEmbedder {
 
     async fn attempt(&self, inputs: &[String]) -> std::result::Result<Vec<Vec<f32>>, Failure> {
         self.usage.calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.request(inputs).await;
+        // Redacted here, before the retry loop logs it: an error body may echo the key.
+        let result = self
+            .request(inputs)
+            .await
+            .map_err(|failure| Failure { message: redact(&failure.message, &self.secrets()), ..failure });
         match &result {
             Ok(_) => {
                 self.usage.texts.fetch_add(inputs.len() as u64, Ordering::Relaxed);

@@ -48,7 +48,9 @@ const ERROR_BODY_BYTES: usize = 4096;
 /// no answer holds more memory than the call it answers warrants. A status other than 2xx is a
 /// [`Failure`] with the start of the body, retryable for 429 and 5xx.
 pub async fn send(call: reqwest::RequestBuilder, timeout: Duration, max_bytes: usize) -> Result<String, Failure> {
-    let mut response = call.send().await.map_err(|err| Failure {
+    // reqwest's errors quote the URL, credentials and query included: the caller names the
+    // endpoint itself, as it may be shown (every log line of a retry quotes this message).
+    let mut response = call.send().await.map_err(|err| err.without_url()).map_err(|err| Failure {
         retry: err.is_timeout() || err.is_connect() || err.is_request() || err.is_body(),
         message: if err.is_timeout() {
             format!("no answer within {} ms", timeout.as_millis())
@@ -82,7 +84,7 @@ pub async fn send(call: reqwest::RequestBuilder, timeout: Duration, max_bytes: u
     }
     let mut body: Vec<u8> = Vec::new();
     loop {
-        let chunk = response.chunk().await.map_err(|err| Failure {
+        let chunk = response.chunk().await.map_err(|err| err.without_url()).map_err(|err| Failure {
             // The connection broke while the answer came: the call itself may well succeed again.
             retry: true,
             message: format!("reading the answer failed: {}", chain(&err)),

@@ -100,15 +100,14 @@ impl Llm for HttpLlm {
         let e = &self.endpoint;
         let retry = Retry { max_retries: e.max_retries, backoff: e.backoff, ..Retry::default() };
         atlas_http::with_retries(retry, &e.name, || self.attempt(&request)).await.map_err(|(failure, tries)| {
-            // Neither the URL's credentials nor a key the server echoed reach an error, a log
-            // line or the ledger of cycles.
-            let secrets: Vec<&str> = e.api_key.as_deref().into_iter().collect();
+            // Neither the URL's credentials nor a key the server echoed (redacted in `attempt`)
+            // reach an error, a log line or the ledger of cycles.
             AtlasError::Llm(format!(
                 "{} ({} at {}): {} (after {tries} attempt{})",
                 e.name,
                 e.model,
                 display_url(&e.url),
-                redact(&failure.message, &secrets),
+                failure.message,
                 if tries == 1 { "" } else { "s" }
             ))
         })
@@ -134,7 +133,10 @@ impl HttpLlm {
             }
             (Provider::OpenAi, None) => call,
         };
-        let text = atlas_http::send(call, e.timeout, answer_cap(e, request)).await?;
+        let secrets: Vec<&str> = e.api_key.as_deref().into_iter().collect();
+        let text = atlas_http::send(call, e.timeout, answer_cap(e, request))
+            .await
+            .map_err(|failure| Failure { message: redact(&failure.message, &secrets), ..failure })?;
         let parsed = match e.provider {
             Provider::OpenAi => wire::openai_answer(&text),
             Provider::Anthropic => wire::anthropic_answer(&text),

@@ -90,14 +90,6 @@ pub struct LatestArgs {
     pub current: Option<bool>,
 }
 
-/// A scope: who a memory is about or for.
-#[napi(object)]
-pub struct ScopeArgs {
-    pub user: Option<String>,
-    pub agent: Option<String>,
-    pub session: Option<String>,
-}
-
 /// An open memory space. One serves every concurrent call of the process.
 #[napi]
 pub struct Space {
@@ -157,10 +149,38 @@ impl Space {
         Ok(json!({"id": revised.id.0, "previous": revised.previous.0}))
     }
 
-    /// Forgets for good every memory of the scope (all of them when it is empty); how many.
+    /// Forgets for good every memory of the scope (all of them when it is empty); how many. The
+    /// scope is read strictly: a key that is not `user`, `agent` or `session` (`userId`, a
+    /// typo) is refused, since read loosely it would leave the scope empty and delete every
+    /// user's memories.
     #[napi]
-    pub async fn forget_scope(&self, scope: ScopeArgs) -> napi::Result<u32> {
-        let scope = Scope { user: scope.user, agent: scope.agent, session: scope.session };
+    pub async fn forget_scope(&self, scope: Value) -> napi::Result<u32> {
+        let Value::Object(fields) = scope else {
+            return Err(invalid("forgetScope", "field \"scope\": expected an object { user, agent, session }".into()));
+        };
+        let mut parsed = Scope::default();
+        for (key, value) in fields {
+            let slot = match key.as_str() {
+                "user" => &mut parsed.user,
+                "agent" => &mut parsed.agent,
+                "session" => &mut parsed.session,
+                _ => {
+                    let why = format!("field \"scope.{key}\": not a field of a scope (user, agent, session)");
+                    return Err(invalid("forgetScope", why));
+                }
+            };
+            *slot = match value {
+                Value::Null => None,
+                Value::String(s) => Some(s),
+                other => {
+                    return Err(invalid(
+                        "forgetScope",
+                        format!("field \"scope.{key}\": expected a string, got {other}"),
+                    ));
+                }
+            };
+        }
+        let scope = parsed;
         let count = self.atlas()?.forget_scope(&scope).await.map_err(atlas_err)?;
         Ok(u32::try_from(count).unwrap_or(u32::MAX))
     }

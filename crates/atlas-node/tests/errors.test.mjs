@@ -28,6 +28,9 @@ test('a refused write names its field and stores nothing, not even the batch ite
     [() => memory.deleteAll({}), 'userId'],
     [() => memory.remember('x', { time: new Date('not a date') }), 'time'],
     [() => memory.update(1, 'x', { metadata: 'str' }), 'metadata'],
+    // Issue 69: the native call read a misspelt scope as an empty one and deleted every user's memories.
+    [() => memory._space('forgetScope', { userId: 'ann' }), 'scope.userId'],
+    [() => memory._space('forgetScope', { user: 7 }), 'scope.user'],
   ]
   for (const [call, field] of refusals) {
     await assert.rejects(call, (error) => {

@@ -480,25 +480,21 @@ async fn open_parts(config: &Config) -> Result<Parts> {
     // has recorded it: then the space opens, imports and serves while the endpoint is away.
     let asks_endpoint = config.embedder == config::EmbedderKind::Http && config.http.dimensions.is_none();
     let parts = if asks_endpoint {
-        let mut parts = open_store(config, None).await?;
+        let mut parts = Parts::open_store(config).await?;
         let recorded = parts.store.stats().await?.embedding_model;
         parts.embedder = model_adapters::open_embedder_recorded(config, recorded).await?;
         parts
     } else {
         let embedder = open_embedder(config).await?;
-        open_store(config, embedder).await?
+        match config.storage {
+            config::StorageKind::Sqlite => open_sqlite(config, embedder),
+            config::StorageKind::Qdrant => open_qdrant(config, embedder).await,
+        }?
     };
     Ok(match open_llm(&config.llm)? {
         Some(llm) => parts.with_llm(llm),
         None => parts,
     })
-}
-
-async fn open_store(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Parts> {
-    match config.storage {
-        config::StorageKind::Sqlite => open_sqlite(config, embedder),
-        config::StorageKind::Qdrant => open_qdrant(config, embedder).await,
-    }
 }
 
 #[cfg(feature = "store-sqlite")]

@@ -35,15 +35,23 @@ pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
         let provider: Provider =
             c.provider.parse().map_err(|m| AtlasError::Config(format!("{}: {m}", at("provider"))))?;
         if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
-            return Err(AtlasError::Config(format!("{}: expected an http(s) URL, got {:?}", at("url"), c.url)));
+            let shown = atlas_domain::policy::secrets::display_url(&c.url);
+            return Err(AtlasError::Config(format!("{}: expected an http(s) URL, got {shown:?}", at("url"))));
         }
         let mut endpoint = Endpoint::new(&c.name, provider, &c.url, &c.model);
         endpoint.api_key = match (&c.api_key, &c.api_key_env) {
             (Some(key), _) => Some(key.clone()),
-            (None, Some(var)) => Some(
-                std::env::var(var)
-                    .map_err(|_| AtlasError::Config(format!("{}: the variable {var} is not set", at("api_key_env"))))?,
-            ),
+            (None, Some(var)) => match std::env::var(var) {
+                Ok(key) => Some(key),
+                // A missing key stops this endpoint, not the space: every command that does not
+                // call the model (remember, recall, stats) works, and each call says why.
+                Err(_) => {
+                    let why = format!("{}: the variable {var} is not set", at("api_key_env"));
+                    tracing::warn!(%why, "the model endpoint cannot be called until its key is set");
+                    members.push(Arc::new(Unconfigured(why)));
+                    continue;
+                }
+            },
             (None, None) => None,
         };
         endpoint.timeout = std::time::Duration::from_millis(c.timeout_ms.max(1));
@@ -56,6 +64,19 @@ pub fn open_llm(config: &config::LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
         return Ok(None);
     }
     Ok(Some(Arc::new(Fallback::new(members)?)))
+}
+
+/// An endpoint that cannot be called as configured (its key's variable is unset): each call
+/// fails with why, as a model that is away does, so the sleep cycle's model band waits.
+#[cfg(feature = "llm")]
+struct Unconfigured(String);
+
+#[cfg(feature = "llm")]
+#[async_trait::async_trait]
+impl Llm for Unconfigured {
+    async fn complete(&self, _: atlas_domain::ports::LlmRequest) -> Result<atlas_domain::ports::Completion> {
+        Err(AtlasError::Config(self.0.clone()))
+    }
 }
 
 #[cfg(not(feature = "llm"))]

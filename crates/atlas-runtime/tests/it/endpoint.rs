@@ -87,3 +87,110 @@ async fn memories_written_while_the_endpoint_is_away_get_their_vectors_when_it_r
         assert!(recall.hits[0].signals.contains_key(&Signal::Vector), "found by its vector too");
     }
 }
+
+/// Issue 69: with the endpoint away and no `http.dimensions`, a space that recorded its model's
+/// dimension opens, stores and recalls from full text (only a new space asks the endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_space_that_recorded_its_dimension_opens_while_the_endpoint_is_away() {
+    let hashing = HashEmbedder::new(DIMENSION);
+    let server = EmbeddingsServer::answering(Arc::new(move |text: &str| hashing.embed_one(text)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut asking = config(&dir, &server);
+    asking.http.dimensions = None;
+    {
+        let atlas = Atlas::open(asking.clone()).await.expect("a new space asks the endpoint, which answers");
+        atlas
+            .remember(Remember { text: "the red project ships on Friday".into(), ..Remember::default() })
+            .await
+            .unwrap();
+        atlas.flush_vectors(None).await.unwrap();
+    }
+    server.set_down(true);
+    let atlas = Atlas::open(asking).await.expect("the space's record is enough");
+    atlas.remember(Remember { text: "the blue project ships on Monday".into(), ..Remember::default() }).await.unwrap();
+    let recall = atlas.recall(RecallRequest { query: "blue project".into(), k: 2, ..RecallRequest::default() });
+    let recall = recall.await.unwrap();
+    assert_eq!(recall.hits[0].memory.text, "the blue project ships on Monday", "from full text");
+    let other = tempfile::tempdir().unwrap();
+    let mut fresh = config(&other, &server);
+    fresh.http.dimensions = None;
+    let refused = Atlas::open(fresh).await.err().expect("a new space without a dimension must ask").to_string();
+    assert!(
+        refused.starts_with("embedding error: embeddings endpoint") && !refused.contains("error: embedding error"),
+        "{refused}"
+    );
+    assert!(refused.contains("set http.dimensions"), "{refused}");
+}
+
+/// Issue 69: an endpoint that accepts and never answers costs a recall its query deadline, and
+/// the embedding a recall does first (`catch_up`) its budget; after the first, the breaker answers
+/// from full text at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_endpoint_costs_a_recall_its_deadline_once() {
+    let hashing = HashEmbedder::new(DIMENSION);
+    let server = EmbeddingsServer::answering(Arc::new(move |text: &str| hashing.embed_one(text)));
+    server.answer_slowly(Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let mut hung = config(&dir, &server);
+    hung.http.timeout_ms = 30_000;
+    hung.embed_batch = 1_000;
+    let atlas = Atlas::open(hung).await.unwrap();
+    atlas.remember(Remember { text: "the launch moved to Thursday".into(), ..Remember::default() }).await.unwrap();
+    let started = Instant::now();
+    atlas.catch_up().await;
+    assert!(started.elapsed() < Duration::from_secs(2), "catch-up keeps its budget: {:?}", started.elapsed());
+    let ask = || atlas.recall(RecallRequest { query: "launch".into(), k: 3, ..RecallRequest::default() });
+    let started = Instant::now();
+    let first = ask().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the first recall waits its deadline only: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(first.hits.len(), 1);
+    let started = Instant::now();
+    let second = ask().await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(400), "then none: {:?}", started.elapsed());
+    let note = second.signals.iter().find(|s| s.signal == Signal::Vector).unwrap().note.clone().unwrap();
+    assert!(note.contains("in a row") && note.contains("full text"), "{note}");
+}
+
+/// Issue 69: a credential in an endpoint's URL (user-info, a query value) or a key the server
+/// echoes appears in no note, no error, and no file of the space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_secret_appears_in_no_output_and_no_file() {
+    let hashing = HashEmbedder::new(DIMENSION);
+    let server = EmbeddingsServer::answering(Arc::new(move |text: &str| hashing.embed_one(text)));
+    server.set_down(true);
+    let dir = tempfile::tempdir().unwrap();
+    let mut secret = config(&dir, &server);
+    let with_user = server.url.replacen("http://", "http://ann:hunter2pass@", 1);
+    secret.http.url = Some(format!("{with_user}?api_key=qwertyapikey"));
+    secret.http.api_key = Some(atlas_runtime::config::Secret("sk-verysecretbearertoken123".into()));
+    secret.llm.endpoints.push(atlas_runtime::config::LlmEndpointConfig {
+        url: "http://bob:llmpassword9@127.0.0.1:9/v1".into(),
+        model: "m".into(),
+        timeout_ms: 200,
+        max_retries: 0,
+        ..Default::default()
+    });
+    let atlas = Atlas::open(secret).await.unwrap();
+    atlas.remember(Remember { text: "I moved to Lisbon in May".into(), ..Remember::default() }).await.unwrap();
+    let recall =
+        atlas.recall(RecallRequest { query: "Lisbon".into(), k: 3, ..RecallRequest::default() }).await.unwrap();
+    let report = atlas.consolidate().await.unwrap();
+    let mut shown = format!("{:?}\n{report:?}\n{:?}", recall.signals, atlas.cycles(5).await.unwrap());
+    shown.push_str(&format!("{:?}", atlas.flush_vectors(None).await.err()));
+    drop(atlas);
+    let secrets = ["hunter2pass", "qwertyapikey", "sk-verysecretbearertoken123", "llmpassword9"];
+    for secret in secrets {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+    }
+    for file in std::fs::read_dir(dir.path()).unwrap() {
+        let path = file.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        for secret in secrets {
+            assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()), "{secret} in {}", path.display());
+        }
+    }
+}

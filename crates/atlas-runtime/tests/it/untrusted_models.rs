@@ -183,3 +183,27 @@ async fn a_hung_embedder_costs_a_recall_its_deadline_once_and_then_nothing() {
     let note = second.signals.iter().find(|s| s.signal == Signal::Vector).unwrap().note.clone().unwrap();
     assert!(note.contains("failed 1 time in a row") && note.contains("full text"), "{note}");
 }
+
+/// An LLM endpoint whose key's variable is unset stops that endpoint, not the space: writes,
+/// recalls and stats work, and the sleep cycle's model band waits, saying why.
+#[tokio::test]
+async fn an_unset_key_variable_stops_the_model_not_the_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        db: dir.path().join("atlas.db"),
+        embedder: atlas_runtime::config::EmbedderKind::None,
+        create: true,
+        ..Config::default()
+    };
+    config.llm.endpoints.push(atlas_runtime::config::LlmEndpointConfig {
+        url: "http://127.0.0.1:9/v1".into(),
+        model: "m".into(),
+        api_key_env: Some("ATLAS_TEST_A_VARIABLE_NOBODY_SETS".into()),
+        ..Default::default()
+    });
+    let atlas = Atlas::open(config).await.expect("opens without the key");
+    atlas.remember(said("I really enjoy a cup of green tea in the morning", 1)).await.unwrap();
+    assert_eq!(atlas.stats().await.unwrap().store.memories(), 1);
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!((report.failed, report.llm_calls), (1, 1), "the turn waits for the model: {report:?}");
+}
