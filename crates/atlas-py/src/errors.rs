@@ -137,9 +137,12 @@ fn bad_path(value: &Bound<'_, PyAny>, path: &str) -> Option<(String, String)> {
     }
 }
 
+/// The items of a list or dict, each with its path.
+type Children<'py> = Vec<(String, Bound<'py, PyAny>)>;
+
 /// A value's children with their paths (`None` for a scalar JSON holds), or why it has no
 /// JSON form.
-fn children<'py>(value: &Bound<'py, PyAny>, path: &str) -> Result<Option<Vec<(String, Bound<'py, PyAny>)>>, String> {
+fn children<'py>(value: &Bound<'py, PyAny>, path: &str) -> Result<Option<Children<'py>>, String> {
     if value.is_none() || value.is_instance_of::<PyBool>() || value.is_instance_of::<PyString>() {
         return Ok(None);
     }
