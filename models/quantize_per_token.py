@@ -1,6 +1,8 @@
 """Makes an embedding model with integer kernels whose vectors do not depend on the batch.
 
-    python quantize_per_token.py SOURCE.onnx DEST.onnx WORK_DIR
+    python quantize_per_token.py SOURCE.onnx DEST.onnx WORK_DIR [NODE ...]
+
+NODEs (the names of MatMul nodes) stay float products.
 
 quantize_dynamic.py quantises every matrix product's input with DynamicQuantizeLinear: one scale
 and zero point for the whole [batch, sequence, hidden] tensor. A text's vector then depends on the
@@ -51,6 +53,9 @@ quantize_dynamic(
     weight_type=QuantType.QInt8,
     per_channel=True,
     op_types_to_quantize=["MatMul", "Gather"],
+    # The products a model's recipe keeps in float (the manifest's `arguments`): none for MiniLM
+    # and MPNet; for nomic-bert, the attention inputs of its last layers (docs/EVAL.md's table).
+    nodes_to_exclude=sys.argv[4:],
 )
 
 model = onnx.load(str(dynamic))

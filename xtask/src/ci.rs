@@ -95,7 +95,7 @@ fn pipeline(table: &Table) -> Result<()> {
         table.step("cargo-deny", None, || no_count(crate::cargo(&deny, &main)?))?;
         // Builds atlas and atlas-devtools (most of the workspace) and fetches what the tests need.
         table.step("build binaries + models fetch", None, || {
-            let mut fetch = crate::devtools(&["models", "fetch"])?;
+            let mut fetch = crate::devtools(&["models", "fetch", "--all"])?;
             no_count(crate::steps::run(&mut fetch, "atlas-devtools models fetch", &main)?)
         })?;
         table.step("rust tests (nextest)", None, || {

