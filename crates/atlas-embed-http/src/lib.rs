@@ -79,12 +79,21 @@ impl HttpEmbedderOptions {
         }
     }
 
-    /// The embeddings route: the URL itself when it names one, else the base's `/embeddings`.
+    /// The embeddings route: the URL itself when its path names one, else the base's
+    /// `/embeddings`, put before a query string (Azure's `?api-version=`), which stays.
     fn route(&self) -> String {
-        if self.url.ends_with("/embeddings") || self.url.ends_with("/embed") {
-            self.url.clone()
+        let (base, query) = match self.url.split_once('?') {
+            Some((base, query)) => (base.trim_end_matches('/'), Some(query)),
+            None => (self.url.as_str(), None),
+        };
+        let path = if base.ends_with("/embeddings") || base.ends_with("/embed") {
+            base.to_owned()
         } else {
-            format!("{}/embeddings", self.url)
+            format!("{base}/embeddings")
+        };
+        match query {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
         }
     }
 
@@ -377,6 +386,9 @@ mod tests {
         assert_eq!(o.identity(), "http:text-embedding-3-small@api.example.com/v1");
         o.query_prefix = "search_query: ".into();
         assert!(o.identity().starts_with("http:text-embedding-3-small@api.example.com/v1+prefixes-"));
+        let azure =
+            HttpEmbedderOptions::new("https://x.openai.azure.com/openai/deployments/d?api-version=2024-02-01", "m");
+        assert_eq!(azure.route(), "https://x.openai.azure.com/openai/deployments/d/embeddings?api-version=2024-02-01");
         let full = HttpEmbedderOptions::new("http://127.0.0.1:8080/v1/embeddings", "m");
         assert_eq!(
             (full.route().as_str(), full.identity().as_str()),

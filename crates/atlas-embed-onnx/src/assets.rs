@@ -45,7 +45,14 @@ pub fn sha256_file_cached(path: &Path) -> Result<String> {
     let canonical = path.canonicalize().map_err(io)?;
     let meta = std::fs::metadata(&canonical).map_err(io)?;
     let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-    let stamp = format!("{} {}", meta.len(), modified.map_or(0, |d| d.as_nanos()));
+    // The inode and its change time too: a graph swapped in with the same size and its old
+    // modification time set back (`touch -r`) has another inode or a new change time, which no
+    // user call can set, so it is hashed again.
+    let changed = {
+        use std::os::unix::fs::MetadataExt;
+        format!("{}:{}.{}", meta.ino(), meta.ctime(), meta.ctime_nsec())
+    };
+    let stamp = format!("{}:{}:{changed}", meta.len(), modified.map_or(0, |d| d.as_nanos()));
     let key: String =
         Sha256::digest(canonical.to_string_lossy().as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
     let remembered = cache_dir().join("hashes").join(key);
@@ -419,6 +426,20 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_swapped_with_its_size_and_time_kept_is_hashed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        std::fs::write(&path, b"the first graph").unwrap();
+        let first = sha256_file_cached(&path).unwrap();
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::write(&path, b"another graph!!").unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(modified).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), modified);
+        assert_ne!(sha256_file_cached(&path).unwrap(), first, "the remembered hash is not taken for the new bytes");
+        assert_eq!(sha256_file_cached(&path).unwrap(), sha256_file(&path).unwrap());
+    }
 
     #[test]
     fn verify_names_the_path_and_both_hashes() {
