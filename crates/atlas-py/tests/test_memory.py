@@ -250,6 +250,18 @@ def test_metadata_deep_enough_to_crash_or_holding_itself_is_invalid_input(memory
     assert [m["memory"] for m in memory.get_all(user_id="ann")["results"]] == ["kept"]
 
 
+def test_a_memory_id_is_an_integer_or_its_string_and_nothing_else(memory):
+    # Issue 69: delete(7.7) deleted memory 7.
+    kept = memory.remember("kept")
+    for wrong in (kept + 0.7, float(kept), "7.7", True, None, [kept]):
+        with pytest.raises(atlas.InvalidInput) as bad:
+            memory.delete(wrong)
+        assert bad.value.field == "memory_id", wrong
+    assert memory.get(str(kept)) is not None
+    memory.delete(str(kept))
+    assert memory.get(kept) is None
+
+
 def test_native_api_recall_explain_forget_recover(memory):
     ids = memory.remember_many(
         [

@@ -5,6 +5,7 @@ releases the GIL while ATLAS works, so one `Memory` serves many threads."""
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, timezone
@@ -58,12 +59,18 @@ def _expired(item: Mapping[str, Any]) -> bool:
 
 
 def _memory_id(memory_id: int | str, field: str = "memory_id") -> int:
-    """mem0 ids are strings; ATLAS's are integers. Both are taken."""
-    try:
-        value = int(memory_id)
-    except (TypeError, ValueError):
-        value = 0
-    if value < 1 or isinstance(memory_id, bool):
+    """mem0 ids are strings; ATLAS's are integers. Both are taken; nothing else is (`int(7.7)` is
+    7: a float would delete another memory than the one meant)."""
+    value = 0
+    if isinstance(memory_id, str):
+        value = int(memory_id.strip()) if memory_id.strip().isdigit() else 0
+    elif not isinstance(memory_id, bool):
+        try:
+            # Integers, numpy's among them; never a float.
+            value = operator.index(memory_id)
+        except TypeError:
+            value = 0
+    if value < 1:
         raise _filters.invalid(field, f"{memory_id!r} is not a memory id (a positive integer, or its string)")
     return value
 
