@@ -82,6 +82,23 @@ impl HttpEmbedderOptions {
     /// The embeddings route: the URL itself when its path names one, else the base's
     /// `/embeddings`, put before a query string (Azure's `?api-version=`), which stays.
     fn route(&self) -> String {
+        self.route_under("")
+    }
+
+    /// The route under the base's `/v1`, tried once when the base has no version in its path
+    /// and its `/embeddings` answers another API's shape: a bare `http://127.0.0.1:8080` of
+    /// llama.cpp's server reaches its native route, whose OpenAI twin is `/v1/embeddings`.
+    fn versioned_route(&self) -> Option<String> {
+        let base = self.url.split(['?', '#']).next().unwrap_or_default().trim_end_matches('/');
+        let path = base.split_once("://").and_then(|(_, rest)| rest.split_once('/')).map_or("", |(_, path)| path);
+        let named = path.ends_with("embeddings") || path.ends_with("embed");
+        let versioned = path.split('/').any(|segment| {
+            segment.strip_prefix('v').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        (!named && !versioned).then(|| self.route_under("/v1"))
+    }
+
+    fn route_under(&self, version: &str) -> String {
         let (base, query) = match self.url.split_once('?') {
             Some((base, query)) => (base.trim_end_matches('/'), Some(query)),
             None => (self.url.as_str(), None),
@@ -89,7 +106,7 @@ impl HttpEmbedderOptions {
         let path = if base.ends_with("/embeddings") || base.ends_with("/embed") {
             base.to_owned()
         } else {
-            format!("{base}/embeddings")
+            format!("{base}{version}/embeddings")
         };
         match query {
             Some(query) => format!("{path}?{query}"),
@@ -121,7 +138,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// An [`HttpEmbedderOptions`] endpoint as an [`Embedder`].
 pub struct HttpEmbedder {
     options: HttpEmbedderOptions,
-    route: String,
+    /// Where requests go: the configured route, or its `/v1` twin once that answered
+    /// ([`HttpEmbedderOptions::versioned_route`]).
+    route: std::sync::RwLock<String>,
+    /// The `/v1` twin not yet tried, while the configured route has not answered the wire.
+    versioned: std::sync::Mutex<Option<String>>,
     client: reqwest::Client,
     model: EmbeddingModel,
     usage: Counters,
@@ -180,7 +201,14 @@ impl HttpEmbedder {
         }
         let client = atlas_http::client(options.timeout).map_err(config)?;
         let model = EmbeddingModel { name: options.identity(), dimension: options.dimensions.unwrap_or(0) };
-        let mut embedder = HttpEmbedder { route: options.route(), options, client, model, usage: Counters::default() };
+        let mut embedder = HttpEmbedder {
+            route: std::sync::RwLock::new(options.route()),
+            versioned: std::sync::Mutex::new(options.versioned_route()),
+            options,
+            client,
+            model,
+            usage: Counters::default(),
+        };
         if embedder.model.dimension == 0 {
             let probe = embedder.embed_with(vec!["dimension".into()], Prefix::Document).await.map_err(|e| {
                 // The inner words only: "embedding error: " once.
@@ -312,27 +340,95 @@ impl HttpEmbedder {
     }
 
     async fn request(&self, inputs: &[String]) -> std::result::Result<Vec<Vec<f32>>, Failure> {
-        let mut call = self.client.post(&self.route).json(&wire::request(&self.options.model, inputs));
+        let route = self.route.read().expect("route lock").clone();
+        match self.request_at(&route, inputs).await {
+            Err(Miss::Answer(wire::Unusable::Shape(shape))) => self.request_versioned(&route, &shape, inputs).await,
+            other => other.map_err(Miss::into_failure),
+        }
+    }
+
+    /// After `route` answered another API's `shape`: the `/v1` twin, once, kept when it answers
+    /// the wire (and said so); else a refusal at once that says which URL to give instead.
+    async fn request_versioned(
+        &self,
+        route: &str,
+        shape: &wire::Shape,
+        inputs: &[String],
+    ) -> std::result::Result<Vec<Vec<f32>>, Failure> {
+        let hint = |to: &str| {
+            let base = to.trim_end_matches("/embeddings");
+            format!("{} answered: {shape}: use {base} as the endpoint's url", display_url(route))
+        };
+        // Another request in flight may have moved the route meanwhile.
+        let current = self.route.read().expect("route lock").clone();
+        if current != route {
+            return self.request_at(&current, inputs).await.map_err(Miss::into_failure);
+        }
+        let Some(versioned) = self.versioned.lock().expect("versioned lock").clone() else {
+            return Err(Failure::permanent(format!("{} answered: {shape}", display_url(route))));
+        };
+        let outcome = self.request_at(&versioned, inputs).await;
+        // Tried once: whatever it answered, it is not tried again.
+        *self.versioned.lock().expect("versioned lock") = None;
+        match outcome {
+            Ok(vectors) => {
+                tracing::warn!(
+                    configured = %display_url(route),
+                    using = %display_url(&versioned),
+                    "the embeddings route answered another API's shape ({shape}); its /v1 twin answers \
+                     OpenAI's and is used from now on: set the url to the /v1 base to say so"
+                );
+                *self.route.write().expect("route lock") = versioned;
+                Ok(vectors)
+            }
+            Err(Miss::Answer(wire::Unusable::Shape(again))) => Err(Failure::permanent(format!(
+                "{} answered: {shape}; {} (tried once) answered: {again}",
+                display_url(route),
+                display_url(&versioned)
+            ))),
+            // The twin is not there (a 404) or failed otherwise: the configured route's answer
+            // is the one to report, with the advice.
+            Err(_) => Err(Failure::permanent(hint(&versioned))),
+        }
+    }
+
+    async fn request_at(&self, route: &str, inputs: &[String]) -> std::result::Result<Vec<Vec<f32>>, Miss> {
+        let mut call = self.client.post(route).json(&wire::request(&self.options.model, inputs));
         if let Some(key) = &self.options.api_key {
             call = call.bearer_auth(key);
         }
-        let text = atlas_http::send(call, self.options.timeout, answer_cap(inputs.len(), self.model.dimension)).await?;
+        let cap = answer_cap(inputs.len(), self.model.dimension);
+        let text = atlas_http::send(call, self.options.timeout, cap).await.map_err(Miss::Transport)?;
         let dimension = (self.model.dimension > 0).then_some(self.model.dimension);
-        match wire::answer(&text, inputs.len(), dimension) {
-            Ok(answer) => {
-                self.usage.tokens.fetch_add(answer.tokens, Ordering::Relaxed);
-                Ok(answer.vectors)
+        let answer = wire::answer(&text, inputs.len(), dimension).map_err(Miss::Answer)?;
+        self.usage.tokens.fetch_add(answer.tokens, Ordering::Relaxed);
+        Ok(answer.vectors)
+    }
+}
+
+/// Why one request got no vectors: the exchange failed, or its answer is unusable.
+enum Miss {
+    Transport(Failure),
+    Answer(wire::Unusable),
+}
+
+impl Miss {
+    fn into_failure(self) -> Failure {
+        match self {
+            Miss::Transport(failure) => failure,
+            // Cut or garbled on the way: the same request may well be answered whole next time.
+            Miss::Answer(wire::Unusable::Malformed(m)) => {
+                Failure { message: m, retry: true, wait: None, status: None, timed_out: false }
             }
-            // A cut or garbled answer: the same request may well be answered whole next time.
-            Err(wire::Unusable::Malformed(m)) => {
-                Err(Failure { message: m, retry: true, wait: None, status: None, timed_out: false })
-            }
-            Err(wire::Unusable::Mismatch(m)) => Err(Failure {
+            // Whole, of another API: asking again gets the same answer; a setting to change, and
+            // no memory's fault (they stay queued).
+            Miss::Answer(wire::Unusable::Shape(shape)) => Failure::permanent(shape.to_string()),
+            Miss::Answer(wire::Unusable::Mismatch(m)) => Failure {
                 status: Some(MISMATCH),
                 ..Failure::permanent(format!(
                     "{m}: is another model behind the URL now? `atlas reembed` moves the space to it"
                 ))
-            }),
+            },
         }
     }
 }

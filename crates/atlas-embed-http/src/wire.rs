@@ -20,19 +20,67 @@ pub struct Answer {
     pub tokens: u64,
 }
 
-/// Why an answer cannot be used: `Malformed` when it is not the wire's shape (a glitch that
-/// another try may mend), `Mismatch` when it is well-formed but not this space's vectors.
+/// Why an answer cannot be used: `Malformed` when it is not JSON or breaks the wire inside
+/// (cut or garbled on the way: another try may mend it), `Shape` when it is whole JSON of
+/// another API (the same request would get the same again), `Mismatch` when it is the wire's
+/// shape but not this space's vectors.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Unusable {
     Malformed(String),
+    Shape(Shape),
     Mismatch(String),
+}
+
+/// Whole JSON that is not OpenAI's embeddings answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// A list of `{index, embedding}`: llama.cpp's server on its own `/embeddings` route (its
+    /// OpenAI route is `/v1/embeddings`).
+    LlamaCppNative,
+    /// Anything else, described.
+    Other(String),
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shape::LlamaCppNative => f.write_str(
+                "the answer is a list of {index, embedding}, not OpenAI's {data: [...]}: \
+                 this looks like llama.cpp's native route",
+            ),
+            Shape::Other(what) => write!(f, "the answer has no data array ({what}): not OpenAI's embeddings wire"),
+        }
+    }
+}
+
+/// What a JSON answer without a `data` array is, for the message.
+fn shape_of(v: &Value) -> Shape {
+    match v {
+        Value::Array(items) if items.first().is_some_and(|i| i.get("embedding").is_some()) => Shape::LlamaCppNative,
+        Value::Object(map) => {
+            let keys: Vec<&str> = map.keys().map(String::as_str).take(6).collect();
+            Shape::Other(format!("an object with {}", if keys.is_empty() { "no keys".into() } else { keys.join(", ") }))
+        }
+        Value::Array(_) => Shape::Other("a list".into()),
+        other => Shape::Other(format!("a JSON {}", json_kind(other))),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+    }
 }
 
 pub fn answer(text: &str, inputs: usize, dimension: Option<usize>) -> Result<Answer, Unusable> {
     let malformed = |m: String| Unusable::Malformed(m);
     let v: Value = serde_json::from_str(text).map_err(|e| malformed(format!("the answer is not JSON ({e})")))?;
-    let data =
-        v.get("data").and_then(Value::as_array).ok_or_else(|| malformed("the answer has no data array".into()))?;
+    let data = v.get("data").and_then(Value::as_array).ok_or_else(|| Unusable::Shape(shape_of(&v)))?;
     if data.len() != inputs {
         return Err(Unusable::Mismatch(format!("the endpoint answered {} vectors for {inputs} inputs", data.len())));
     }
@@ -106,7 +154,12 @@ mod tests {
         assert!(
             matches!(answer(r#"{"data":[{"index":0,"embedding":[1,0"#, 1, None), Err(Unusable::Malformed(m)) if m.contains("not JSON"))
         );
-        assert!(matches!(answer(r#"{"error":"x"}"#, 1, None), Err(Unusable::Malformed(_))));
+        assert!(
+            matches!(answer(r#"{"error":"x"}"#, 1, None), Err(Unusable::Shape(Shape::Other(m))) if m.contains("error"))
+        );
+        let native = r#"[{"index":0,"embedding":[[0.1,0.2]]}]"#;
+        let Err(Unusable::Shape(shape)) = answer(native, 1, None) else { panic!("llama.cpp's native answer") };
+        assert!(shape == Shape::LlamaCppNative && shape.to_string().contains("llama.cpp's native route"));
         let zero = r#"{"data":[{"index":0,"embedding":[0,0]}]}"#;
         assert!(matches!(answer(zero, 1, None), Err(Unusable::Mismatch(m)) if m.contains("no direction")));
         let twice = r#"{"data":[{"index":0,"embedding":[1]},{"index":0,"embedding":[1]}]}"#;

@@ -127,6 +127,32 @@ async fn an_endpoint_that_is_away_at_start_needs_the_dimension_stated() {
     assert!(embedder.embed_query("q".into()).await.is_err(), "and fails calls while the endpoint is away");
 }
 
+/// llama.cpp's server given without `/v1` (`http://127.0.0.1:8080`): its own `/embeddings`
+/// answers another shape; the `/v1` twin is tried once and kept, and where the base names a
+/// route or a version already, the refusal is at once (no retries) and says what to use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_without_v1_moves_to_the_v1_route_once_or_says_what_to_use() {
+    let server = endpoint();
+    let bare = server.url.trim_end_matches("/v1").to_owned();
+    let mut o = options(&server);
+    o.url = bare.clone();
+    let embedder = HttpEmbedder::connect(o).await.expect("moves to /v1/embeddings at the first request");
+    assert_eq!(embedder.model().dimension, DIMENSION);
+    let vectors = embedder.embed(vec!["Frank lives in Vienna".into()]).await.unwrap();
+    assert!(same(&vectors[0], &HashEmbedder::new(DIMENSION).embed_one("Frank lives in Vienna")));
+    assert_eq!(server.requests().len(), 3, "one native answer, then the /v1 twin for good");
+
+    // The native route named outright: one request, refused at once, with the advice.
+    let mut o = options(&server);
+    (o.url, o.dimensions) = (format!("{bare}/embeddings"), Some(DIMENSION));
+    let embedder = HttpEmbedder::connect(o).await.unwrap();
+    let before = server.requests().len();
+    let err = embedder.embed(vec!["x".into()]).await.unwrap_err().to_string();
+    assert_eq!(server.requests().len(), before + 1, "a shape error is not retried: {err}");
+    assert!(err.contains("llama.cpp's native route") && !err.contains("attempts"), "{err}");
+    assert_eq!(err.matches("embedding error").count(), 1, "{err}");
+}
+
 /// Refused as too large, by a 400 or 413 or by a 500 that says so (llama.cpp's server), a
 /// request is split and a long text shortened, without the retries a passing fault gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,4 +239,13 @@ async fn llama_cpps_server_conforms() {
     let proxied = through.embed(vec!["Frank lives in Vienna".into()]).await.unwrap();
     let similarity = atlas_testing::embedder::cosine(&direct[0], &proxied[0]);
     assert!(similarity > 0.999, "the same vector through the proxy: {similarity}");
+
+    // The real server given without /v1: its native /embeddings answers another shape, and the
+    // embedder moves to /v1/embeddings once.
+    let mut o = HttpEmbedderOptions::new(server.url.trim_end_matches("/v1"), &server.model);
+    o.timeout = Duration::from_secs(120);
+    let bare = HttpEmbedder::connect(o).await.expect("a bare base of llama.cpp's server works");
+    let moved = bare.embed(vec!["Frank lives in Vienna".into()]).await.unwrap();
+    let similarity = atlas_testing::embedder::cosine(&direct[0], &moved[0]);
+    assert!(similarity > 0.999, "the same vector from the bare base: {similarity}");
 }

@@ -3,7 +3,9 @@
 //! each request on to a real server (llama.cpp's), and injecting the faults a real endpoint
 //! has: a delay past the client's timeout, 429 with `Retry-After`, 500, a reset connection, a
 //! cut answer, vectors of the wrong length, a whole outage. It counts requests and remembers
-//! each request's inputs, so that tests can check batching and that nothing was lost.
+//! each request's inputs, so that tests can check batching and that nothing was lost. As
+//! llama.cpp's server does, an `/embeddings` outside `/v1/` answers that server's own shape (a
+//! list of `{index, embedding: [[...]]}`), so that a base URL without `/v1` can be tested.
 
 use crate::http::HttpClient;
 use serde_json::{Value, json};
@@ -184,7 +186,16 @@ fn serve(stream: TcpStream, state: &Mutex<State>, answerer: &Answerer) {
             respond(stream, status, &[], &json!({"error": {"message": message}}).to_string());
             continue;
         }
+        let native = !path.contains("/v1/");
         let (status, mut text) = match answerer {
+            Answerer::Function(embed) if native => {
+                let list: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(index, input)| json!({"index": index, "embedding": [embed(input)]}))
+                    .collect();
+                (200, Value::Array(list).to_string())
+            }
             Answerer::Function(embed) => {
                 let data: Vec<Value> = inputs
                     .iter()
