@@ -20,6 +20,16 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Whether `args` (the program's name first) is a command line the binary accepts, without
+/// running it: clap's words when it is not. The docs' examples are held to it (tests/docs.rs).
+pub fn check_command_line<I, T>(args: I) -> std::result::Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map(drop).map_err(|e| e.to_string())
+}
+
 /// Runs the command line `args` (the program's name first) to its end and returns its exit
 /// status: 0 on success, 1 on an error (reported on standard error, or as JSON with `--json`),
 /// 2 for a command line clap refuses (after printing why; `--help` and `--version` exit 0).
@@ -113,6 +123,8 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Concept { action: ConceptAction::Compress { .. } | ConceptAction::Add { .. } }
             | Command::Bank { action: files::BankAction::Rebuild { .. } }
             | Command::Docs { .. }
+            // A team's first step before its server starts: a key for the space it will serve.
+            | Command::Keys { action: keys::KeysAction::Add { .. } }
     );
     match &cli.command {
         Command::Embed { batch } => return embed::embed(&config, batch, json).await,
