@@ -161,6 +161,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Consolidate { end_sessions } => {
             let report =
                 if end_sessions { atlas.consolidate_ending_sessions().await? } else { atlas.consolidate().await? };
+            // What the cycle wrote (facts, entities, summaries) is embedded before this process
+            // ends, as an import's memories are: a recall right after must not pay for it.
+            embed_all(&atlas, json).await?;
             output::print_cycle(&report, json);
             Ok(())
         }

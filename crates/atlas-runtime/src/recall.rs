@@ -118,13 +118,16 @@ struct Around {
 /// Breadth first from every start at once, level by level: each start's walks as it would walk
 /// alone (each memory once per kind of walk, cycle-safe), while a memory's edges are read once
 /// for all of them, and each level's unread memories in one call (one round trip on a store
-/// behind a server, one task on SQLite's readers).
+/// behind a server, one task on SQLite's readers). Unless `entities_wanted`, an entity (the
+/// far end of an entity edge) is walked through but not offered as linked: the filter would
+/// refuse it after its record was read for nothing.
 async fn walk_around(
     store: &dyn MemoryStore,
     starts: &[MemoryId],
     reach: u32,
     depth: u32,
     at: Timestamp,
+    entities_wanted: bool,
 ) -> Result<HashMap<MemoryId, Around>> {
     let mut edges: HashMap<MemoryId, Vec<atlas_domain::Edge>> = HashMap::new();
     let mut around: HashMap<MemoryId, Around> = starts.iter().map(|s| (*s, Around::default())).collect();
@@ -168,8 +171,12 @@ async fn walk_around(
                         }
                         let other = if e.src == id { e.dst } else { e.src };
                         if seen.insert(other) {
-                            let list = if temporal { &mut found.turns } else { &mut found.linked };
-                            list.push((other, distance));
+                            let entity = e.kind == EdgeKind::Entity && other == e.dst;
+                            if temporal {
+                                found.turns.push((other, distance));
+                            } else if entities_wanted || !entity {
+                                found.linked.push((other, distance));
+                            }
                             next.push(other);
                         }
                     }
@@ -395,7 +402,10 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         }
         let reach = if config.context_weight > 0.0 { config.context_reach } else { 0 };
         let depth = if config.graph_weight > 0.0 { config.graph_depth.min(MAX_GRAPH_DEPTH) } else { 0 };
-        walk_around(parts.store.as_ref(), &starts, reach, depth, request.as_of.unwrap_or(now)).await.map(Some)
+        let entities_wanted = filter.kinds.is_empty() || filter.kinds.contains(&MemoryKind::Entity);
+        walk_around(parts.store.as_ref(), &starts, reach, depth, request.as_of.unwrap_or(now), entities_wanted)
+            .await
+            .map(Some)
     };
     let candidates_read = async { if unread.is_empty() { Ok(Vec::new()) } else { parts.store.get_many(unread).await } };
     let (walked, candidate_records) = tokio::try_join!(walk, candidates_read)?;

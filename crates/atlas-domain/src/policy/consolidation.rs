@@ -257,7 +257,9 @@ pub struct NameMention {
 
 /// Proper names a text mentions, by rule: runs of capitalised words ("New York", "Caroline"),
 /// skipping everyday words, dropping a possessive `'s`. In order of first mention, without
-/// repeats (compared normalised).
+/// repeats (compared normalised). A line break starts a sentence too (a heading, a list item, a
+/// line of code opens capitalised by convention, punctuated or not), and a word holding the
+/// characters of code (`Flask(__name__)`, `db.Model`, a path) is no word of a name.
 pub fn name_mentions(text: &str) -> Vec<NameMention> {
     let mut names: Vec<NameMention> = Vec::new();
     let mut run: Vec<String> = Vec::new();
@@ -275,14 +277,19 @@ pub fn name_mentions(text: &str) -> Vec<NameMention> {
         }
         run.clear();
     };
-    for raw in text.split_whitespace() {
+    let words = text.lines().flat_map(|line| {
+        let mut words = line.split_whitespace().peekable();
+        std::iter::from_fn(move || words.next().map(|w| (w, words.peek().is_none())))
+    });
+    for (raw, ends_line) in words {
         let title = matches!(raw.to_lowercase().trim_end_matches('.'), "dr" | "mr" | "mrs" | "ms" | "st" | "prof");
-        let ends_sentence = (raw.ends_with(['.', '!', '?', ':', '\n']) && !title) || raw.starts_with('-');
+        let ends_sentence = (raw.ends_with(['.', '!', '?', ':']) && !title) || raw.starts_with('-') || ends_line;
         let ends_clause = ends_sentence || raw.ends_with([',', ';', ')', '"']);
         let token = raw.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '-');
         let token = token.strip_suffix("'s").or_else(|| token.strip_suffix("’s")).unwrap_or(token);
         let capitalised = token.chars().next().is_some_and(char::is_uppercase)
             && token.chars().any(char::is_alphabetic)
+            && !is_code(token)
             && !NOT_NAMES.contains(&token.to_lowercase().as_str());
         if capitalised {
             if run.is_empty() {
@@ -299,6 +306,13 @@ pub fn name_mentions(text: &str) -> Vec<NameMention> {
     }
     flush(&mut run, run_at_start, &mut names);
     names
+}
+
+/// Whether a word holds what only code, paths and markup hold inside a word: brackets,
+/// underscores, slashes, operators. Letters, digits, apostrophes, hyphens, dots (initials,
+/// "Node.js") and ampersands ("AT&T") are the characters of names.
+fn is_code(token: &str) -> bool {
+    token.chars().any(|c| !(c.is_alphanumeric() || matches!(c, '\'' | '’' | '-' | '.' | '&')))
 }
 
 /// The names of [`name_mentions`] that are names for sure: seen at least once inside a
@@ -377,6 +391,23 @@ mod tests {
             ]
         );
         assert!(name_mentions("Noted.\n- S:checkout: Great")[0].only_at_sentence_start);
+    }
+
+    #[test]
+    fn a_line_opens_a_sentence_and_code_holds_no_names() {
+        // A heading or a list item without a full stop: its first word is only a candidate.
+        let lines = name_mentions("## Summary\nEnsure the tests pass\n**Explanation** we asked Priya");
+        let sure: Vec<_> = lines.iter().filter(|m| !m.only_at_sentence_start).map(|m| m.name.as_str()).collect();
+        assert_eq!(sure, ["Priya"], "{lines:?}");
+        // Code: identifiers with brackets, underscores or operators are not names.
+        assert_eq!(
+            proper_names("then app = Flask(__name__) and User(db.Model) with SQLAlchemy(app)"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            proper_names("we flew with AT&T to St. Louis and wrote Node.js there"),
+            ["AT&T", "St Louis", "Node.js"]
+        );
     }
 
     proptest! {
