@@ -161,9 +161,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Consolidate { end_sessions } => {
             let report =
                 if end_sessions { atlas.consolidate_ending_sessions().await? } else { atlas.consolidate().await? };
-            // What the cycle wrote (facts, entities, summaries) is embedded before this process
-            // ends, as an import's memories are: a recall right after must not pay for it.
+            // What the cycle wrote (facts, entities, summaries) is embedded and indexed before
+            // this process ends, as an import's memories are: a recall right after must not pay.
             embed_all(&atlas, json).await?;
+            prepare_search(&atlas).await;
             output::print_cycle(&report, json);
             Ok(())
         }
@@ -414,7 +415,19 @@ async fn import(atlas: &Atlas, file: &std::path::Path, again: bool, json: bool) 
             println!("{line}");
         }
     }
+    if !imported.replayed {
+        prepare_search(atlas).await;
+    }
     Ok(())
+}
+
+/// The search indexes brought up to date with what this process wrote, and their files written
+/// for the next process, before it ends. A failure costs the next recall time, nothing else:
+/// the write is acknowledged already.
+async fn prepare_search(atlas: &Atlas) {
+    if let Err(e) = atlas.prepare_search().await {
+        eprintln!("warning: the search indexes were not prepared ({e}); the next recall builds them");
+    }
 }
 
 /// Embeds the backlog with a progress bar on standard error; interruptible at any point

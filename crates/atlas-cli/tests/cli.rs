@@ -72,6 +72,33 @@ fn harness_contract_import_then_batch_recall_json() {
     assert!(lines[0]["hits"][0]["ranks"]["vector"].as_u64().is_some(), "{}", lines[0]);
 }
 
+/// An import leaves the search indexes' files current, so that the next process's first recall
+/// reads them as they are: it neither rebuilds nor rewrites them (a rewrite would change their
+/// modification time), whatever the import wrote. So does a sleep cycle.
+#[test]
+fn an_import_leaves_the_search_files_current_for_the_next_recall() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memory.db");
+    let turns = write(dir.path(), "episodes.jsonl", TURNS);
+    let files = ["memory.db.text.cache", "memory.db.vectors.cache"].map(|f| dir.path().join(f));
+    let written = |files: &[PathBuf; 2]| {
+        files.clone().map(|f| {
+            std::fs::metadata(&f).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+        })
+    };
+    for step in [&["import", turns.to_str().unwrap()][..], &["consolidate"][..]] {
+        ok(atlas(&db, step));
+        let before = written(&files);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        ok(atlas(&db, &["recall", "What did Melanie paint?", "--k", "2"]));
+        assert_eq!(
+            written(&files),
+            before,
+            "after {step:?}, the first recall of a new process reads the files as they are"
+        );
+    }
+}
+
 #[test]
 fn remember_get_forget_stats_export() {
     let dir = tempfile::tempdir().unwrap();

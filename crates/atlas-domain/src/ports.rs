@@ -193,6 +193,13 @@ pub trait TextIndex: Send + Sync {
     /// Memories containing any of `terms` (plain words, already normalised by
     /// [`crate::policy::query::terms`]; never query syntax), best first, at most `limit`.
     async fn search_text(&self, terms: Vec<String>, filter: RecallFilter, limit: usize) -> Result<Vec<ScoredId>>;
+
+    /// Loads now what a search would load first (an in-memory index, and its file for the next
+    /// process), so that after a bulk write the next search costs what any search costs. A store
+    /// that loads nothing does nothing.
+    async fn prepare_search(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Dense vectors of memories, made by one embedding model.
@@ -212,6 +219,11 @@ pub trait VectorIndex: Send + Sync {
     /// expires, so no two processes embed the same memories. This instance's own claims are
     /// renewed, not skipped. Claims are released by `put_vectors` or by expiry.
     async fn pending_vectors(&self, limit: usize) -> Result<Vec<Memory>>;
+
+    /// Loads now what a search would load first (as [`TextIndex::prepare_search`]).
+    async fn prepare_search(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// How many memories wait for a vector (claimed or not): cheap enough to ask on every recall.
     async fn queued_vectors(&self) -> Result<u64>;

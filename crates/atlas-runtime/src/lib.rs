@@ -463,6 +463,14 @@ impl Atlas {
         self.background.drain(progress).await
     }
 
+    /// Loads the search indexes now (and, on a store with cache files, writes them for the next
+    /// process): after a bulk write, so that the next recall, here or in another process, does
+    /// not pay for bringing them up to date with everything written.
+    pub async fn prepare_search(&self) -> Result<()> {
+        tokio::try_join!(self.parts.text.prepare_search(), self.parts.vectors.prepare_search())?;
+        Ok(())
+    }
+
     /// How many memories still wait for a vector.
     pub async fn pending_vectors(&self) -> Result<u64> {
         self.parts.vectors.queued_vectors().await

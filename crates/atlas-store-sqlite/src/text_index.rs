@@ -23,6 +23,19 @@ impl TextIndex for SqliteStore {
         let (cache, files) = (Arc::clone(&self.text_cache), self.cache_files.clone());
         self.readers.read(move |conn| search_text_sync(conn, &cache, &files, &terms, &filter, limit)).await
     }
+
+    async fn prepare_search(&self) -> Result<()> {
+        let (cache, files) = (Arc::clone(&self.text_cache), self.cache_files.clone());
+        self.readers
+            .read(move |conn| {
+                let mut slot = cache.write().expect("text cache lock");
+                if slot.is_none() {
+                    *slot = Some(files.load_text(conn, &cache)?);
+                }
+                Ok(())
+            })
+            .await
+    }
 }
 
 /// Most candidates the cache hands to the filter before the filter is asked for every memory

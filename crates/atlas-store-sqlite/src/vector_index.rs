@@ -281,6 +281,16 @@ impl VectorIndex for SqliteStore {
             .await
     }
 
+    async fn prepare_search(&self) -> Result<()> {
+        // No model bound: no vectors, nothing to load.
+        let Some(model) = self.bound_model() else {
+            return Ok(());
+        };
+        let (cache, files) = (Arc::clone(&self.vector_cache), self.cache_files.clone());
+        let settings = (model.dimension, self.vector_precision, self.codes_in_file_from);
+        self.readers.read(move |conn| on_index(conn, &cache, &files, settings, |_| ())).await
+    }
+
     async fn mean_vector(&self) -> Result<Option<Vec<f32>>> {
         let Some(model) = self.bound_model() else {
             return Ok(None);
