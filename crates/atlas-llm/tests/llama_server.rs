@@ -1,14 +1,14 @@
 //! Against a real OpenAI-compatible server: `ATLAS_LLM_URL`, else llama.cpp's `llama-server` on
-//! the small model the project fetches. It tests the wire and the schema mode, not quality.
+//! the smallest model the project fetches. It tests the wire and the schema mode, not quality.
 
 use atlas_domain::ports::{Llm, LlmRequest};
 use atlas_llm::{Endpoint, HttpLlm, Provider};
-use atlas_testing::servers::{llm_server, skipped};
+use atlas_testing::servers::{skipped, smallest_llm_server};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_server_answers_within_the_schema() {
-    let server = match llm_server() {
+    let server = match smallest_llm_server() {
         Ok(server) => server,
         Err(why) => return skipped("atlas-llm a_real_server_answers_within_the_schema", &why),
     };

@@ -52,6 +52,9 @@ pub struct CycleReport {
     pub entity_links: usize,
     /// Facts the model proposed with a predicate outside the vocabulary.
     pub predicates_rejected: usize,
+    /// Facts the model proposed that the turn it cited does not say (policy::grounding).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub facts_ungrounded: usize,
     pub llm_calls: usize,
     pub input_tokens: u64,
     pub output_tokens: u64,

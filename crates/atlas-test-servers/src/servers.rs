@@ -1,4 +1,4 @@
-//! Real servers for tests: llama.cpp's `llama-server` with the small model of
+//! Real servers for tests: llama.cpp's `llama-server` with a model of
 //! `models/manifest.toml`, or the server `ATLAS_LLM_URL` names; Qdrant, one server or a cluster
 //! of several nodes, from the binary beside the repository, or the server `QDRANT_URL` names.
 //! Servers are started on free loopback ports (Qdrant with a temporary storage folder) and
@@ -44,53 +44,68 @@ pub fn skipped(test: &str, why: &str) {
     eprintln!("{bar}\n!! SKIPPED: {test} did NOT run: {why}\n{bar}");
 }
 
+/// The sleep cycle's documented local model (models/manifest.toml, `qwen2.5-0.5b`): what the
+/// tests of consolidation and of the conflict suite run.
+pub const SLEEP_MODEL: (&str, &str) = ("qwen2.5-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+/// The smallest model (`smollm2-135m`): for the tests of the wire and of the embeddings route.
+pub const SMALLEST_MODEL: (&str, &str) = ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf");
+
 /// The server `ATLAS_LLM_URL` names, else `llama-server` (from `ATLAS_LLAMA_SERVER` or the
-/// shared `bin/` beside the repository) on the model `cargo xtask models fetch` cached. `Err`
-/// says why neither is available.
+/// shared `bin/` beside the repository) on the sleep cycle's model that `cargo xtask models
+/// fetch --all` cached. `Err` says why neither is available.
 pub fn llm_server() -> Result<LlmServer, String> {
-    if let Ok(url) = std::env::var("ATLAS_LLM_URL")
-        && !url.trim().is_empty()
-    {
-        let model = std::env::var("ATLAS_LLM_MODEL").unwrap_or_else(|_| "default".into());
-        return Ok(LlmServer { url, model, child: None });
-    }
-    llama_server(&[])
+    external_llm_server().map_or_else(|| llama_server(SLEEP_MODEL, &[]), Ok)
 }
 
-/// `llama-server` serving embeddings (`/v1/embeddings`, mean pooling) from the same small model,
+/// As [`llm_server`], on the smallest model: a test of the wire, where the answer's quality
+/// does not matter and time does.
+pub fn smallest_llm_server() -> Result<LlmServer, String> {
+    external_llm_server().map_or_else(|| llama_server(SMALLEST_MODEL, &[]), Ok)
+}
+
+fn external_llm_server() -> Option<LlmServer> {
+    let url = std::env::var("ATLAS_LLM_URL").ok().filter(|u| !u.trim().is_empty())?;
+    let model = std::env::var("ATLAS_LLM_MODEL").unwrap_or_else(|_| "default".into());
+    Some(LlmServer { url, model, child: None })
+}
+
+/// `llama-server` serving embeddings (`/v1/embeddings`, mean pooling) from the smallest model,
 /// with a batch large enough for a long text (no `ATLAS_LLM_URL` here: a chat endpoint is not
 /// an embeddings endpoint). `Err` says why there is none.
 pub fn embeddings_llama_server() -> Result<LlmServer, String> {
-    llama_server(&["--embeddings", "--pooling", "mean", "-c", "8192", "-b", "8192", "-ub", "8192"])
+    llama_server(SMALLEST_MODEL, &["--embeddings", "--pooling", "mean", "-c", "8192", "-b", "8192", "-ub", "8192"])
 }
 
-fn llama_server(extra: &[&str]) -> Result<LlmServer, String> {
+/// `llama-server` on `model` (its alias and file name in the cache's `llm/`), with `extra`
+/// arguments; for the tests and for `cargo xtask eval --sleep`.
+pub fn llama_server((alias, file): (&str, &str), extra: &[&str]) -> Result<LlmServer, String> {
     let binary = std::env::var_os("ATLAS_LLAMA_SERVER")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bin/llama-server"));
     if !binary.exists() {
         return Err(format!("no ATLAS_LLM_URL and no llama-server at {}", binary.display()));
     }
-    let model = cache_dir().join("llm/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let model = cache_dir().join("llm").join(file);
     if !model.exists() {
-        return Err(format!("{} is missing: run `cargo xtask models fetch`", model.display()));
+        return Err(format!("{} is missing: run `cargo xtask models fetch --model {alias}`", model.display()));
     }
     let port = crate::http::free_port();
+    // A context of 4,096 tokens: a cycle's call of 24 turns and its answer fit.
     let child = Command::new(&binary)
         .arg("-m")
         .arg(&model)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-c", "2048", "-t", "2"])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-c", "4096", "-t", "2"])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    let server = LlmServer { url: format!("http://127.0.0.1:{port}/v1"), model: "smollm2".into(), child: Some(child) };
+    let server = LlmServer { url: format!("http://127.0.0.1:{port}/v1"), model: alias.into(), child: Some(child) };
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    if crate::http::wait_healthy(addr, "/health", Duration::from_secs(90)) {
+    if crate::http::wait_healthy(addr, "/health", Duration::from_secs(120)) {
         return Ok(server);
     }
-    Err(format!("llama-server on port {port} was not healthy within 90 s"))
+    Err(format!("llama-server on port {port} was not healthy within 120 s"))
 }
 
 /// One Qdrant process this harness started: its ports and storage, kept across a restart.

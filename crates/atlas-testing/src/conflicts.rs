@@ -167,3 +167,41 @@ impl Llm for JudgeAsScenarios {
         Ok(Completion { text, input_tokens: 0, output_tokens: 0, cost: 0.0 })
     }
 }
+
+/// A space the suite runs in: the runtime's tests and `cargo xtask eval --sleep` each give one
+/// (an [`atlas_domain`]-only crate cannot build a runtime), and [`run_suite`] drives both alike.
+#[async_trait]
+pub trait SuiteSpace: Sync {
+    /// Remembers `text` as the user's turn in `scope`, said at `time`.
+    async fn say(&self, scope: Scope, time: Timestamp, text: String) -> Result<()>;
+    /// Runs one sleep cycle; how many episodes it failed.
+    async fn sleep(&self) -> Result<usize>;
+    /// Every fact about `subjects` in `scope`'s user and agent, past and current.
+    async fn facts(&self, subjects: Vec<String>, scope: Scope) -> Result<Vec<Memory>>;
+}
+
+/// Runs every scenario in `space`: its turns remembered in import order, a sleep cycle after
+/// each round (late imports are consolidated late), then checked as of each day and now.
+/// Returns, per scenario, how it missed (empty: it passed); `judged` when a model decides the
+/// ambiguous band. A cycle that failed an episode is an error: the suite's turns are all read
+/// by rules.
+pub async fn run_suite(space: &dyn SuiteSpace, all: &[Scenario], judged: bool) -> Result<Vec<(String, Vec<String>)>> {
+    let rounds = all.iter().map(|s| s.says.len()).max().unwrap_or(0);
+    for round in 0..rounds {
+        for s in all {
+            let Some((day, text)) = s.says.get(round) else { continue };
+            space.say(s.scope(), said_on(*day), text.clone()).await?;
+        }
+        let failed = space.sleep().await?;
+        if failed > 0 {
+            return Err(atlas_domain::AtlasError::Llm(format!("round {round}: the cycle failed {failed} episodes")));
+        }
+    }
+    let mut out = Vec::new();
+    for s in all {
+        let scope = Scope { session: None, ..s.scope() };
+        let facts = space.facts(s.subjects(), scope).await?;
+        out.push((s.name.clone(), s.misses(&facts, judged && s.judge.is_some())));
+    }
+    Ok(out)
+}

@@ -18,6 +18,7 @@ pub mod documents;
 pub mod embedding;
 pub mod experience;
 pub mod fusion;
+pub mod grounding;
 pub mod instructions;
 pub mod limits;
 pub mod long_text;

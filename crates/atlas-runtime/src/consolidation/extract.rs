@@ -6,6 +6,7 @@ use super::CycleReport;
 use crate::Parts;
 use atlas_domain::Memory;
 use atlas_domain::policy::consolidation::Candidate;
+use atlas_domain::policy::grounding::grounded;
 use atlas_domain::policy::model_answer::read_answer;
 use atlas_domain::policy::reading::key_fact;
 use atlas_domain::policy::relations;
@@ -14,8 +15,12 @@ use serde_json::{Value, json};
 
 const SYSTEM: &str = "You extract durable facts from conversation turns for an agent's long-term memory. \
 Answer with JSON only, of the form {\"facts\": [{\"turn\": 1, \"subject\": \"...\", \"predicate\": \"...\", \
-\"object\": \"...\", \"confidence\": 0.9}]}. `turn` is the number of the turn that states the fact. Use the \
-speaker's name for \"I\" and \"me\". Skip small talk and questions. Predicates: ";
+\"object\": \"...\", \"confidence\": 0.9}]}. `turn` is the number of the turn that states the fact. The \
+subject is who or what the fact is about: the speaker's name for \"I\" and \"me\", or a name said in the turn. \
+The object is the value, in the turn's own words. Only facts the turn states; none for small talk, questions, \
+jokes or what might happen. For example, the turn \"1. Ann: I moved to Rome and I love jazz. Do you like it?\" \
+gives {\"facts\": [{\"turn\": 1, \"subject\": \"Ann\", \"predicate\": \"lives_in\", \"object\": \"Rome\"}, \
+{\"turn\": 1, \"subject\": \"Ann\", \"predicate\": \"likes\", \"object\": \"jazz\"}]}. Predicates: ";
 
 /// Bounded everywhere: a constrained small model otherwise repeats items, or one string,
 /// until it runs out of tokens.
@@ -125,6 +130,11 @@ pub(super) async fn extract(
             report.predicates_rejected += 1;
             continue;
         };
+        // Said in the turn it cites, about its speaker or someone it names; else made up.
+        if !grounded(&subject, &p.object, &episode.text, speaker) {
+            report.facts_ungrounded += 1;
+            continue;
+        }
         out.push((
             Candidate {
                 subject: keyed.subject,

@@ -8,8 +8,38 @@ use atlas_domain::ports::{Consolidator, Llm};
 use atlas_runtime::config::ConsolidationConfig;
 use atlas_runtime::{Atlas, Config, Parts, Remember};
 use atlas_store_sqlite::{SqliteOptions, SqliteStore};
-use atlas_testing::conflicts::{JudgeAsScenarios, Scenario, said_on, scenarios};
+use atlas_testing::conflicts::{JudgeAsScenarios, Scenario, SuiteSpace, run_suite, said_on, scenarios};
 use std::sync::Arc;
+
+/// One SQLite space of the runtime, with the model `llm` deciding the ambiguous band if given.
+struct Space {
+    atlas: Atlas,
+    store: Arc<SqliteStore>,
+    _dir: tempfile::TempDir,
+}
+
+#[async_trait::async_trait]
+impl SuiteSpace for Space {
+    async fn say(
+        &self,
+        scope: atlas_domain::Scope,
+        time: atlas_domain::Timestamp,
+        text: String,
+    ) -> atlas_domain::Result<()> {
+        let turn = Remember { text, speaker: Some("user".into()), scope, time: Some(time), ..Remember::default() };
+        self.atlas.remember(turn).await.map(|_| ())
+    }
+    async fn sleep(&self) -> atlas_domain::Result<usize> {
+        Ok(self.atlas.consolidate().await?.failed)
+    }
+    async fn facts(
+        &self,
+        subjects: Vec<String>,
+        scope: atlas_domain::Scope,
+    ) -> atlas_domain::Result<Vec<atlas_domain::Memory>> {
+        self.store.known(subjects, Vec::new(), scope).await
+    }
+}
 
 /// Runs every scenario; returns, per scenario, how it missed (empty: it passed).
 async fn run(all: &[Scenario], llm: Option<Arc<dyn Llm>>) -> Vec<(String, Vec<String>)> {
@@ -24,29 +54,8 @@ async fn run(all: &[Scenario], llm: Option<Arc<dyn Llm>>) -> Vec<(String, Vec<St
     let consolidation =
         ConsolidationConfig { batch: 10_000, judge_calls: 100, summaries: false, ..ConsolidationConfig::default() };
     let atlas = Atlas::from_parts(parts, Config { db, consolidation, ..Config::default() }).await.unwrap();
-    let rounds = all.iter().map(|s| s.says.len()).max().unwrap_or(0);
-    for round in 0..rounds {
-        for s in all {
-            let Some((day, text)) = s.says.get(round) else { continue };
-            let turn = Remember {
-                text: text.clone(),
-                speaker: Some("user".into()),
-                scope: s.scope(),
-                time: Some(said_on(*day)),
-                ..Remember::default()
-            };
-            atlas.remember(turn).await.unwrap();
-        }
-        let report = atlas.consolidate().await.unwrap();
-        assert_eq!(report.failed, 0, "{report:?}");
-    }
-    let mut out = Vec::new();
-    for s in all {
-        let scope = atlas_domain::Scope { session: None, ..s.scope() };
-        let facts = store.known(s.subjects(), Vec::new(), scope).await.unwrap();
-        out.push((s.name.clone(), s.misses(&facts, judged && s.judge.is_some())));
-    }
-    out
+    let space = Space { atlas, store, _dir: dir };
+    run_suite(&space, all, judged).await.unwrap()
 }
 
 fn failures(results: &[(String, Vec<String>)]) -> Vec<String> {
