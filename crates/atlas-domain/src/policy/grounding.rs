@@ -66,7 +66,8 @@ mod tests {
         ) {
             let words: Vec<&str> = turn.split(' ').collect();
             let value = words[pick % words.len()];
-            prop_assume!(!FILLER.contains(&value));
+            // A word whose stem is filler ("toed" stems to "to") grounds nothing.
+            prop_assume!(!content(value).is_empty());
             prop_assert!(grounded("Speaker", value, &turn, "Speaker"));
             prop_assert!(!grounded("Speaker", &absent, &turn, "Speaker"));
             prop_assert!(!grounded(&absent, value, &turn, "Speaker"));
