@@ -194,6 +194,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Mcp => {
             let atlas = Arc::new(atlas);
             atlas.start_sleep_cycle();
+            atlas.keep_search_current();
             atlas_server::mcp::serve_stdio(Arc::clone(&atlas)).await.context("atlas mcp")?;
             atlas.end_session();
             Ok(())

@@ -39,6 +39,7 @@ pub(crate) async fn serve(
     let addr = listener.local_addr().with_context(|| format!("cannot read the address bound for {addr}"))?;
     let atlas = Arc::new(atlas);
     atlas.start_sleep_cycle();
+    atlas.keep_search_current();
     eprintln!("atlas serving {} on http://{addr} (docs/SERVER.md)", atlas.config().db.display());
     if let Some(open) = ui {
         let url = format!("http://{addr}/");

@@ -20,9 +20,17 @@ use std::time::Instant;
 pub enum Which {
     /// Hybrid recall latency per stage at growing store sizes, beside a plain f32 scan.
     Recall {
-        /// Store sizes, in memories (10k uses real vectors, larger ones random unit vectors).
+        /// Store sizes, in memories (10k uses real vectors, larger ones random unit vectors;
+        /// 0: no synthetic store).
         #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
         sizes: Vec<usize>,
+        /// BEAM dev chat sizes (e.g. 500K,1M) whose recalls are profiled stage by stage, as the
+        /// shared harness drives the CLI, plain and after the sleep cycle.
+        #[arg(long, value_delimiter = ',')]
+        beam: Vec<String>,
+        /// The folder holding beam_recall.py and beam-dev/.
+        #[arg(long, default_value = "../shared/eval")]
+        beam_data: std::path::PathBuf,
         /// `qdrant`: also copies each store to a Qdrant server and measures it in the same run,
         /// row beside row (needs --qdrant-url or QDRANT_URL).
         #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "qdrant"])]
@@ -130,13 +138,19 @@ pub fn run(which: Which) -> Result<()> {
         Which::Node { size } => crate::bench_node::run(size),
         Which::Inspector { size, db } => inspector(db, size),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
-        Which::Recall { sizes, store, qdrant_url, ann_size } => {
+        Which::Recall { sizes, beam, beam_data, store, qdrant_url, ann_size } => {
+            let sizes: Vec<usize> = sizes.into_iter().filter(|n| *n > 0).collect();
             let qdrant = match (store.as_str(), qdrant_url) {
                 ("qdrant", Some(url)) => Some(url),
                 ("qdrant", None) => anyhow::bail!("--store qdrant needs --qdrant-url URL (or QDRANT_URL)"),
                 _ => None,
             };
-            crate::bench_recall::run(&sizes, qdrant.as_deref())?;
+            if !sizes.is_empty() {
+                crate::bench_recall::run(&sizes, qdrant.as_deref())?;
+            }
+            if !beam.is_empty() {
+                crate::bench_recall_beam::run(&beam, &beam_data)?;
+            }
             if ann_size > 0 {
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)

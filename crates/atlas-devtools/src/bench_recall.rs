@@ -7,6 +7,7 @@
 
 use crate::measure::{percentile, sorted};
 use crate::rng::Xorshift;
+use crate::stage_profile::Timed;
 use anyhow::Result;
 use atlas_domain::ports::{EmbeddingModel, MemoryStore, VectorIndex};
 use atlas_domain::{MemoryId, NewMemory, Scope, Timestamp};
@@ -139,8 +140,12 @@ pub fn run(sizes: &[usize], qdrant_url: Option<&str>) -> Result<()> {
     rt.block_on(async {
         println!("| store | memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor scan p50 (precision) | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let mut profiles = Vec::new();
         for &n in sizes {
-            bench_size(n, qdrant_url).await?;
+            profiles.extend(bench_size(n, qdrant_url).await?);
+        }
+        for (title, recalls) in &profiles {
+            crate::stage_profile::print(title, recalls);
         }
         Ok(())
     })
@@ -216,12 +221,15 @@ pub async fn populate(dir: &std::path::Path, n: usize) -> Result<Space> {
     Ok(Space { db, config: onnx, queries, floor, dim, real })
 }
 
-async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
+/// Measures one size; returns each store's stage profile, titled.
+async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<Vec<(String, Vec<Timed>)>> {
     let dir = tempfile::tempdir()?;
     let Space { db, config: onnx, queries, floor, dim, real } = populate(dir.path(), n).await?;
     let default_model = atlas_embed_onnx::OnnxOptions::default().model;
     let label = if real { onnx.onnx.model.as_deref().unwrap_or(&default_model) } else { "random unit" };
-    let rebuilt_ms = measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
+    let (rebuilt_ms, sqlite_profile) =
+        measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
+    let mut profiles = vec![(format!("sqlite, {n} memories ({label} vectors): stage profile"), sqlite_profile)];
     wait_for_cache_files(&db)?;
     let (process_rss, from_files_ms) = process_peak_rss(&db, &queries, dir.path())?;
     println!(
@@ -262,9 +270,11 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<()> {
         };
         atlas_runtime::migrate::copy(&source, &target, &options, &|_| {}).await?;
         drop((source, target));
-        measure("qdrant", Atlas::open(qdrant).await?, n, label, &queries, &floor, dim).await?;
+        let (_, qdrant_profile) =
+            measure("qdrant", Atlas::open(qdrant).await?, n, label, &queries, &floor, dim).await?;
+        profiles.push((format!("qdrant, {n} memories ({label} vectors): stage profile"), qdrant_profile));
     }
-    Ok(())
+    Ok(profiles)
 }
 
 /// Peak RSS of a separate process that opens the store as `atlas` does (embedder included) and
@@ -338,7 +348,8 @@ fn wait_for_cache_files(db: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Times recall through `atlas` and prints one table row; returns the first query's time.
+/// Times recall through `atlas` and prints one table row; returns the first query's time and
+/// every other query's stages, serialising to the wire's JSON included.
 async fn measure(
     store: &str,
     atlas: Atlas,
@@ -347,15 +358,21 @@ async fn measure(
     queries: &[String],
     floor: &Floor,
     dim: usize,
-) -> Result<f64> {
+) -> Result<(f64, Vec<Timed>)> {
     let first = Instant::now();
     atlas.recall(RecallRequest { query: queries[0].clone(), k: 10, ..RecallRequest::default() }).await?;
     let first_ms = first.elapsed().as_secs_f64() * 1e3;
     let (mut total, mut retrieval, mut embed, mut text, mut vector, mut fusion, mut floor_ms) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let floor_query = atlas.embedder().expect("onnx").embed(vec![queries[0].clone()]).await?.remove(0);
+    let mut timed = Vec::with_capacity(queries.len());
     for q in queries {
         let r = atlas.recall(RecallRequest { query: q.clone(), k: 10, ..RecallRequest::default() }).await?;
+        let serialising = Instant::now();
+        let wire = atlas_runtime::wire::recall_value(&r, false);
+        std::hint::black_box(wire.to_string());
+        let serialising_ms = serialising.elapsed().as_secs_f64() * 1e3;
+        timed.extend(Timed::from_wire(q.clone(), &wire, &[("serialising_ms", serialising_ms)]));
         total.push(r.took_ms);
         retrieval.push(r.took_ms - r.stages.query_embedding_ms);
         embed.push(r.stages.query_embedding_ms);
@@ -389,5 +406,5 @@ async fn measure(
         p50(&vector) / p50(&floor_ms),
         peak_rss_mb()
     );
-    Ok(first_ms)
+    Ok((first_ms, timed))
 }

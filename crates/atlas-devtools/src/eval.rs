@@ -241,7 +241,7 @@ fn triple(v: &serde_json::Value, a: &str, b: &str, c: &str) -> [f64; 3] {
 }
 
 /// Runs one harness (its CLI contract is its header) and reads its `--json` result.
-fn harness(
+pub(crate) fn harness(
     script: &Path,
     set: &Path,
     atlas: &str,

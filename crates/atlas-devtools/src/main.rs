@@ -9,6 +9,7 @@ mod bench_embed;
 mod bench_node;
 mod bench_python;
 mod bench_recall;
+mod bench_recall_beam;
 mod bench_serve;
 mod demo;
 mod english;
@@ -19,6 +20,7 @@ mod measure;
 mod peak_rss;
 mod qdrant_migration;
 mod rng;
+mod stage_profile;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};

@@ -70,6 +70,7 @@ pub async fn open(args: OpenArgs) -> napi::Result<Space> {
     let settings = options.config(|k| std::env::var(k).ok()).map_err(atlas_err)?;
     let label = atlas_runtime::in_process::label(&settings);
     let atlas = Atlas::open(settings).await.map_err(atlas_err)?;
+    atlas.keep_search_current();
     if args.sleep_cycle.unwrap_or(true) {
         atlas.start_sleep_cycle();
     }

@@ -112,6 +112,7 @@ impl Space {
         let label = atlas_runtime::in_process::label(&settings);
         let atlas = wait(py, async move {
             let atlas = Atlas::open(settings).await.map_err(atlas_err)?;
+            atlas.keep_search_current();
             if sleep_cycle {
                 atlas.start_sleep_cycle();
             }

@@ -48,9 +48,7 @@ use atlas_domain::policy::limits::validate;
 use atlas_domain::ports::{
     Consolidator, Embedder, KeyStore, Llm, MemoryStore, ProgressFn, Replica, StoreStats, TextIndex, VectorIndex,
 };
-use atlas_domain::{
-    AtlasError, Body, Edge, EdgeKind, Memory, MemoryId, MemoryKind, NewMemory, Result, Scope, Timestamp, Validity,
-};
+use atlas_domain::{AtlasError, Body, Edge, Memory, MemoryId, NewMemory, Result, Scope, Timestamp, Validity};
 use background::Background;
 use std::sync::Arc;
 
@@ -345,24 +343,6 @@ impl Atlas {
     pub async fn recall(&self, request: RecallRequest) -> Result<Recall> {
         let mut answer = recall::recall(&self.parts, &self.config.recall, request, now()).await?;
         answer.pending_vectors = self.parts.vectors.queued_vectors().await?;
-        // A consolidated memory names the episodes it came from.
-        for hit in &mut answer.hits {
-            if hit.memory.kind() != MemoryKind::Episode {
-                let id = hit.memory.id;
-                let sources: Vec<MemoryId> = self
-                    .parts
-                    .store
-                    .edges_of(id)
-                    .await?
-                    .into_iter()
-                    .filter(|e| e.kind == EdgeKind::DerivedFrom && e.src == id)
-                    .map(|e| e.dst)
-                    .collect();
-                if !sources.is_empty() {
-                    hit.sources = self.parts.store.get_many(sources).await?;
-                }
-            }
-        }
         Ok(answer)
     }
 
@@ -467,8 +447,20 @@ impl Atlas {
     /// process): after a bulk write, so that the next recall, here or in another process, does
     /// not pay for bringing them up to date with everything written.
     pub async fn prepare_search(&self) -> Result<()> {
-        tokio::try_join!(self.parts.text.prepare_search(), self.parts.vectors.prepare_search())?;
-        Ok(())
+        prepare_search(&self.parts).await
+    }
+
+    /// For a long-lived process (a server, a binding), at its start: loads the search indexes
+    /// in the background now, so that every write from then on extends them as it commits and
+    /// no recall, however much was written first, pays for bringing them up to date. A failure
+    /// only warns: the first recall loads them instead.
+    pub fn keep_search_current(&self) -> tokio::task::JoinHandle<()> {
+        let parts = Arc::clone(&self.parts);
+        tokio::spawn(async move {
+            if let Err(why) = prepare_search(&parts).await {
+                tracing::warn!(%why, "the search indexes were not loaded ahead; the first recall loads them");
+            }
+        })
     }
 
     /// How many memories still wait for a vector.
@@ -483,6 +475,11 @@ impl Atlas {
 }
 
 /// Builds the adapters `config` names, as this build has them.
+async fn prepare_search(parts: &Parts) -> Result<()> {
+    tokio::try_join!(parts.text.prepare_search(), parts.vectors.prepare_search())?;
+    Ok(())
+}
+
 async fn open_parts(config: &Config) -> Result<Parts> {
     // An endpoint whose dimension is not configured is asked for it at start, unless the space
     // has recorded it: then the space opens, imports and serves while the endpoint is away.

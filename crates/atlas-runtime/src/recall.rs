@@ -85,15 +85,38 @@ pub struct Recall {
     pub pending_vectors: u64,
 }
 
-/// Where a recall's time went. Full text runs while the query is embedded and searched, so the
-/// stages overlap; `took_ms - query_embedding_ms` is the retrieval time without the model.
+/// Where a recall's time went, stage by stage (an `Instant` read at each boundary: a few tens of
+/// nanoseconds a stage, so always on). Full text (its search, then its candidates' records)
+/// runs while the query is embedded and its vector searched, so those four overlap;
+/// `took_ms - query_embedding_ms` is the retrieval time without the model. The stages after the
+/// searches run one after the other and add up to `fusion_ms`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageTimings {
+    /// Splitting the query into its search terms.
+    pub words_ms: f64,
     pub query_embedding_ms: f64,
+    /// Full text's search.
     pub text_ms: f64,
+    /// Reading full text's candidates' records (a long memory's match is read per turn).
+    pub text_rows_ms: f64,
     pub vector_ms: f64,
-    /// Fusion, context spreading and fetching the records.
+    /// Everything after the searches: the stages below.
     pub fusion_ms: f64,
+    /// Fusing the signals' ranked lists.
+    pub fuse_ms: f64,
+    /// Walking to neighbouring turns and linked memories, with the candidates' records read
+    /// beside it where a standing instruction may be lifted.
+    pub walk_ms: f64,
+    /// Reading the neighbours' records and spreading scores to them.
+    pub spread_ms: f64,
+    /// Reading the records of the hits that may be returned, through the filter.
+    pub fetch_ms: f64,
+    /// Recency, the question's own words and the standing instruction.
+    pub rules_ms: f64,
+    /// Folding near-duplicates and finding each hit's matched passage.
+    pub folding_ms: f64,
+    /// Reading the episodes a consolidated hit came from.
+    pub sources_ms: f64,
 }
 
 fn ms_since(t: Instant) -> f64 {
@@ -315,9 +338,13 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         forgotten: false,
     };
     let candidates = request.k.max(config.candidates);
+    let mut stages = StageTimings::default();
+    let t = Instant::now();
     let query_terms = terms(&request.query);
+    stages.words_ms = ms_since(t);
     // Per stage, in microseconds; atomics keep the recall future Send.
-    let (text_us, embed_us, vector_us) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (text_us, text_rows_us, embed_us, vector_us) =
+        (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let record = |cell: &AtomicU64, t: Instant| cell.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
 
     let text = async {
@@ -327,6 +354,8 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         }
         let t = Instant::now();
         let mut hits = parts.text.search_text(query_terms.clone(), filter.clone(), candidates).await?;
+        record(&text_us, t);
+        let t = Instant::now();
         // A long memory's match is read per turn of its length (policy::long_text); the records
         // are read here, while the query is embedded, and serve the fetch after fusion too.
         let found = parts.store.get_many(hits.iter().map(|h| h.id).collect()).await?;
@@ -335,7 +364,7 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             hit.score = per_turn(hit.score, lengths.get(&hit.id).copied().unwrap_or(0));
         }
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-        record(&text_us, t);
+        record(&text_rows_us, t);
         Ok::<_, AtlasError>((hits, found, SignalReport { signal: Signal::Text, used: true, note: None }))
     };
     let vector = async {
@@ -376,12 +405,15 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     };
     let ((text_hits, text_memories, text_report), (vector_hits, vector_report)) = tokio::try_join!(text, vector)?;
     let fusion_started = Instant::now();
+    let t = Instant::now();
 
     let lists = [
         RankedList { signal: Signal::Text, weight: config.text_weight, hits: text_hits },
         RankedList { signal: Signal::Vector, weight: config.vector_weight, hits: vector_hits },
     ];
     let mut fused = fuse(&lists, config.fusion, config.rrf_k);
+    stages.fuse_ms = ms_since(t);
+    let t = Instant::now();
     // Records read so far (full text's candidates), and later what spreading and the fetch need.
     let mut memories: HashMap<_, _> = text_memories.into_iter().map(|m| (m.id, m)).collect();
     let mut signals = vec![text_report, vector_report];
@@ -410,6 +442,8 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     let candidates_read = async { if unread.is_empty() { Ok(Vec::new()) } else { parts.store.get_many(unread).await } };
     let (walked, candidate_records) = tokio::try_join!(walk, candidates_read)?;
     memories.extend(candidate_records.into_iter().map(|m| (m.id, m)));
+    stages.walk_ms = ms_since(t);
+    let t = Instant::now();
     if let Some(walked) = walked {
         let (mut turns, mut linked) = (HashMap::with_capacity(from), HashMap::with_capacity(from));
         for (id, around) in walked {
@@ -433,6 +467,8 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
             signals.push(SignalReport { signal: Signal::Graph, used: true, note: None });
         }
     }
+    stages.spread_ms = ms_since(t);
+    let t = Instant::now();
     // Context can bring in memories no search saw: they pass the same filter before they count.
     // Twice k, so that k distinct hits remain after near-duplicates fold.
     let reachable = config.context_from * 2 * (config.context_reach + config.graph_depth.min(MAX_GRAPH_DEPTH)) as usize;
@@ -462,6 +498,8 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         })
         .filter(|h| filter.admits(&h.memory))
         .collect();
+    stages.fetch_ms = ms_since(t);
+    let t = Instant::now();
     if request.k > 0 && config.recency_weight > 0.0 {
         add_recency(&mut hits, request.as_of.unwrap_or(now), config);
         signals.push(SignalReport { signal: Signal::Recency, used: true, note: None });
@@ -473,21 +511,62 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         lift_instruction(&mut hits);
         signals.push(SignalReport { signal: Signal::Instruction, used: true, note: None });
     }
+    stages.rules_ms = ms_since(t);
+    let t = Instant::now();
     // Only within one scope: the same words under two keys of a store, or told in two sessions
     // or by two users, are things a caller addressed apart.
-    let hits = collapse(hits, |h| line(&h.memory), |h| h.memory.scope.clone(), config.duplicate_threshold, request.k)
-        .into_iter()
-        .map(|(mut hit, folded)| {
-            hit.duplicates = folded.iter().map(|f| f.memory.id).collect();
-            hit.passage = matched_passage(&hit.memory.text, &query_terms);
-            hit
-        })
-        .collect();
-    let stages = StageTimings {
-        query_embedding_ms: embed_us.load(Ordering::Relaxed) as f64 / 1e3,
-        text_ms: text_us.load(Ordering::Relaxed) as f64 / 1e3,
-        vector_ms: vector_us.load(Ordering::Relaxed) as f64 / 1e3,
-        fusion_ms: ms_since(fusion_started),
-    };
+    let mut hits: Vec<Hit> =
+        collapse(hits, |h| line(&h.memory), |h| h.memory.scope.clone(), config.duplicate_threshold, request.k)
+            .into_iter()
+            .map(|(mut hit, folded)| {
+                hit.duplicates = folded.iter().map(|f| f.memory.id).collect();
+                hit.passage = matched_passage(&hit.memory.text, &query_terms);
+                hit
+            })
+            .collect();
+    stages.folding_ms = ms_since(t);
+    let t = Instant::now();
+    attach_sources(parts.store.as_ref(), &mut hits).await?;
+    stages.sources_ms = ms_since(t);
+    let micros = |cell: &AtomicU64| cell.load(Ordering::Relaxed) as f64 / 1e3;
+    stages.query_embedding_ms = micros(&embed_us);
+    stages.text_ms = micros(&text_us);
+    stages.text_rows_ms = micros(&text_rows_us);
+    stages.vector_ms = micros(&vector_us);
+    stages.fusion_ms = ms_since(fusion_started);
     Ok(Recall { hits, signals, took_ms: ms_since(started), stages, pending_vectors: 0 })
+}
+
+/// A consolidated hit (a fact, a summary) names the episodes it came from (its `derived_from`
+/// edges, in the store's order): every hit's edges in one call and every source in one more,
+/// however many hits are consolidated.
+async fn attach_sources(store: &dyn MemoryStore, hits: &mut [Hit]) -> Result<()> {
+    let consolidated: Vec<MemoryId> =
+        hits.iter().filter(|h| h.memory.kind() != MemoryKind::Episode).map(|h| h.memory.id).collect();
+    if consolidated.is_empty() {
+        return Ok(());
+    }
+    let edges = store.edges_of_many(consolidated).await?;
+    let source_ids = |id: &MemoryId| -> Vec<MemoryId> {
+        let of_id = edges.get(id).map_or(&[][..], Vec::as_slice);
+        of_id.iter().filter(|e| e.kind == EdgeKind::DerivedFrom && e.src == *id).map(|e| e.dst).collect()
+    };
+    let mut wanted: Vec<MemoryId> = edges.keys().flat_map(source_ids).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let found: HashMap<MemoryId, Memory> = store.get_many(wanted).await?.into_iter().map(|m| (m.id, m)).collect();
+    for hit in hits.iter_mut().filter(|h| edges.contains_key(&h.memory.id)) {
+        // A source forgotten since is simply absent, and each is named once, as `get_many`
+        // leaves them.
+        let mut named = std::collections::HashSet::new();
+        hit.sources = source_ids(&hit.memory.id)
+            .into_iter()
+            .filter(|id| named.insert(*id))
+            .filter_map(|id| found.get(&id).cloned())
+            .collect();
+    }
+    Ok(())
 }

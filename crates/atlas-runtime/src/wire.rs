@@ -126,11 +126,21 @@ pub fn recall_value(recall: &Recall, explain: bool) -> Value {
         .iter()
         .map(|s| (s.signal.as_str().to_owned(), json!({"used": s.used, "note": s.note})))
         .collect();
+    let s = &recall.stages;
     let stages = json!({
-        "query_embedding_ms": recall.stages.query_embedding_ms,
-        "text_ms": recall.stages.text_ms,
-        "vector_ms": recall.stages.vector_ms,
-        "fusion_ms": recall.stages.fusion_ms,
+        "words_ms": s.words_ms,
+        "query_embedding_ms": s.query_embedding_ms,
+        "text_ms": s.text_ms,
+        "text_rows_ms": s.text_rows_ms,
+        "vector_ms": s.vector_ms,
+        "fusion_ms": s.fusion_ms,
+        "fuse_ms": s.fuse_ms,
+        "walk_ms": s.walk_ms,
+        "spread_ms": s.spread_ms,
+        "fetch_ms": s.fetch_ms,
+        "rules_ms": s.rules_ms,
+        "folding_ms": s.folding_ms,
+        "sources_ms": s.sources_ms,
     });
     json!({"took_ms": recall.took_ms, "stages": stages, "hits": hits, "signals": signals,
            "pending_vectors": recall.pending_vectors})

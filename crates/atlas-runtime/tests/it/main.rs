@@ -17,4 +17,5 @@ mod inspect;
 mod migrate;
 mod question;
 mod runtime;
+mod search_caches;
 mod untrusted_models;
