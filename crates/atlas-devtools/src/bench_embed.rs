@@ -292,7 +292,7 @@ fn fidelity(manifest: &Manifest, texts: &[String]) -> Result<()> {
 }
 
 pub fn run(rss_sentences: usize, turns: usize, data: &Path) -> Result<()> {
-    crate::fetch_models()?;
+    crate::fetch_embedding_models()?;
     let atlas = crate::atlas_binary()?;
     let manifest = Manifest::builtin()?;
     let data = if data.is_absolute() { data.to_owned() } else { crate::root().join(data) };

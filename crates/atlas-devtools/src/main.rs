@@ -158,6 +158,14 @@ pub fn fetch_models() -> Result<()> {
     fetch_models_named(&every)
 }
 
+/// Every embedding model the manifest lists, and no local LLM model: what the benchmarks use
+/// (a 400 MB chat model fetched for a latency bench would be a download nobody asked for).
+pub fn fetch_embedding_models() -> Result<()> {
+    use atlas_embed_onnx::manifest::Manifest;
+    let manifest = Manifest::builtin()?;
+    fetch_models_named(&manifest.models.iter().map(|m| m.name.clone()).collect::<Vec<_>>())
+}
+
 /// The local LLM model `name` (its name or alias), fetched and joined when missing, verified.
 pub fn fetch_llm_model(name: &str) -> Result<PathBuf> {
     use atlas_embed_onnx::{assets, manifest::Manifest};
