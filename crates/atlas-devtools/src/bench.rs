@@ -304,7 +304,7 @@ fn ingest_embedded(n: usize) -> Result<()> {
     use atlas_domain::policy::embedding::embedding_text;
     use std::process::{Command, Stdio};
     let atlas = crate::atlas_binary()?;
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let dir = tempfile::tempdir()?;
     let turns = dir.path().join("turns.jsonl");
     let mut lines = String::new();
@@ -416,7 +416,7 @@ fn floor_remember(path: &std::path::Path, corpus: &mut Corpus, n: usize) -> Resu
 /// First paint of every view on `db` (a populated space; a synthetic one of `size` memories
 /// when none is given), measured in the browser by `cargo xtask inspector-paint`.
 fn inspector(db: Option<PathBuf>, size: usize) -> Result<()> {
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let dir = tempfile::tempdir()?;
     let (db, seed) = match db {
         Some(db) => (db, "0"),

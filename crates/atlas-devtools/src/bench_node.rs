@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 pub fn run(size: usize) -> Result<()> {
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let dir = tempfile::tempdir()?;
     let (space, rust_one, rust_eight) = crate::bench_python::space_and_rust_throughput(dir.path(), size)?;
 

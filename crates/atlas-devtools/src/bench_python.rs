@@ -63,7 +63,7 @@ pub(crate) fn space_and_rust_throughput(
 }
 
 pub fn run(size: usize) -> Result<()> {
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let dir = tempfile::tempdir()?;
     let (space, rust_one, rust_eight) = space_and_rust_throughput(dir.path(), size)?;
 

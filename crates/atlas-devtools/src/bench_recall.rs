@@ -135,7 +135,7 @@ impl Floor {
 }
 
 pub fn run(sizes: &[usize], qdrant_url: Option<&str>) -> Result<()> {
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         println!("| store | memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor scan p50 (precision) | vector / floor | first query (cache load, ms) | peak RSS (MB) |");

@@ -19,7 +19,7 @@ pub fn run(sizes: &[String], data: &Path) -> Result<()> {
     if !script.is_file() {
         bail!("{} has no beam_recall.py; pass --beam-data with the folder of the harnesses", data.display());
     }
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let atlas = crate::atlas_binary()?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("recalls.jsonl");

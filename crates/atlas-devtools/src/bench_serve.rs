@@ -74,7 +74,7 @@ fn client_loop(
 }
 
 pub fn run(size: usize, secs: u64, writers: usize, readers: usize) -> Result<()> {
-    crate::fetch_embedding_models()?;
+    crate::fetch_default_model()?;
     let atlas_binary = crate::atlas_binary()?;
     let dir = tempfile::tempdir()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -158,6 +158,11 @@ pub fn fetch_models() -> Result<()> {
     fetch_models_named(&every)
 }
 
+/// The ONNX Runtime library and the default model: what a benchmark of the default tier uses.
+pub fn fetch_default_model() -> Result<()> {
+    fetch_models_named(&[])
+}
+
 /// Every embedding model the manifest lists, and no local LLM model: what the benchmarks use
 /// (a 400 MB chat model fetched for a latency bench would be a download nobody asked for).
 pub fn fetch_embedding_models() -> Result<()> {
