@@ -128,7 +128,24 @@ fn sentences(text: &str) -> impl Iterator<Item = &str> {
     pieces.into_iter()
 }
 
+/// The words an instruction's sentence can open with (after `LEAD_WORDS`): the first words of
+/// its openers, its commands and its conditions. Recall asks [`instructs_the_agent`] of every
+/// candidate; a sentence that opens otherwise is answered from its first words, without reading
+/// (and allocating) the rest.
+const OPENING_WORDS: &[&str] = &[
+    "from", "going", "in", "always", "never", "don", "do", "when", "whenever", "if", "anytime", "any", "each", "every",
+];
+
 fn instructs(sentence: &str) -> bool {
+    let opening = text::words(sentence).find(|w| !LEAD_WORDS.contains(&w.as_str()));
+    if !opening.is_some_and(|w| OPENING_WORDS.contains(&w.as_str())) {
+        return false;
+    }
+    reads_as_instruction(sentence)
+}
+
+/// [`instructs`] from every word of `sentence`.
+fn reads_as_instruction(sentence: &str) -> bool {
     let all: Vec<String> = text::words(sentence).collect();
     let lead = all.iter().take_while(|w| LEAD_WORDS.contains(&w.as_str())).count();
     let w: Vec<&str> = all[lead..].iter().map(String::as_str).collect();
@@ -399,6 +416,18 @@ mod tests {
 
     proptest! {
         #![proptest_config(atlas_testing::proptest_config(256))]
+        #[test]
+        fn the_opening_words_decide_as_reading_every_word_does(
+            lead in proptest::sample::select(vec!["", "please ", "ok so ", "Then "]),
+            opening in proptest::sample::select(
+                OPENING_WORDS.iter().copied().chain(["I", "you", "Never mind", "Do not", "Any time", "forward"]).collect::<Vec<_>>()
+            ),
+            rest in "[a-zA-Z ,']{0,60}",
+        ) {
+            let sentence = format!("{lead}{opening} {rest}");
+            prop_assert_eq!(instructs(&sentence), reads_as_instruction(&sentence), "{:?}", sentence);
+        }
+
         #[test]
         fn any_text_is_judged_without_failing(speaker in proptest::option::of(".{0,12}"), text in "\\PC{0,400}") {
             let _ = is_standing_instruction(speaker.as_deref(), &text);
