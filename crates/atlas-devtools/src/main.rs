@@ -163,8 +163,8 @@ pub fn fetch_default_model() -> Result<()> {
     fetch_models_named(&[])
 }
 
-/// Every embedding model the manifest lists, and no local LLM model: what the benchmarks use
-/// (a 400 MB chat model fetched for a latency bench would be a download nobody asked for).
+/// Every embedding model the manifest lists, and no local LLM model: what `bench embed`, which
+/// compares them, uses.
 pub fn fetch_embedding_models() -> Result<()> {
     use atlas_embed_onnx::manifest::Manifest;
     let manifest = Manifest::builtin()?;

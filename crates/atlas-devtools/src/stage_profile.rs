@@ -90,9 +90,9 @@ pub fn print(title: &str, recalls: &[Timed]) {
     );
     println!("| stage | p50 (ms) | p95 (ms) | max (ms) | share of recall time |");
     println!("|---|---|---|---|---|");
-    let names: Vec<String> = recalls[0].rows().into_iter().map(|(name, _)| name).collect();
-    for (i, name) in names.iter().enumerate() {
-        let values = sorted(recalls.iter().map(|r| r.rows().get(i).map_or(0.0, |(_, v)| *v)).collect());
+    let rows: Vec<Vec<(String, f64)>> = recalls.iter().map(Timed::rows).collect();
+    for (i, (name, _)) in rows[0].iter().enumerate() {
+        let values = sorted(rows.iter().map(|r| r.get(i).map_or(0.0, |(_, v)| *v)).collect());
         let sum: f64 = values.iter().sum();
         println!(
             "| {name} | {:.2} | {:.2} | {:.2} | {:.1}% |",

@@ -474,12 +474,13 @@ impl Atlas {
     }
 }
 
-/// Builds the adapters `config` names, as this build has them.
+/// Brings both search indexes up to date with the store, side by side.
 async fn prepare_search(parts: &Parts) -> Result<()> {
     tokio::try_join!(parts.text.prepare_search(), parts.vectors.prepare_search())?;
     Ok(())
 }
 
+/// Builds the adapters `config` names, as this build has them.
 async fn open_parts(config: &Config) -> Result<Parts> {
     // An endpoint whose dimension is not configured is asked for it at start, unless the space
     // has recorded it: then the space opens, imports and serves while the endpoint is away.
