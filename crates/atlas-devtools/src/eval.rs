@@ -57,6 +57,10 @@ pub struct Eval {
     /// local model fetched when missing).
     #[arg(long, value_delimiter = ',', default_value = "rules,smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b")]
     pub sleep_models: Vec<String>,
+    /// Instead of recall: how many people's turns of LoCoMo, LongMemEval and BEAM dev the
+    /// stated-preference rule takes (`policy::preferences`), with a sample of each to judge.
+    #[arg(long)]
+    pub preferences: bool,
     /// With `--sleep`: print every miss (a label not filed, a fact filed without a label).
     #[arg(long)]
     pub verbose: bool,
@@ -100,6 +104,9 @@ pub fn run(args: Eval) -> Result<()> {
     }
     let root = crate::root();
     let data = if args.data.is_absolute() { args.data.clone() } else { root.join(&args.data) };
+    if args.preferences {
+        return crate::eval_preferences::run(&data, args.json.as_deref());
+    }
     let harnesses = ["locomo_recall.py", "beam_recall.py", "longmemeval_recall.py"];
     if harnesses.iter().any(|h| !data.join(h).is_file()) {
         bail!(

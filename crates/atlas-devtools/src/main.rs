@@ -14,6 +14,7 @@ mod bench_serve;
 mod demo;
 mod english;
 mod eval;
+mod eval_preferences;
 mod eval_sleep;
 mod fixtures;
 mod measure;

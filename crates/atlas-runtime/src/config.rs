@@ -326,6 +326,11 @@ pub struct RecallConfig {
     /// ask about …") comes at place 2 at worst ([`atlas_domain::policy::instructions`]): BEAM
     /// dev instruction following R@10 0.56 → 0.78 (docs/EVAL.md). Off, it ranks like any memory.
     pub standing_instructions: bool,
+    /// For a request for advice, a plan or a recommendation ("How should I…", "Can you
+    /// suggest…"), the user's stated preference that ranks best ("I prefer…", "I'd rather…")
+    /// comes at place 3 at worst ([`atlas_domain::policy::preferences`]). Off, it ranks like
+    /// any memory.
+    pub standing_preferences: bool,
     /// Added to a memory that holds all the numbers the question names ("93%", "5 hours"),
     /// in proportion to the share it holds ([`atlas_domain::policy::question`]); 0 turns it off.
     pub number_weight: f64,
@@ -357,6 +362,7 @@ impl Default for RecallConfig {
             embed_budget_ms: 250,
             query_embedding_timeout_ms: 500,
             standing_instructions: true,
+            standing_preferences: true,
             number_weight: 0.5,
             agent_turn_weight: 0.5,
         }

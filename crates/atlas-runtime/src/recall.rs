@@ -7,6 +7,7 @@ use atlas_domain::policy::embedding::{away_from_mean, line};
 use atlas_domain::policy::fusion::{RankedList, Signal, SignalScore, fuse, spread};
 use atlas_domain::policy::instructions::{INSTRUCTION_PLACE, asks_about_own_past, instructs_the_agent, lift_first};
 use atlas_domain::policy::long_text::{Passage, TURN_WORDS, matched_passage, per_turn, words};
+use atlas_domain::policy::preferences::{PREFERENCE_PLACE, asks_for_advice, is_stated_preference};
 use atlas_domain::policy::query::terms;
 use atlas_domain::policy::question::{asks_about_the_requester, numbers, numbers_held};
 use atlas_domain::policy::recency::boost;
@@ -105,13 +106,13 @@ pub struct StageTimings {
     /// Fusing the signals' ranked lists.
     pub fuse_ms: f64,
     /// Walking to neighbouring turns and linked memories, with the candidates' records read
-    /// beside it where a standing instruction may be lifted.
+    /// beside it where a standing instruction or a stated preference may be lifted.
     pub walk_ms: f64,
     /// Reading the neighbours' records and spreading scores to them.
     pub spread_ms: f64,
     /// Reading the records of the hits that may be returned, through the filter.
     pub fetch_ms: f64,
-    /// Recency, the question's own words and the standing instruction.
+    /// Recency, the question's own words, the standing instruction and the stated preference.
     pub rules_ms: f64,
     /// Folding near-duplicates and finding each hit's matched passage.
     pub folding_ms: f64,
@@ -274,14 +275,13 @@ fn weigh_by_question(hits: &mut [Hit], query: &str, config: &RecallConfig) -> [O
     [(!asked.is_empty()).then_some(Signal::Numbers), about_requester.then_some(Signal::Speaker)]
 }
 
-/// Puts the best-ranked standing instruction at [`INSTRUCTION_PLACE`] at worst, scored between
-/// the hits around its new place (the difference explained as the `instruction` signal), so hits
-/// stay in score order. Only one that the request's words or vector found: one that spreading
-/// brought in beside a hit matched nothing of the request.
-fn lift_instruction(hits: &mut [Hit]) {
+/// Puts the first hit `lifted` accepts at `place` at worst, scored between the hits around its
+/// new place (the difference explained as `signal`), so hits stay in score order. Only one that
+/// the request's words or vector found: one that spreading brought in beside a hit matched
+/// nothing of the request. A standing instruction and a stated preference are lifted so.
+fn lift(hits: &mut [Hit], place: usize, signal: Signal, lifted: impl Fn(&Memory) -> bool) {
     let searched = |h: &Hit| h.signals.contains_key(&Signal::Text) || h.signals.contains_key(&Signal::Vector);
-    let is_instruction = |h: &Hit| searched(h) && instructs_the_agent(&h.memory);
-    let Some((from, to)) = lift_first(hits, INSTRUCTION_PLACE, is_instruction) else { return };
+    let Some((from, to)) = lift_first(hits, place, |h| searched(h) && lifted(&h.memory)) else { return };
     if from == to {
         return;
     }
@@ -290,7 +290,7 @@ fn lift_instruction(hits: &mut [Hit]) {
     let level = if to > 0 { (hits[to - 1].score + passed) / 2.0 } else { passed };
     let hit = &mut hits[to];
     let added = (level - hit.score).max(0.0);
-    hit.signals.insert(Signal::Instruction, SignalScore { rank: 1, raw: hit.score, contribution: added });
+    hit.signals.insert(signal, SignalScore { rank: 1, raw: hit.score, contribution: added });
     hit.score += added;
 }
 
@@ -423,8 +423,14 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
     // place of an answer. A question about what the requester did or said is answered by memories
     // of that past, not governed by an instruction: it lifts none.
     let lifting = config.standing_instructions && request.k > INSTRUCTION_PLACE && !asks_about_own_past(&request.query);
-    let unread: Vec<MemoryId> =
-        if lifting { fused.iter().map(|f| f.id).filter(|id| !memories.contains_key(id)).collect() } else { Vec::new() };
+    // So does a request for advice, for the user's stated preference it should follow
+    // (policy::preferences).
+    let preferring = config.standing_preferences && request.k > PREFERENCE_PLACE && asks_for_advice(&request.query);
+    let unread: Vec<MemoryId> = if lifting || preferring {
+        fused.iter().map(|f| f.id).filter(|id| !memories.contains_key(id)).collect()
+    } else {
+        Vec::new()
+    };
     let spreading = (config.context_weight > 0.0 || config.graph_weight > 0.0) && request.k > 0;
     let from = config.context_from.min(fused.len());
     let starts: Vec<MemoryId> = fused[..from].iter().map(|f| f.id).collect();
@@ -508,8 +514,12 @@ pub async fn recall(parts: &Parts, config: &RecallConfig, request: RecallRequest
         signals.push(SignalReport { signal, used: true, note: None });
     }
     if lifting {
-        lift_instruction(&mut hits);
+        lift(&mut hits, INSTRUCTION_PLACE, Signal::Instruction, instructs_the_agent);
         signals.push(SignalReport { signal: Signal::Instruction, used: true, note: None });
+    }
+    if preferring {
+        lift(&mut hits, PREFERENCE_PLACE, Signal::Preference, is_stated_preference);
+        signals.push(SignalReport { signal: Signal::Preference, used: true, note: None });
     }
     stages.rules_ms = ms_since(t);
     let t = Instant::now();

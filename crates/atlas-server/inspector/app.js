@@ -3,7 +3,7 @@
 // tab's sessionStorage and travels as a header, and nothing is fetched from anywhere else.
 
 const KEY = 'atlas.key';
-const SIGNALS = ['text', 'vector', 'context', 'graph', 'recency', 'instruction', 'numbers', 'speaker'];
+const SIGNALS = ['text', 'vector', 'context', 'graph', 'recency', 'instruction', 'preference', 'numbers', 'speaker'];
 const DAY = 86400000;
 
 // ---- building the page: elements from data, text as text --------------------------------

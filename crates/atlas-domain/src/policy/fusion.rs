@@ -23,6 +23,9 @@ pub enum Signal {
     /// The user's standing instruction that ranks best for the request, lifted to its place
     /// (`policy::instructions`); its contribution is the score the lift added.
     Instruction,
+    /// The user's stated preference that ranks best for a request for advice, lifted to its
+    /// place (`policy::preferences`); its contribution is the score the lift added.
+    Preference,
     /// The share of the numbers the question names that the memory holds
     /// (`policy::question`); its contribution is what they added.
     Numbers,
@@ -40,6 +43,7 @@ impl Signal {
             Signal::Graph => "graph",
             Signal::Recency => "recency",
             Signal::Instruction => "instruction",
+            Signal::Preference => "preference",
             Signal::Numbers => "numbers",
             Signal::Speaker => "speaker",
         }

@@ -23,6 +23,7 @@ pub mod instructions;
 pub mod limits;
 pub mod long_text;
 pub mod model_answer;
+pub mod preferences;
 pub mod program;
 pub mod query;
 pub mod question;

@@ -1,5 +1,6 @@
-//! What recall reads in a question (`policy::question`): the numbers it names, and whether it
-//! asks about the requester, each on and off over the same memories.
+//! What recall reads in a question (`policy::question`, `policy::preferences`): the numbers it
+//! names, whether it asks about the requester, and whether it asks for advice that a stated
+//! preference governs, each on and off over the same memories.
 
 use atlas_domain::policy::fusion::Signal;
 use atlas_domain::{Scope, Timestamp};
@@ -9,8 +10,12 @@ use atlas_testing::FakeStore;
 use std::sync::Arc;
 
 /// A space of `turns` (speaker, text), a minute apart and a session each (no context spreads
-/// between them), recalled with `recall`'s settings.
+/// between them), recalled with `recall`'s settings for the best 3.
 async fn recall(turns: &[(&str, &str)], question: &str, recall: RecallConfig) -> Vec<Hit> {
+    recall_k(turns, question, recall, 3).await
+}
+
+async fn recall_k(turns: &[(&str, &str)], question: &str, recall: RecallConfig, k: usize) -> Vec<Hit> {
     let atlas =
         Atlas::from_parts(Parts::from_store(Arc::new(FakeStore::new()), None), Config { recall, ..Config::default() })
             .await
@@ -26,7 +31,7 @@ async fn recall(turns: &[(&str, &str)], question: &str, recall: RecallConfig) ->
         };
         atlas.remember(said).await.unwrap();
     }
-    atlas.recall(RecallRequest { query: question.into(), k: 3, ..RecallRequest::default() }).await.unwrap().hits
+    atlas.recall(RecallRequest { query: question.into(), k, ..RecallRequest::default() }).await.unwrap().hits
 }
 
 fn texts(hits: &[Hit]) -> Vec<&str> {
@@ -76,4 +81,53 @@ async fn a_question_about_the_requester_is_answered_by_what_they_said() {
         (recall(&turns, to_agent, RecallConfig::default()).await, recall(&turns, to_agent, off).await);
     assert_eq!(texts(&asked), texts(&unasked));
     assert!(asked.iter().all(|h| !h.signals.contains_key(&Signal::Speaker)));
+}
+
+/// A request for advice shares few words with the message where the user said how they like
+/// things done: that message ranks below the memories about the topic, and recall lifts it to
+/// place 3 (policy::preferences), scored between its neighbours and explained. Not the
+/// assistant's own "I'd rather…", not for a question about what was said, not when k leaves no
+/// room for it, and not with the setting off.
+#[tokio::test]
+async fn the_stated_preference_that_fits_a_request_for_advice_comes_third() {
+    let preference = "I prefer short interview panels of two people, a written rubric and feedback within a day";
+    // Said first, so that recency does not favour it either.
+    let turns = [
+        ("user", preference),
+        ("user", "The final stages of the interview process are the panel and the offer call"),
+        ("user", "Our interview process: the final stages follow the take-home"),
+        ("user", "The process for final stages changed; the interview has a structure now"),
+        ("user", "Final interview stages take a week in our process"),
+        ("assistant", "I'd rather structure the final interview stages around the panel first"),
+        ("user", "The interview process for the team lead has final stages of its own"),
+        ("user", "We structure the interview process in four stages"),
+        ("user", "Stages of the process: screening, take-home, onsite, final"),
+    ];
+    let asked = "How should I structure the final stages of the interview process?";
+    let off = RecallConfig { standing_preferences: false, ..RecallConfig::default() };
+    let plain = recall_k(&turns, asked, off.clone(), 5).await;
+    assert!(!texts(&plain).contains(&preference), "by its words alone it ranks lower: {:?}", texts(&plain));
+    let hits = recall_k(&turns, asked, RecallConfig::default(), 5).await;
+    assert_eq!(texts(&hits)[2], preference, "{:?}", texts(&hits));
+    assert_eq!(texts(&hits)[..2], texts(&plain)[..2], "the best answers keep their places");
+    let lifted = hits[2].signals[&Signal::Preference];
+    assert!(lifted.contribution > 0.0, "{lifted:?}");
+    let explained: f64 = hits[2].signals.values().map(|s| s.contribution).sum();
+    assert!((explained - hits[2].score).abs() < 1e-9, "the explanation adds up to the score");
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score), "hits stay in score order");
+    assert_eq!(hits.iter().filter(|h| h.signals.contains_key(&Signal::Preference)).count(), 1);
+    // A question about what was said is answered by that past; three memories leave no room
+    // beside the best answers.
+    for (question, k) in [("What did I say about the final stages of the interview process?", 5), (asked, 3)] {
+        let (on, unlifted) = (
+            recall_k(&turns, question, RecallConfig::default(), k).await,
+            recall_k(&turns, question, off.clone(), k).await,
+        );
+        assert_eq!(texts(&on), texts(&unlifted), "{question:?} k={k}");
+        assert!(on.iter().all(|h| !h.signals.contains_key(&Signal::Preference)), "{question:?} k={k}");
+    }
+    // Without the user's own statement, the assistant's "I'd rather" is not lifted.
+    let without: Vec<_> = turns.iter().copied().filter(|(_, t)| *t != preference).collect();
+    let hits = recall_k(&without, asked, RecallConfig::default(), 5).await;
+    assert!(hits.iter().all(|h| !h.signals.contains_key(&Signal::Preference)), "{:?}", texts(&hits));
 }
