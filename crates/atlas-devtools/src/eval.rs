@@ -57,6 +57,10 @@ pub struct Eval {
     /// local model fetched when missing).
     #[arg(long, value_delimiter = ',', default_value = "rules,smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b")]
     pub sleep_models: Vec<String>,
+    /// With `--sleep`: the turns one extraction call reads (`consolidation.turns_per_call`;
+    /// 1, the offline set-up of docs/CONFIG.md).
+    #[arg(long, default_value_t = 1)]
+    pub turns_per_call: usize,
     /// Instead of recall: how many people's turns of LoCoMo, LongMemEval and BEAM dev the
     /// stated-preference rule takes (`policy::preferences`), with a sample of each to judge.
     #[arg(long)]
@@ -100,7 +104,7 @@ struct Row {
 
 pub fn run(args: Eval) -> Result<()> {
     if args.sleep {
-        return crate::eval_sleep::run(&args.sleep_models, args.json.as_deref(), args.verbose);
+        return crate::eval_sleep::run(&args.sleep_models, args.turns_per_call, args.json.as_deref(), args.verbose);
     }
     let root = crate::root();
     let data = if args.data.is_absolute() { args.data.clone() } else { root.join(&args.data) };

@@ -92,9 +92,10 @@ struct Extraction {
     misses: Vec<String>,
 }
 
-fn consolidation() -> ConsolidationConfig {
+fn consolidation(turns_per_call: usize) -> ConsolidationConfig {
     ConsolidationConfig {
         batch: 10_000,
+        turns_per_call,
         llm_calls: 10_000,
         judge_calls: 100,
         summaries: false,
@@ -102,7 +103,10 @@ fn consolidation() -> ConsolidationConfig {
     }
 }
 
-async fn space(llm: Option<Arc<dyn Llm>>) -> Result<(Atlas, Arc<SqliteStore>, tempfile::TempDir)> {
+async fn space(
+    llm: Option<Arc<dyn Llm>>,
+    turns_per_call: usize,
+) -> Result<(Atlas, Arc<SqliteStore>, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("atlas.db");
     let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default())?);
@@ -111,12 +115,14 @@ async fn space(llm: Option<Arc<dyn Llm>>) -> Result<(Atlas, Arc<SqliteStore>, te
     if let Some(llm) = llm {
         parts = parts.with_llm(llm);
     }
-    let atlas = Atlas::from_parts(parts, Config { db, consolidation: consolidation(), ..Config::default() }).await?;
+    let atlas =
+        Atlas::from_parts(parts, Config { db, consolidation: consolidation(turns_per_call), ..Config::default() })
+            .await?;
     Ok((atlas, store, dir))
 }
 
-async fn extraction(set: &[Conversation], llm: Option<Arc<dyn Llm>>) -> Result<Extraction> {
-    let (atlas, _store, _dir) = space(llm).await?;
+async fn extraction(set: &[Conversation], llm: Option<Arc<dyn Llm>>, turns_per_call: usize) -> Result<Extraction> {
+    let (atlas, _store, _dir) = space(llm, turns_per_call).await?;
     let start = Instant::now();
     for (c, conversation) in set.iter().enumerate() {
         let scope =
@@ -219,9 +225,9 @@ impl SuiteSpace for Suite {
 }
 
 /// The conflict suite's pass count, and its misses.
-async fn conflicts(llm: Option<Arc<dyn Llm>>) -> Result<(usize, usize, Vec<String>)> {
+async fn conflicts(llm: Option<Arc<dyn Llm>>, turns_per_call: usize) -> Result<(usize, usize, Vec<String>)> {
     let judged = llm.is_some();
-    let (atlas, store, dir) = space(llm).await?;
+    let (atlas, store, dir) = space(llm, turns_per_call).await?;
     let all = scenarios();
     let results = run_suite(&Suite { atlas, store, _dir: dir }, &all, judged).await?;
     let passed = results.iter().filter(|(_, m)| m.is_empty()).count();
@@ -243,7 +249,7 @@ fn local_model(alias: &str) -> Result<(Arc<dyn Llm>, atlas_testing::servers::Llm
     Ok((llm, server))
 }
 
-pub fn run(models: &[String], json_out: Option<&Path>, verbose: bool) -> Result<()> {
+pub fn run(models: &[String], turns_per_call: usize, json_out: Option<&Path>, verbose: bool) -> Result<()> {
     for m in models {
         if !SLEEP_MODELS.contains(&m.as_str()) {
             bail!("--sleep-models: unknown model {m:?} (one of {})", SLEEP_MODELS.join(", "));
@@ -251,7 +257,7 @@ pub fn run(models: &[String], json_out: Option<&Path>, verbose: bool) -> Result<
     }
     let set = labelled_set(&crate::root())?;
     let turns: usize = set.iter().map(|c| c.turns.len()).sum();
-    println!("labelled set: {} conversations, {turns} turns", set.len());
+    println!("labelled set: {} conversations, {turns} turns; {turns_per_call} turns per extraction call", set.len());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut extraction_json = serde_json::Map::new();
     let mut conflicts_json = serde_json::Map::new();
@@ -263,8 +269,8 @@ pub fn run(models: &[String], json_out: Option<&Path>, verbose: bool) -> Result<
             let (llm, server) = local_model(model)?;
             (Some(llm), Some(server))
         };
-        let e = runtime.block_on(extraction(&set, llm.clone()))?;
-        let (passed, total, conflict_misses) = runtime.block_on(conflicts(llm))?;
+        let e = runtime.block_on(extraction(&set, llm.clone(), turns_per_call))?;
+        let (passed, total, conflict_misses) = runtime.block_on(conflicts(llm, turns_per_call))?;
         if verbose {
             for miss in e.misses.iter().chain(&conflict_misses) {
                 println!("  {model} miss: {miss}");
@@ -290,7 +296,8 @@ pub fn run(models: &[String], json_out: Option<&Path>, verbose: bool) -> Result<
         );
     }
     if let Some(path) = json_out {
-        let out = json!({"extraction": extraction_json, "conflicts": conflicts_json, "turns": turns});
+        let out = json!({"extraction": extraction_json, "conflicts": conflicts_json, "turns": turns,
+                         "turns_per_call": turns_per_call});
         std::fs::write(path, serde_json::to_string_pretty(&out)?).with_context(|| path.display().to_string())?;
         println!("wrote {}", path.display());
     }

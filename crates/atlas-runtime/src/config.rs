@@ -198,6 +198,10 @@ pub struct ConsolidationConfig {
     pub retry_after_ms: i64,
     /// Most model calls per cycle (seed 003: one); the rest waits for the next cycle.
     pub llm_calls: usize,
+    /// Most turns one extraction call reads. A small local model keeps each fact with its
+    /// turn only one turn at a time (docs/EVAL.md: the sleep cycle's model); an endpoint model
+    /// reads a batch for one call's price.
+    pub turns_per_call: usize,
     /// Link turns to the people, places and things they name (entities by rule).
     pub entities: bool,
     /// Two facts of the same subject and predicate are one when their objects' embeddings are
@@ -230,6 +234,7 @@ impl Default for ConsolidationConfig {
             max_attempts: 5,
             retry_after_ms: 60_000,
             llm_calls: 1,
+            turns_per_call: 24,
             entities: true,
             merge_similarity: atlas_domain::policy::consolidation::SAME_FACT_SIMILARITY,
             judge_similarity: atlas_domain::policy::timeline::JUDGE_SIMILARITY,

@@ -20,11 +20,12 @@ use atlas_domain::policy::consolidation::{Candidate, NameMention, fact_text, is_
 use atlas_domain::policy::reading::tag_fact;
 use atlas_domain::policy::relations;
 use atlas_domain::policy::retain::{RetainTag, harvest};
+use atlas_domain::policy::speakers::said_by_the_agent;
 use atlas_domain::policy::timeline::{Relation, StoredFact, Verdict};
 use atlas_domain::ports::Consolidation;
 use atlas_domain::{AtlasError, Body, EdgeKind, Memory, MemoryId, Result, Scope, Timestamp};
 use dialectic::dialectic;
-use extract::{TURNS_PER_CALL, extract};
+use extract::extract;
 use filing::{Plan, Rules};
 use judge::{Pair, judge};
 use serde::Serialize;
@@ -50,7 +51,8 @@ pub struct CycleReport {
     pub facts_refiled: usize,
     pub entities_added: usize,
     pub entity_links: usize,
-    /// Facts the model proposed with a predicate outside the vocabulary.
+    /// Facts the model proposed that the one rule does not read as one plain statement about
+    /// someone (what might be, a question, no one named: policy::reading::key_statement).
     pub predicates_rejected: usize,
     /// Facts the model proposed that the turn it cited does not say (policy::grounding).
     #[serde(skip_serializing_if = "is_zero")]
@@ -224,7 +226,9 @@ pub async fn run_cycle(
             if config.entities && !names.is_empty() {
                 mentions.push((e.id, e.event_time, names));
             }
-            if tagged || parts.llm.is_none() {
+            // The agent's own turns say what it said, not what people told it: the model reads
+            // people's turns only (an agent's tags are read by rule above).
+            if tagged || parts.llm.is_none() || said_by_the_agent(e) {
                 plan.batch.processed.push(e.id);
             } else {
                 for_model.push(e);
@@ -236,7 +240,7 @@ pub async fn run_cycle(
         candidates.extend(statements);
         refiled.extend(legacy);
         // The model reads what rules could not, within the cycle's call budget.
-        let mut chunks = for_model.chunks(TURNS_PER_CALL);
+        let mut chunks = for_model.chunks(config.turns_per_call.max(1));
         for chunk in chunks.by_ref() {
             if calls_left == 0 {
                 report.deferred += chunk.len();

@@ -3,7 +3,10 @@
 //! what its prompt mentions (every relation of the vocabulary in turn, the speaker as the
 //! value, an example address), so an ungrounded proposal is dropped, never filed: a model's
 //! answer is untrusted input (policy::model_answer), and so is what it claims a turn says.
+//! A question states nothing: a value only asked about ("Do you know a gym in Lisbon?") grounds
+//! no fact.
 
+use crate::policy::consolidation::{normalize, proper_names};
 use crate::policy::text::tokens;
 use std::collections::HashSet;
 
@@ -25,12 +28,38 @@ fn mostly_said(words: &[String], said: &HashSet<String>) -> bool {
     found > 0 && 2 * found > words.len()
 }
 
-/// Whether (`subject`, `object`), proposed from `turn` said by `speaker`, is grounded in it.
+/// The sentences of `turn` that are not questions, joined.
+fn statements(turn: &str) -> String {
+    let mut out = String::new();
+    let mut sentence = String::new();
+    for c in turn.chars() {
+        sentence.push(c);
+        if matches!(c, '.' | '!' | '?' | '\n') {
+            if c != '?' {
+                out.push_str(&sentence);
+                out.push(' ');
+            }
+            sentence.clear();
+        }
+    }
+    out.push_str(&sentence);
+    out
+}
+
+/// Whether (`subject`, `object`), proposed from `turn` said by `speaker`, is grounded in it:
+/// in the turn's sentences other than its questions.
 pub fn grounded(subject: &str, object: &str, turn: &str, speaker: &str) -> bool {
-    let said: HashSet<String> = tokens(turn).collect();
+    let said: HashSet<String> = tokens(&statements(turn)).collect();
     let subject_words = content(subject);
     let is_speaker = !subject_words.is_empty() && subject_words == content(speaker);
     (is_speaker || mostly_said(&subject_words, &said)) && mostly_said(&content(object), &said)
+}
+
+/// Whether `subject` (normalised) is the speaker or a name `turn` mentions inside a sentence
+/// (any word opens one capitalised): a statement the rules keep whole is about someone only
+/// then ("Things are changing" is about no one).
+pub fn names(subject: &str, turn: &str, speaker: &str) -> bool {
+    subject == normalize(speaker) || proper_names(turn).iter().any(|n| normalize(n) == subject)
 }
 
 #[cfg(test)]
@@ -54,6 +83,11 @@ mod tests {
         assert!(grounded("Omar", "drinks green tea", tea, "Omar"));
         assert!(grounded("Omar", "not coffee", tea, "Omar"));
         assert!(grounded("my brother Dev", "Leeds", "My brother Dev lives in Leeds.", "Raj"));
+        // Asked, not said; a statement beside a question still grounds.
+        assert!(!grounded("Ann", "climbing gym", "Do you know a good climbing gym in Lisbon?", "Ann"));
+        assert!(names("ann", "Things are changing.", "Ann") && names("joao", "My partner Joao stays.", "Ann"));
+        assert!(!names("things", "Things are changing.", "Ann"));
+        assert!(grounded("Raj", "vegetarian", "Can you suggest dinner ideas? I'm vegetarian.", "Raj"));
     }
 
     proptest! {
@@ -71,6 +105,9 @@ mod tests {
             prop_assert!(grounded("Speaker", value, &turn, "Speaker"));
             prop_assert!(!grounded("Speaker", &absent, &turn, "Speaker"));
             prop_assert!(!grounded(&absent, value, &turn, "Speaker"));
+            // The same words asked about ground nothing.
+            let asked = format!("{turn}?");
+            prop_assert!(!grounded("Speaker", value, &asked, "Speaker"));
         }
     }
 }

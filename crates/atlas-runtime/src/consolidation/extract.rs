@@ -6,51 +6,54 @@ use super::CycleReport;
 use crate::Parts;
 use atlas_domain::Memory;
 use atlas_domain::policy::consolidation::Candidate;
-use atlas_domain::policy::grounding::grounded;
+use atlas_domain::policy::grounding::{grounded, names};
 use atlas_domain::policy::model_answer::read_answer;
-use atlas_domain::policy::reading::key_fact;
-use atlas_domain::policy::relations;
+use atlas_domain::policy::reading::key_statements;
 use atlas_domain::ports::LlmRequest;
 use serde_json::{Value, json};
 
-const SYSTEM: &str = "You extract durable facts from conversation turns for an agent's long-term memory. \
-Answer with JSON only, of the form {\"facts\": [{\"turn\": 1, \"subject\": \"...\", \"predicate\": \"...\", \
-\"object\": \"...\", \"confidence\": 0.9}]}. `turn` is the number of the turn that states the fact. The \
-subject is who or what the fact is about: the speaker's name for \"I\" and \"me\", or a name said in the turn. \
-The object is the value, in the turn's own words. Only facts the turn states; none for small talk, questions, \
-jokes or what might happen. For example, the turn \"1. Ann: I moved to Rome and I love jazz. Do you like it?\" \
-gives {\"facts\": [{\"turn\": 1, \"subject\": \"Ann\", \"predicate\": \"lives_in\", \"object\": \"Rome\"}, \
-{\"turn\": 1, \"subject\": \"Ann\", \"predicate\": \"likes\", \"object\": \"jazz\"}]}. Predicates: ";
+/// One prompt for every model. The model only writes each fact as a plain sentence; the one
+/// rule (`policy::reading`) reads its relation, as it reads a person's `- W:` line, so a small
+/// model never has to pick a predicate from a vocabulary or put a name in the right field.
+const SYSTEM: &str = "You write down the lasting facts that people's messages state about them or about \
+someone they name, for an agent's long-term memory. Each numbered line is one message. Write each fact as its \
+own short sentence: a name, a verb, a value. Use the speaker's name, not I. Write only what the message says. \
+A question, a greeting, a joke or what might happen states no fact. Answer with JSON only, each fact with the \
+number of its message. Examples:\n\
+1. Ann: I work at Brightwave as a designer.\n\
+{\"facts\": [{\"turn\": 1, \"fact\": \"Ann works at Brightwave\"}, {\"turn\": 1, \"fact\": \"Ann works as a designer\"}]}\n\
+1. Ann: My brother Tom lives in Oslo, he loves skiing.\n\
+{\"facts\": [{\"turn\": 1, \"fact\": \"Ann's brother is Tom\"}, {\"turn\": 1, \"fact\": \"Tom lives in Oslo\"}, \
+{\"turn\": 1, \"fact\": \"Tom loves skiing\"}]}\n\
+1. Ann: Do you know a good cafe? If I win the lottery I'll buy a boat.\n\
+{\"facts\": []}";
+
+/// Most facts one message may yield.
+const FACTS_PER_TURN: usize = 3;
 
 /// Bounded everywhere: a constrained small model otherwise repeats items, or one string,
 /// until it runs out of tokens.
 fn schema(turns: usize) -> Value {
-    let text = |max: usize| json!({"type": "string", "minLength": 1, "maxLength": max});
     json!({
         "type": "object",
         "required": ["facts"],
-        "properties": {"facts": {"type": "array", "maxItems": 2 * turns, "items": {
+        "properties": {"facts": {"type": "array", "maxItems": FACTS_PER_TURN * turns, "items": {
             "type": "object",
-            "required": ["turn", "subject", "predicate", "object"],
+            "required": ["turn", "fact"],
             "properties": {
                 "turn": {"type": "integer", "minimum": 1, "maximum": turns},
-                "subject": text(60), "predicate": text(30), "object": text(120),
+                "fact": {"type": "string", "minLength": 1, "maxLength": 120},
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1}
             }
         }}}
     })
 }
 
-/// Most turns one model call reads.
-pub(super) const TURNS_PER_CALL: usize = 24;
-
 /// One fact as the model proposed it, checked against the schema.
 #[derive(Debug)]
 struct Proposed {
     turn: usize,
-    subject: String,
-    predicate: String,
-    object: String,
+    statement: String,
     confidence: f32,
 }
 
@@ -65,23 +68,15 @@ fn parse_answer(text: &str, turns: usize) -> std::result::Result<Vec<Proposed>, 
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let text = |key: &str| {
-                f.get(key)
-                    .and_then(Value::as_str)
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("facts[{i}].{key}: blank"))
-            };
+            let statement = f
+                .get("fact")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| format!("facts[{i}].fact: blank"))?;
             let turn = f.get("turn").and_then(Value::as_u64).ok_or_else(|| format!("facts[{i}].turn: not a turn"))?;
             let confidence = f.get("confidence").and_then(Value::as_f64).unwrap_or(0.8) as f32;
-            Ok(Proposed {
-                turn: turn as usize,
-                subject: text("subject")?,
-                predicate: text("predicate")?,
-                object: text("object")?,
-                confidence,
-            })
+            Ok(Proposed { turn: turn as usize, statement: statement.to_owned(), confidence })
         })
         .collect()
 }
@@ -100,17 +95,13 @@ pub(super) async fn extract(
     report: &mut CycleReport,
 ) -> std::result::Result<Vec<(Candidate, &'static str)>, Failed> {
     let llm = parts.llm.as_ref().expect("only called with a model");
-    let vocabulary = relations::vocabulary().collect::<Vec<_>>().join(", ");
     let prompt = turns
         .iter()
         .enumerate()
-        .map(|(i, e)| {
-            format!("{}. [{}] {}", i + 1, e.event_time.to_rfc3339(), atlas_domain::policy::embedding::line(e))
-        })
+        .map(|(i, e)| format!("{}. {}", i + 1, atlas_domain::policy::embedding::line(e)))
         .collect::<Vec<_>>()
         .join("\n");
-    let request =
-        LlmRequest { system: format!("{SYSTEM}{vocabulary}."), prompt, json_schema: Some(schema(turns.len())) };
+    let request = LlmRequest { system: SYSTEM.to_owned(), prompt, json_schema: Some(schema(turns.len())) };
     report.llm_calls += 1;
     let answer = llm.complete(request).await.map_err(|e| Failed { why: e.to_string(), refused: false })?;
     report.input_tokens += answer.input_tokens;
@@ -121,33 +112,35 @@ pub(super) async fn extract(
     for p in proposed {
         let episode = turns[p.turn - 1];
         let speaker = episode.body.speaker().unwrap_or("user");
-        let subject = match p.subject.to_lowercase().as_str() {
-            "i" | "me" | "myself" => speaker.to_owned(),
-            _ => p.subject,
-        };
-        // The one rule keys it: a predicate of the table, or words it can read.
-        let Some(keyed) = key_fact(&subject, &p.predicate, &p.object, speaker) else {
+        // The one rule reads it, a clause at a time, as it reads a person's `- W:` line; what
+        // is not a plain statement about someone (what might be, a question) is not filed.
+        let keyed = key_statements(&p.statement, speaker);
+        if keyed.is_empty() {
             report.predicates_rejected += 1;
-            continue;
-        };
-        // Said in the turn it cites, about its speaker or someone it names; else made up.
-        if !grounded(&subject, &p.object, &episode.text, speaker) {
-            report.facts_ungrounded += 1;
-            continue;
         }
-        out.push((
-            Candidate {
-                subject: keyed.subject,
-                subject_shown: keyed.subject_shown,
-                predicate: keyed.predicate,
-                object: keyed.object,
-                confidence: p.confidence,
-                source: episode.id,
-                said_at: episode.event_time,
-                wording: keyed.wording,
-            },
-            "llm",
-        ));
+        for keyed in keyed {
+            // A statement kept whole is its value after the person it opens with.
+            let value = keyed.object.strip_prefix(keyed.subject_shown.as_str()).unwrap_or(&keyed.object);
+            // Said in the turn it cites, about its speaker or someone it names; else made up.
+            let named = keyed.predicate != "fact" || names(&keyed.subject, &episode.text, speaker);
+            if !named || !grounded(&keyed.subject_shown, value, &episode.text, speaker) {
+                report.facts_ungrounded += 1;
+                continue;
+            }
+            out.push((
+                Candidate {
+                    subject: keyed.subject,
+                    subject_shown: keyed.subject_shown,
+                    predicate: keyed.predicate,
+                    object: keyed.object,
+                    confidence: p.confidence,
+                    source: episode.id,
+                    said_at: episode.event_time,
+                    wording: keyed.wording,
+                },
+                "llm",
+            ));
+        }
     }
     Ok(out)
 }
@@ -161,29 +154,19 @@ mod tests {
     fn answers_outside_the_schema_fail_whole() {
         assert!(parse_answer("not json", 2).is_err());
         assert!(parse_answer("{\"facts\": {}}", 2).is_err());
-        assert!(
-            parse_answer(
-                "{\"facts\": [{\"turn\": 3, \"subject\": \"a\", \"predicate\": \"b\", \"object\": \"c\"}]}",
-                2
-            )
-            .is_err()
-        );
-        assert!(
-            parse_answer("{\"facts\": [{\"turn\": 1, \"subject\": \"\", \"predicate\": \"b\", \"object\": \"c\"}]}", 2)
-                .is_err()
-        );
-        let long = format!(
-            "{{\"facts\": [{{\"turn\": 1, \"subject\": \"{}\", \"predicate\": \"b\", \"object\": \"c\"}}]}}",
-            "s".repeat(300)
-        );
-        assert!(parse_answer(&long, 2).unwrap_err().contains("300 characters, more than the schema's 60"));
-        let many: Vec<String> = (0..1000)
-            .map(|_| "{\"turn\": 1, \"subject\": \"a\", \"predicate\": \"b\", \"object\": \"c\"}".to_owned())
-            .collect();
+        assert!(parse_answer("{\"facts\": [{\"turn\": 3, \"fact\": \"Ann lives in Rome\"}]}", 2).is_err());
+        assert!(parse_answer("{\"facts\": [{\"turn\": 1, \"fact\": \"\"}]}", 2).is_err());
+        let long = format!("{{\"facts\": [{{\"turn\": 1, \"fact\": \"{}\"}}]}}", "s".repeat(300));
+        assert!(parse_answer(&long, 2).unwrap_err().contains("300 characters, more than the schema's 120"));
+        let many: Vec<String> = (0..1000).map(|_| "{\"turn\": 1, \"fact\": \"Ann likes jazz\"}".to_owned()).collect();
         let many = format!("{{\"facts\": [{}]}}", many.join(","));
-        assert!(parse_answer(&many, 4).unwrap_err().contains("1000 items, more than the schema's 8"));
-        let ok = parse_answer("```json\n{\"facts\": [{\"turn\": 2, \"subject\": \"Ann\", \"predicate\": \"prefers\", \"object\": \"Rust\", \"confidence\": 0.7}]}\n```", 2).unwrap();
-        assert_eq!((ok[0].turn, ok[0].object.as_str(), ok[0].confidence), (2, "Rust", 0.7));
+        assert!(parse_answer(&many, 4).unwrap_err().contains("1000 items, more than the schema's 12"));
+        let ok = parse_answer(
+            "```json\n{\"facts\": [{\"turn\": 2, \"fact\": \"Ann prefers Rust\", \"confidence\": 0.7}]}\n```",
+            2,
+        )
+        .unwrap();
+        assert_eq!((ok[0].turn, ok[0].statement.as_str(), ok[0].confidence), (2, "Ann prefers Rust", 0.7));
     }
 
     proptest! {

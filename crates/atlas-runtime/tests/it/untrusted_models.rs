@@ -41,7 +41,7 @@ fn said(text: &str, day: i64) -> Remember {
 }
 
 fn fact(subject: &str, object: &str) -> String {
-    format!(r#"{{"turn": 1, "subject": "{subject}", "predicate": "likes", "object": "{object}"}}"#)
+    format!(r#"{{"turn": 1, "fact": "{subject} enjoys {object}"}}"#)
 }
 
 /// The high finding: a model's answer beyond its schema (a 300-character subject, a 3 MiB
@@ -64,12 +64,12 @@ async fn answers_beyond_their_schema_are_refused_and_the_space_restores_whole() 
 
     let first = atlas.consolidate_ending_sessions().await.unwrap();
     assert_eq!((first.failed, first.facts_added, first.answers_refused), (1, 0, 2), "{first:?}");
-    assert!(first.refusals[0].contains("300 characters, more than the schema's 60"), "{:?}", first.refusals);
+    assert!(first.refusals[0].contains("characters, more than the schema's 120"), "{:?}", first.refusals);
     assert!(first.refusals[1].contains("summary"), "{:?}", first.refusals);
     assert_eq!(first.summaries_added, 1, "the session is summarised without the model");
     let ledger = atlas.cycles(1).await.unwrap().remove(0);
     assert_eq!(ledger["answers_refused"], 2, "the ledger says so too: {ledger}");
-    for why in ["more than the schema's 120", "1000 items, more than the schema's 2"] {
+    for why in ["more than the schema's 120", "1000 items, more than the schema's 3"] {
         let again = atlas.consolidate().await.unwrap();
         assert_eq!((again.failed, again.facts_added, again.answers_refused), (1, 0, 1), "{again:?}");
         assert!(again.refusals[0].contains(why), "{why}: {:?}", again.refusals);
