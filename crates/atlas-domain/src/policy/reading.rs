@@ -92,14 +92,50 @@ pub fn key_statements(statement: &str, speaker: &str) -> Vec<KeyedFact> {
     }
     text.split([',', ';'])
         .flat_map(|part| part.split(". "))
-        .filter_map(|clause| key_clause(clause.trim().trim_end_matches(['.', '!']).trim(), speaker))
+        .flat_map(|clause| conjoined(clause.trim().trim_end_matches(['.', '!']).trim(), speaker))
+        .filter_map(|clause| key_clause(&clause, speaker))
         .collect()
+}
+
+/// Auxiliaries that open a second predicate of one subject ("Omar is 41 and has started running").
+const CONJOINED: &[&str] = &["is", "was", "has", "have", "had", "does", "did"];
+
+/// A clause's predicates, each with its subject: "Omar is 41 and has started running" is "Omar
+/// is 41" and "Omar has started running". "and" before anything but an auxiliary joins values
+/// ("Mondays and Fridays"), and the clause stays whole.
+fn conjoined(clause: &str, speaker: &str) -> Vec<String> {
+    let words = tokens(clause);
+    let Some((_, split)) = opening_subject(&words, speaker) else { return vec![clause.to_owned()] };
+    let subject = join_shown(&words[..split]);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for at in split..words.len().saturating_sub(1) {
+        if words[at].key == "and" && CONJOINED.contains(&words[at + 1].key.as_str()) && at > start {
+            out.push(join_shown(&words[start..at]));
+            start = at + 1;
+        }
+    }
+    if start == 0 {
+        return vec![clause.to_owned()];
+    }
+    out.push(format!("{subject} {}", join_shown(&words[start..])));
+    out
 }
 
 fn key_clause(text: &str, speaker: &str) -> Option<KeyedFact> {
     let words = tokens(text);
     if words.len() < 3 {
         return None;
+    }
+    // "Leo's friend Sara lives in Osaka": about Sara, whom the owner's noun introduces.
+    let capital = |w: &Word| w.shown.chars().next().is_some_and(char::is_uppercase);
+    if words.len() > 3
+        && words[0].key.ends_with("'s")
+        && capital(&words[0])
+        && words[1].shown.chars().all(char::is_lowercase)
+        && capital(&words[2])
+    {
+        return key_clause(&join_shown(&words[2..]), speaker);
     }
     // Its text is the fact's own (`Ann lives in Rome`), never the model's "I".
     if read(text, speaker).is_some() {

@@ -183,6 +183,33 @@ async fn at_most_one_model_call_per_cycle_the_rest_deferred() {
     assert_eq!(llm.requests().len(), 2);
 }
 
+/// `turns_per_call = 1`, the offline set-up: each call reads one person's turn, the budget counts
+/// calls, and the agent's own turns are never sent.
+#[tokio::test]
+async fn one_turn_a_call_reads_people_not_the_agent_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("atlas.db");
+    let store = Arc::new(SqliteStore::open(&db, &SqliteOptions::default()).unwrap());
+    let answer = r#"{"facts": []}"#.to_string();
+    let llm = Arc::new(ScriptedLlm::new(vec![Ok(answer.clone()), Ok(answer.clone()), Ok(answer)]));
+    let parts = Parts::from_store(Arc::clone(&store), None).with_consolidator(store.clone()).with_llm(llm.clone());
+    let consolidation = ConsolidationConfig { turns_per_call: 1, llm_calls: 3, ..ConsolidationConfig::default() };
+    let atlas = Atlas::from_parts(parts, Config { db, consolidation, ..Config::default() }).await.unwrap();
+    for i in 0..5 {
+        atlas.remember(said(&format!("the shed needs coat number {i} of paint"), "Ann", 1)).await.unwrap();
+        atlas.remember(said(&format!("I can suggest paint brand {i} for it"), "assistant", 1)).await.unwrap();
+    }
+    let report = atlas.consolidate().await.unwrap();
+    assert_eq!((report.llm_calls, report.deferred), (3, 2), "{report:?}");
+    for request in llm.requests() {
+        let lines: Vec<&str> = request.prompt.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one turn a call: {lines:?}");
+        assert!(lines[0].contains("coat number"), "a person's turn, never the agent's: {lines:?}");
+        let most = &request.json_schema.as_ref().unwrap()["properties"]["facts"]["maxItems"];
+        assert_eq!(most, 3, "the schema allows a few facts for one turn");
+    }
+}
+
 #[tokio::test]
 async fn entities_link_the_turns_that_name_them() {
     let dir = tempfile::tempdir().unwrap();

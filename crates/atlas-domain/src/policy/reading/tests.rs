@@ -99,6 +99,21 @@ fn a_models_statement_is_read_a_clause_at_a_time() {
         keyed("Kenji's billing service runs on Kubernetes"),
         one("kenji", "fact", "Kenji's billing service runs on Kubernetes")
     );
+    assert_eq!(
+        keyed("Omar is 41 and has started running"),
+        vec![triple("omar", "age", "41").unwrap(), triple("omar", "has", "started running").unwrap()]
+    );
+    assert_eq!(
+        keyed("Felix works from home on Mondays and Fridays"),
+        one("felix", "works_from", "home on Mondays and Fridays"),
+        "an and between values keeps the clause whole"
+    );
+    assert_eq!(keyed("Leo's friend Sara lives in Osaka"), one("sara", "lives_in", "Osaka"));
+    assert_eq!(
+        keyed("Leo's friend lives in Osaka"),
+        one("leo", "fact", "Leo's friend lives in Osaka"),
+        "no one named: about the owner"
+    );
     for unreal in [
         "Mia might quit her job",
         "Ann will buy a boat if she wins",
