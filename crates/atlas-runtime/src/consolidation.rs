@@ -52,7 +52,7 @@ pub struct CycleReport {
     pub entities_added: usize,
     pub entity_links: usize,
     /// Facts the model proposed that the one rule does not read as one plain statement about
-    /// someone (what might be, a question, no one named: policy::reading::key_statement).
+    /// someone (what might be, a question, no one named: policy::reading::key_statements).
     pub predicates_rejected: usize,
     /// Facts the model proposed that the turn it cited does not say (policy::grounding).
     #[serde(skip_serializing_if = "is_zero")]
