@@ -201,9 +201,10 @@ pub fn fetch_models_named(models: &[String]) -> Result<()> {
             fetch_llm_model(name)?;
             continue;
         }
-        let model = manifest.model(name)?;
-        if !wanted.iter().any(|m| m.name == model.name) {
-            wanted.push(model);
+        for model in manifest.members(name)? {
+            if !wanted.iter().any(|m| m.name == model.name) {
+                wanted.push(model);
+            }
         }
     }
     // Each file says whether this run fetched (or made) it, so a first run's log lists what it

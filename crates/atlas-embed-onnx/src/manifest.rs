@@ -6,6 +6,9 @@ use serde::Deserialize;
 /// How many derivations may lead from a downloaded file to a model file.
 const MAX_DERIVATION_STEPS: usize = 3;
 
+/// What joins the names of models whose vectors a space keeps side by side ([`Manifest::members`]).
+pub const JOIN: char = '+';
+
 /// The manifest this build was compiled with.
 pub const MANIFEST_TOML: &str = include_str!("../../../models/manifest.toml");
 
@@ -219,7 +222,7 @@ impl Manifest {
             }
         }
         for (alias, target) in &manifest.aliases {
-            if manifest.models.iter().all(|m| &m.name != target) {
+            if target.split(JOIN).any(|part| manifest.models.iter().all(|m| m.name != part)) {
                 return Err(AtlasError::Config(format!("{origin}: alias {alias:?} names no model ({target:?})")));
             }
         }
@@ -237,6 +240,23 @@ impl Manifest {
                 known.join(", ")
             ))
         })
+    }
+
+    /// The models a name stands for: one model (by name or alias), or several joined by `+`
+    /// (`"nomic+all-minilm-l6-v2-qint8-per-token"`, or an alias standing for such a join), whose
+    /// vectors a space keeps side by side as one (`atlas_domain::policy::embedding::joined`).
+    /// Each model at most once.
+    pub fn members(&self, name: &str) -> Result<Vec<&Model>> {
+        let name = self.aliases.get(name).map_or(name, String::as_str);
+        let mut members: Vec<&Model> = Vec::new();
+        for part in name.split(JOIN) {
+            let model = self.model(part.trim())?;
+            if members.iter().any(|m| m.name == model.name) {
+                return Err(AtlasError::Config(format!("embedding model {name:?} names {} twice", model.name)));
+            }
+            members.push(model);
+        }
+        Ok(members)
     }
 
     /// The local LLM model called `name` (its name or alias), if the manifest has one.
@@ -333,6 +353,21 @@ mod tests {
             .replace("[[models]]", "[aliases]\nbest='missing'\n[[models]]");
         let err = Manifest::parse(&alias, "test.toml").unwrap_err().to_string();
         assert!(err.contains("alias \"best\" names no model"), "{err}");
+    }
+
+    #[test]
+    fn a_join_names_its_models_in_order_each_once() {
+        let m = Manifest::builtin().unwrap();
+        let default = m.default_model().name.clone();
+        let names = |name: &str| m.members(name).map(|ms| ms.iter().map(|x| x.name.clone()).collect::<Vec<_>>());
+        assert_eq!(names(&default).unwrap(), vec![default.clone()]);
+        let joined = names(&format!("nomic+{default}")).unwrap();
+        assert_eq!(joined, vec![m.model("nomic").unwrap().name.clone(), default.clone()]);
+        let err = names(&format!("{default}+{default}")).unwrap_err().to_string();
+        assert!(err.contains("twice"), "{err}");
+        let err = names(&format!("{default}+nothing")).unwrap_err().to_string();
+        assert!(err.contains("\"nothing\""), "{err}");
+        assert!(m.model(&format!("nomic+{default}")).is_err(), "a join is not one model");
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod graph_export;
 mod import_pieces;
 pub mod in_process;
 pub mod inspect;
+mod joined_embedder;
 pub mod keys;
 mod markdown_files;
 mod mem0_config;

@@ -106,29 +106,47 @@ pub async fn open_embedder_recorded(
     }
 }
 
+/// The ONNX model the configuration names, or its models side by side when the name joins
+/// several (`nomic+all-minilm-l6-v2-qint8-per-token`, a `JoinedEmbedder`).
 #[cfg(feature = "embed-onnx")]
 async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
     let defaults = atlas_embed_onnx::OnnxOptions::default();
-    let options = atlas_embed_onnx::OnnxOptions {
-        model: config.onnx.model.clone().unwrap_or(defaults.model),
-        max_length: config.onnx.max_length,
-        threads: config.onnx.threads.unwrap_or(defaults.threads),
-        batch_size: config.onnx.batch_size,
-        spinning: config.onnx.spinning,
-        cuda: config.onnx.cuda,
-        model_dir: config.onnx.model_dir.clone(),
-        files_dir: None,
+    let named = config.onnx.model.clone().unwrap_or(defaults.model);
+    let members: Vec<String> = match config.onnx.model_dir {
+        Some(_) => vec![named],
+        None => atlas_embed_onnx::manifest::Manifest::builtin()?
+            .members(&named)?
+            .into_iter()
+            .map(|m| m.name.clone())
+            .collect(),
     };
-    let embedder = tokio::task::spawn_blocking(move || atlas_embed_onnx::OnnxEmbedder::load(&options))
-        .await
-        .map_err(|e| AtlasError::Embedding(format!("loading the embedder failed: {e}")))??;
-    Ok(Some(Arc::new(embedder)))
+    let mut loaded: Vec<Arc<dyn Embedder>> = Vec::with_capacity(members.len());
+    for model in members {
+        let options = atlas_embed_onnx::OnnxOptions {
+            model,
+            max_length: config.onnx.max_length,
+            threads: config.onnx.threads.unwrap_or(defaults.threads),
+            batch_size: config.onnx.batch_size,
+            spinning: config.onnx.spinning,
+            cuda: config.onnx.cuda,
+            model_dir: config.onnx.model_dir.clone(),
+            files_dir: None,
+        };
+        let embedder = tokio::task::spawn_blocking(move || atlas_embed_onnx::OnnxEmbedder::load(&options))
+            .await
+            .map_err(|e| AtlasError::Embedding(format!("loading the embedder failed: {e}")))??;
+        loaded.push(Arc::new(embedder));
+    }
+    if loaded.len() == 1 {
+        return Ok(loaded.pop());
+    }
+    Ok(Some(Arc::new(crate::joined_embedder::JoinedEmbedder::new(loaded)?)))
 }
 
-/// Whether models/manifest.toml (as compiled in) names `model`.
+/// Whether models/manifest.toml (as compiled in) names `model`, or every model a join names.
 #[cfg(feature = "embed-onnx")]
 pub(crate) fn manifest_has_model(model: &str) -> bool {
-    atlas_embed_onnx::manifest::Manifest::builtin().is_ok_and(|m| m.model(model).is_ok())
+    atlas_embed_onnx::manifest::Manifest::builtin().is_ok_and(|m| m.members(model).is_ok())
 }
 
 #[cfg(not(feature = "embed-onnx"))]

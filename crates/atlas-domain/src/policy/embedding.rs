@@ -86,6 +86,24 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
 }
 
+/// Several models' vectors of one text as one vector: each made unit length, scaled by 1/√n and
+/// laid end to end. The result is unit length, and its cosine with another text's joined vector
+/// is the mean of the models' cosines: one vector search ranks by every model at once, each
+/// counting the same, with no weight to fit. Why join at all: models trained differently miss
+/// different evidence (a retrieval-trained model finds conversational turns that MiniLM misses,
+/// MiniLM long messages that it misses; docs/EVAL.md), and a joined vector keeps one index, one
+/// queue and one cache per space. A part that is all zeros adds nothing.
+pub fn joined(parts: &[Vec<f32>]) -> Vec<f32> {
+    let share = 1.0 / (parts.len().max(1) as f64).sqrt();
+    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for part in parts {
+        let norm = part.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+        let scale = if norm.is_finite() && norm > 0.0 { share / norm } else { 0.0 };
+        out.extend(part.iter().map(|x| (f64::from(*x) * scale) as f32));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +179,33 @@ mod tests {
             if scale > 1e-3 {
                 proptest::prop_assert!((lhs - rhs / scale).abs() < 1e-3);
             }
+        }
+
+        #[test]
+        fn a_joined_vector_is_unit_length_and_compares_by_the_mean_of_its_parts(
+            a in proptest::collection::vec(-1.0f32..1.0, 6),
+            b in proptest::collection::vec(-1.0f32..1.0, 4),
+            c in proptest::collection::vec(-1.0f32..1.0, 6),
+            d in proptest::collection::vec(-1.0f32..1.0, 4),
+        ) {
+            let unit = |v: &[f32]| {
+                let n = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+                v.iter().map(|x| (f64::from(*x) / n) as f32).collect::<Vec<f32>>()
+            };
+            let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+            proptest::prop_assume!(norm(&a) > 1e-2 && norm(&b) > 1e-2 && norm(&c) > 1e-2 && norm(&d) > 1e-2);
+            let first = joined(&[a.clone(), b.clone()]);
+            let second = joined(&[c.clone(), d.clone()]);
+            proptest::prop_assert_eq!(first.len(), 10);
+            proptest::prop_assert!((norm(&first) - 1.0).abs() < 1e-4);
+            let mean = (cosine(&unit(&a), &unit(&c)) + cosine(&unit(&b), &unit(&d))) / 2.0;
+            proptest::prop_assert!((cosine(&first, &second) - mean).abs() < 1e-4);
+            // One part: the part itself, made unit length.
+            let alone = joined(std::slice::from_ref(&a));
+            proptest::prop_assert!(alone.iter().zip(unit(&a)).all(|(x, y)| (x - y).abs() < 1e-5));
+            // A part of zeros adds nothing and takes nothing from the other's direction.
+            let zero = joined(&[a.clone(), vec![0.0; 4]]);
+            proptest::prop_assert!(zero[6..].iter().all(|x| *x == 0.0));
         }
     }
 }

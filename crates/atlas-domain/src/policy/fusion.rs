@@ -326,6 +326,24 @@ mod tests {
             }
         }
 
+        /// A model's score scale does not decide: stretching and shifting one signal's scores
+        /// (another model's cosines, BM25 of a longer corpus) leaves every fused score as it was,
+        /// for both methods, since each list is scaled by its own spread in that query.
+        #[test]
+        fn fusion_does_not_see_a_signals_scale(lists in arb_lists(), stretch in 0.01f64..100.0, shift in -10.0f64..10.0, method in methods()) {
+            let mut rescaled = lists.clone();
+            for hit in &mut rescaled[0].hits {
+                hit.score = hit.score * stretch + shift;
+            }
+            let (before, after) = (fuse(&lists, method, DEFAULT_RRF_K), fuse(&rescaled, method, DEFAULT_RRF_K));
+            let by_id = |v: &[Fused]| v.iter().map(|f| (f.id, f.score)).collect::<HashMap<_, _>>();
+            let (before, after) = (by_id(&before), by_id(&after));
+            prop_assert_eq!(before.len(), after.len());
+            for (id, score) in before {
+                prop_assert!((after[&id] - score).abs() < 1e-9 * (1.0 + score.abs()), "{:?}: {} -> {}", id, score, after[&id]);
+            }
+        }
+
         #[test]
         fn output_is_the_union_without_duplicates_sorted_by_score(lists in arb_lists()) {
             let fused = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K);
