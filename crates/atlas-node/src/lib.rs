@@ -70,7 +70,9 @@ pub async fn open(args: OpenArgs) -> napi::Result<Space> {
     let settings = options.config(|k| std::env::var(k).ok()).map_err(atlas_err)?;
     let label = atlas_runtime::in_process::label(&settings);
     let atlas = Atlas::open(settings).await.map_err(atlas_err)?;
-    atlas.keep_search_current();
+    // Awaited, not left running: a task still writing the cache files beside the database
+    // after `close()` raced the caller removing its folder.
+    let _ = atlas.keep_search_current().await;
     if args.sleep_cycle.unwrap_or(true) {
         atlas.start_sleep_cycle();
     }

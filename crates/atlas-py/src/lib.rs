@@ -112,7 +112,9 @@ impl Space {
         let label = atlas_runtime::in_process::label(&settings);
         let atlas = wait(py, async move {
             let atlas = Atlas::open(settings).await.map_err(atlas_err)?;
-            atlas.keep_search_current();
+            // Awaited, not left running: a task still writing the cache files beside the
+            // database after `close()` raced the caller removing its folder.
+            let _ = atlas.keep_search_current().await;
             if sleep_cycle {
                 atlas.start_sleep_cycle();
             }
