@@ -12,6 +12,8 @@ use std::sync::Arc;
 /// of one member alone is another model.
 pub struct JoinedEmbedder {
     members: Vec<Arc<dyn Embedder>>,
+    /// Each member's model, read once: `join` checks every text's parts against them.
+    models: Vec<EmbeddingModel>,
     model: EmbeddingModel,
 }
 
@@ -23,19 +25,19 @@ impl JoinedEmbedder {
         let models: Vec<EmbeddingModel> = members.iter().map(|m| m.model()).collect();
         let name = models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join("+");
         let dimension = models.iter().map(|m| m.dimension).sum();
-        Ok(JoinedEmbedder { members, model: EmbeddingModel { name, dimension } })
+        Ok(JoinedEmbedder { members, models, model: EmbeddingModel { name, dimension } })
     }
 
     /// Each member's vector of one text, in member order, checked for its length: a member that
     /// answers with another dimension would shift every later member's part.
     fn join(&self, parts: Vec<Vec<f32>>) -> Result<Vec<f32>> {
-        for (member, part) in self.members.iter().zip(&parts) {
-            let expected = member.model().dimension;
-            if part.len() != expected {
+        for (model, part) in self.models.iter().zip(&parts) {
+            if part.len() != model.dimension {
                 return Err(AtlasError::Embedding(format!(
-                    "{} returned a vector of {} dimensions, not {expected}",
-                    member.model().name,
-                    part.len()
+                    "{} returned a vector of {} dimensions, not {}",
+                    model.name,
+                    part.len(),
+                    model.dimension
                 )));
             }
         }
@@ -63,12 +65,12 @@ impl Embedder for JoinedEmbedder {
     /// other's cores.
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
         let mut by_member = Vec::with_capacity(self.members.len());
-        for member in &self.members {
+        for (member, model) in self.members.iter().zip(&self.models) {
             let vectors = member.embed(texts.clone()).await?;
             if vectors.len() != texts.len() {
                 return Err(AtlasError::Embedding(format!(
                     "{} returned {} vectors for {} texts",
-                    member.model().name,
+                    model.name,
                     vectors.len(),
                     texts.len()
                 )));
