@@ -41,6 +41,11 @@ pub enum Which {
         /// embedded once and cached); 0 skips it.
         #[arg(long, default_value_t = 100_000)]
         ann_size: usize,
+        /// The embedding model of the synthetic stores (a model of models/manifest.toml, an
+        /// alias such as `nomic`, or models side by side joined by `+`); default: the default
+        /// model. BEAM's and the accuracy store's runs keep the default.
+        #[arg(long)]
+        model: Option<String>,
     },
     /// (Internal) the child process of `bench recall` that measures a user's process memory.
     #[command(hide = true)]
@@ -138,7 +143,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Node { size } => crate::bench_node::run(size),
         Which::Inspector { size, db } => inspector(db, size),
         Which::RecallProcess { db, queries } => crate::bench_recall::recall_process(&db, &queries),
-        Which::Recall { sizes, beam, beam_data, store, qdrant_url, ann_size } => {
+        Which::Recall { sizes, beam, beam_data, store, qdrant_url, ann_size, model } => {
             let sizes: Vec<usize> = sizes.into_iter().filter(|n| *n > 0).collect();
             let qdrant = match (store.as_str(), qdrant_url) {
                 ("qdrant", Some(url)) => Some(url),
@@ -146,7 +151,7 @@ pub fn run(which: Which) -> Result<()> {
                 _ => None,
             };
             if !sizes.is_empty() {
-                crate::bench_recall::run(&sizes, qdrant.as_deref())?;
+                crate::bench_recall::run(&sizes, qdrant.as_deref(), model.as_deref())?;
             }
             if !beam.is_empty() {
                 crate::bench_recall_beam::run(&beam, &beam_data)?;

@@ -134,15 +134,18 @@ impl Floor {
     }
 }
 
-pub fn run(sizes: &[usize], qdrant_url: Option<&str>) -> Result<()> {
-    crate::fetch_default_model()?;
+pub fn run(sizes: &[usize], qdrant_url: Option<&str>, model: Option<&str>) -> Result<()> {
+    match model {
+        Some(model) => crate::fetch_models_named(&[model.to_owned()])?,
+        None => crate::fetch_default_model()?,
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         println!("| store | memories | vectors | recall p50 (ms) | recall p95 (ms) | retrieval p50 (ms) | retrieval p95 (ms) | query embedding p50 | text p50 | vector p50 | fusion+fetch p50 | floor scan p50 (precision) | vector / floor | first query (cache load, ms) | peak RSS (MB) |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let mut profiles = Vec::new();
         for &n in sizes {
-            profiles.extend(bench_size(n, qdrant_url).await?);
+            profiles.extend(bench_size(n, qdrant_url, model).await?);
         }
         for (title, recalls) in &profiles {
             crate::stage_profile::print(title, recalls);
@@ -164,6 +167,11 @@ pub struct Space {
 }
 
 pub async fn populate(dir: &std::path::Path, n: usize) -> Result<Space> {
+    populate_with(dir, n, None).await
+}
+
+/// [`populate`] embedded with `model` (the default when `None`).
+pub async fn populate_with(dir: &std::path::Path, n: usize, model: Option<&str>) -> Result<Space> {
     let db = dir.join("bench.db");
     let mut generator = ZipfText::new(0x5EED_0000 + n as u64);
     let texts: Vec<String> = (0..n).map(|_| generator.text(8, 30)).collect();
@@ -181,7 +189,8 @@ pub async fn populate(dir: &std::path::Path, n: usize) -> Result<Space> {
             )
         })
         .collect();
-    let onnx = Config { db: db.clone(), embedder: EmbedderKind::Onnx, ..Config::default() };
+    let mut onnx = Config { db: db.clone(), embedder: EmbedderKind::Onnx, ..Config::default() };
+    onnx.onnx.model = model.map(str::to_owned);
     let mut floor = Floor::for_size(n);
     let dim;
     if real {
@@ -222,11 +231,15 @@ pub async fn populate(dir: &std::path::Path, n: usize) -> Result<Space> {
 }
 
 /// Measures one size; returns each store's stage profile, titled.
-async fn bench_size(n: usize, qdrant_url: Option<&str>) -> Result<Vec<(String, Vec<Timed>)>> {
+async fn bench_size(n: usize, qdrant_url: Option<&str>, model: Option<&str>) -> Result<Vec<(String, Vec<Timed>)>> {
     let dir = tempfile::tempdir()?;
-    let Space { db, config: onnx, queries, floor, dim, real } = populate(dir.path(), n).await?;
+    let Space { db, config: onnx, queries, floor, dim, real } = populate_with(dir.path(), n, model).await?;
     let default_model = atlas_embed_onnx::OnnxOptions::default().model;
-    let label = if real { onnx.onnx.model.as_deref().unwrap_or(&default_model) } else { "random unit" };
+    let named = onnx.onnx.model.as_deref().unwrap_or(&default_model);
+    // The default run's rows read as they always have; another model's say whose queries they are.
+    let random = model.map_or_else(|| "random unit".to_owned(), |m| format!("random unit, queries by {m}"));
+    let model = named;
+    let label = if real { model } else { random.as_str() };
     let (rebuilt_ms, sqlite_profile) =
         measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
     let mut profiles = vec![(format!("sqlite, {n} memories ({label} vectors): stage profile"), sqlite_profile)];

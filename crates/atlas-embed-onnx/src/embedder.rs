@@ -3,7 +3,7 @@
 use crate::assets;
 use crate::folder::{self, ModelSettings};
 use crate::manifest::Manifest;
-use crate::pooling::{Pooling, normalize};
+use crate::pooling::{Pooling, matryoshka_cut, normalize};
 use crate::session::{build_session, choose_output, ort_error};
 use async_trait::async_trait;
 use atlas_domain::ports::{Embedder, EmbeddingModel};
@@ -22,6 +22,9 @@ pub struct OnnxOptions {
     pub model: String,
     /// Tokens per text after truncation; `None` takes the manifest's.
     pub max_length: Option<usize>,
+    /// A Matryoshka model's vectors cut to this width (one the manifest lists for it);
+    /// `None` keeps the full width.
+    pub dimensions: Option<usize>,
     /// Intra-op threads of ONNX Runtime.
     pub threads: usize,
     /// Texts per model call at most; a larger request is cut into sub-batches of similar
@@ -47,6 +50,7 @@ impl Default for OnnxOptions {
             // no model, and loading then says which models the manifest lists.
             model: Manifest::builtin().map(|m| m.default_model().name.clone()).unwrap_or_default(),
             max_length: None,
+            dimensions: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             batch_size: 32,
             spinning: false,
@@ -146,6 +150,10 @@ struct Inner {
     document_prefix: String,
     batch_size: usize,
     max_length: usize,
+    /// The width of the graph's vectors, before any Matryoshka cut.
+    graph_dimension: usize,
+    /// The Matryoshka width vectors are cut to; `None` keeps the graph's.
+    cut_to: Option<usize>,
 }
 
 /// The process-wide ONNX Runtime environment; sessions need it alive.
@@ -197,11 +205,21 @@ impl OnnxEmbedder {
         let manifest = Manifest::builtin()?;
         let (model_path, tokenizer_path, settings, name, stated_dimension) = match &options.model_dir {
             Some(dir) => {
+                if let Some(width) = options.dimensions {
+                    return Err(AtlasError::Config(format!(
+                        "[onnx] dimensions = {width}: a model folder's vectors are not cut (only a manifest model \
+                         trained Matryoshka-style is); {} gives its own width",
+                        dir.display()
+                    )));
+                }
                 let folder = folder::read(dir)?;
                 (folder.model, folder.tokenizer, folder.settings, folder.identity, None)
             }
             None => {
                 let spec = manifest.model(&options.model)?;
+                if let Some(width) = options.dimensions {
+                    spec.check_width(width)?;
+                }
                 let files = options.files_dir.as_deref();
                 let settings = ModelSettings {
                     pooling: spec.pooling,
@@ -242,10 +260,13 @@ impl OnnxEmbedder {
             document_prefix: settings.document_prefix,
             batch_size: options.batch_size.max(1),
             max_length,
+            graph_dimension: output.dimension.unwrap_or(0),
+            cut_to: None,
         };
         if output.dimension.is_none() {
             // A dimension the graph leaves open is learnt from one text.
             inner.model.dimension = inner.probe_dimension()?;
+            inner.graph_dimension = inner.model.dimension;
         }
         if let Some(stated) = stated_dimension
             && stated != inner.model.dimension
@@ -256,6 +277,11 @@ impl OnnxEmbedder {
                 inner.model.dimension,
                 inner.model.name
             )));
+        }
+        if let Some(width) = options.dimensions.filter(|&w| w < inner.model.dimension) {
+            // The space records the cut width: a space embedded at 256 refuses 768-wide vectors.
+            inner.cut_to = Some(width);
+            inner.model.dimension = width;
         }
         Ok(OnnxEmbedder { inner: Arc::new(inner) })
     }
@@ -388,7 +414,7 @@ impl Inner {
         let outputs = session.run(inputs).map_err(ort_error("inference"))?;
         let (shape, hidden) =
             outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ort_error("output tensor"))?;
-        let dim = self.model.dimension;
+        let dim = self.graph_dimension;
         let expected: &[i64] =
             if self.pooled_output { &[rows as i64, dim as i64] } else { &[rows as i64, width as i64, dim as i64] };
         if shape[..] != *expected {
@@ -397,25 +423,30 @@ impl Inner {
                 &shape[..]
             )));
         }
-        if self.pooled_output {
-            return Ok(hidden
+        let vectors: Vec<Vec<f32>> = if self.pooled_output {
+            hidden
                 .chunks_exact(dim)
                 .map(|row| {
                     let mut vector = row.to_vec();
                     normalize(&mut vector);
                     vector
                 })
-                .collect());
-        }
-        Ok((0..rows)
-            .map(|r| {
-                self.pooling.pool(
-                    &hidden[r * width * dim..(r + 1) * width * dim],
-                    &mask[r * width..(r + 1) * width],
-                    dim,
-                )
-            })
-            .collect())
+                .collect()
+        } else {
+            (0..rows)
+                .map(|r| {
+                    self.pooling.pool(
+                        &hidden[r * width * dim..(r + 1) * width * dim],
+                        &mask[r * width..(r + 1) * width],
+                        dim,
+                    )
+                })
+                .collect()
+        };
+        Ok(match self.cut_to {
+            Some(cut) => vectors.iter().map(|v| matryoshka_cut(v, cut)).collect(),
+            None => vectors,
+        })
     }
 }
 

@@ -87,6 +87,10 @@ pub struct Model {
     /// Put before every memory's text (e5's `passage: `); none by default.
     #[serde(default)]
     pub document_prefix: String,
+    /// The widths a Matryoshka-trained model's vectors may be cut to (`[onnx] dimensions`),
+    /// its full `dimension` among them; empty for a model not trained to be cut.
+    #[serde(default)]
+    pub matryoshka: Vec<usize>,
     pub upstream: String,
     pub files: Vec<ModelFile>,
 }
@@ -270,6 +274,24 @@ impl Manifest {
 }
 
 impl Model {
+    /// Checks that this model's vectors may be cut to `width` (`[onnx] dimensions`): its full
+    /// dimension, or one of the Matryoshka widths it was trained at.
+    pub fn check_width(&self, width: usize) -> Result<()> {
+        if width == self.dimension || self.matryoshka.contains(&width) {
+            return Ok(());
+        }
+        let why = if self.matryoshka.is_empty() {
+            format!("it was not trained to be cut (Matryoshka); its vectors have {} dimensions", self.dimension)
+        } else {
+            let widths: Vec<String> = self.matryoshka.iter().map(usize::to_string).collect();
+            format!("its Matryoshka widths are {}", widths.join(", "))
+        };
+        Err(AtlasError::Config(format!(
+            "[onnx] dimensions = {width}: model {} cannot give that width: {why}",
+            self.name
+        )))
+    }
+
     pub fn file(&self, name: &str) -> Result<&ModelFile> {
         self.files.iter().find(|f| f.file == name).ok_or_else(|| {
             AtlasError::Config(format!("model {} has no file {name} in models/manifest.toml", self.name))

@@ -52,6 +52,27 @@ impl Pooling {
     }
 }
 
+/// A Matryoshka-trained model's `vector` cut to its first `width` dimensions, as such models are
+/// trained to be read (nomic-embed-text-v1.5's card): layer norm over the whole vector (no
+/// learnt scale or shift), the first `width` values, unit length. The training puts the most of
+/// a text's meaning in the first dimensions only after centring, which is why the norm comes
+/// before the cut. Layer norm ignores the vector's scale, so a pooled vector already of unit
+/// length gives the same cut as the raw one. A `width` of the whole vector or more leaves it as
+/// pooling gave it: the full-width vectors of a space stay what they were.
+pub fn matryoshka_cut(vector: &[f32], width: usize) -> Vec<f32> {
+    if width >= vector.len() {
+        return vector.to_vec();
+    }
+    let n = vector.len() as f32;
+    let mean = vector.iter().sum::<f32>() / n;
+    let variance = vector.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    // PyTorch's layer_norm default epsilon.
+    let scale = 1.0 / (variance + 1e-5).sqrt();
+    let mut cut: Vec<f32> = vector[..width].iter().map(|x| (x - mean) * scale).collect();
+    normalize(&mut cut);
+    cut
+}
+
 /// Scales `vector` to unit length (a zero vector stays zero).
 pub fn normalize(vector: &mut [f32]) {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
@@ -105,6 +126,39 @@ mod tests {
             prop_assert_eq!(Pooling::Cls.pool(&hidden, &mask, DIM), first);
             prop_assert_eq!(Pooling::LastToken.pool(&hidden, &mask, DIM), last);
         }
+
+        /// A Matryoshka cut has the width asked for and unit length, reads the vector's
+        /// direction only (any positive scale gives the same cut), and leaves a vector alone
+        /// at its own width.
+        #[test]
+        fn a_matryoshka_cut_is_unit_at_its_width_and_ignores_scale(
+            vector in proptest::collection::vec(-1f32..1.0, 8..32),
+            width in 1usize..40,
+            scale in 0.01f32..100.0,
+        ) {
+            prop_assume!(vector.iter().any(|x| (x - vector[0]).abs() > 1e-3));
+            let cut = matryoshka_cut(&vector, width);
+            prop_assert_eq!(cut.len(), width.min(vector.len()));
+            if width >= vector.len() {
+                prop_assert_eq!(&cut, &vector);
+            } else if cut.iter().any(|x| x.abs() > 1e-3) {
+                prop_assert!(unit(&cut), "{:?}", cut);
+                let scaled: Vec<f32> = vector.iter().map(|x| x * scale).collect();
+                let rescaled = matryoshka_cut(&scaled, width);
+                let cosine: f32 = cut.iter().zip(&rescaled).map(|(a, b)| a * b).sum();
+                prop_assert!(cosine > 0.9999, "cosine {}", cosine);
+            }
+        }
+    }
+
+    /// The card's recipe by hand: centred by the whole vector's mean, divided by its deviation,
+    /// then the first two values at unit length.
+    #[test]
+    fn a_matryoshka_cut_centres_on_the_whole_vector_before_cutting() {
+        // mean 2.5; centred: -1.5, -0.5, 0.5, 1.5; the first two at unit length: -0.949, -0.316.
+        let cut = matryoshka_cut(&[1.0, 2.0, 3.0, 4.0], 2);
+        let expected = [-1.5 / 2.5f32.sqrt(), -0.5 / 2.5f32.sqrt()];
+        assert!(cut.iter().zip(expected).all(|(a, b)| (a - b).abs() < 1e-5), "{cut:?}");
     }
 
     #[test]

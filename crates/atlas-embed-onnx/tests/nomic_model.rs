@@ -78,3 +78,37 @@ fn the_nomic_model_is_close_to_the_float_one_and_conforms() {
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     runtime.block_on(atlas_testing::embedder_conformance(&embedder, atlas_testing::Prefixes::Different));
 }
+
+/// `[onnx] dimensions`: a cut model's vectors are the full ones cut as the model card says (layer
+/// norm, the first 256, unit length), queries too; the space records the cut width; a width the
+/// model was not trained at, and any cut of a model not trained to be cut, are refused by name.
+#[test]
+fn a_matryoshka_width_cuts_the_full_vectors_and_others_are_refused() {
+    let (texts, _, _) = sentences_and_reference();
+    let full = load("nomic");
+    let cut = OnnxEmbedder::load(&OnnxOptions {
+        model: "nomic".into(),
+        threads: 2,
+        dimensions: Some(256),
+        ..OnnxOptions::default()
+    })
+    .unwrap();
+    assert_eq!((cut.model().name.as_str(), cut.model().dimension), ("nomic-embed-text-v1.5-qint8-per-token", 256));
+    let (documents, queries) = both(&full, &texts[..4]);
+    let (cut_documents, cut_queries) = both(&cut, &texts[..4]);
+    for (whole, part) in documents.iter().chain(&queries).zip(cut_documents.iter().chain(&cut_queries)) {
+        assert_eq!(part.len(), 256);
+        let expected = atlas_embed_onnx::pooling::matryoshka_cut(whole, 256);
+        assert!(cos(part, &expected) > 0.9999, "cosine {} to the full vector's cut", cos(part, &expected));
+    }
+    let refused = |model: &str, width: usize| {
+        OnnxEmbedder::load(&OnnxOptions { model: model.into(), dimensions: Some(width), ..OnnxOptions::default() })
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let odd = refused("nomic", 300);
+    assert!(odd.contains("dimensions = 300") && odd.contains("768, 512, 256, 128, 64"), "{odd}");
+    let minilm = refused("all-minilm-l6-v2-qint8-per-token", 256);
+    assert!(minilm.contains("not trained to be cut") && minilm.contains("384"), "{minilm}");
+}

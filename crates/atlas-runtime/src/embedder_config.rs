@@ -37,6 +37,11 @@ pub struct OnnxConfig {
     pub model_dir: Option<PathBuf>,
     /// Tokens per text; defaults to the manifest's (256 for MiniLM).
     pub max_length: Option<usize>,
+    /// A Matryoshka model's vectors cut to this width (nomic: 768, 512, 256, 128 or 64); a model
+    /// not trained to be cut refuses it, and among models side by side it cuts those that
+    /// were. Unset: the full width, or the width the store was embedded at.
+    /// `ATLAS_ONNX_DIMENSIONS`.
+    pub dimensions: Option<usize>,
     /// Intra-op threads; defaults to the available cores, at most 4 (ATLAS_EMBED_THREADS).
     pub threads: Option<usize>,
     /// Texts per model call.
@@ -53,6 +58,7 @@ impl Default for OnnxConfig {
             model: None,
             model_dir: None,
             max_length: None,
+            dimensions: None,
             threads: None,
             batch_size: 32,
             spinning: false,
@@ -130,7 +136,7 @@ impl Default for HttpConfig {
 }
 
 /// `ATLAS_EMBEDDER` (`onnx` | `http` | `none`), `ATLAS_ONNX_MODEL` (a model or alias of the
-/// manifest, e.g. `quality`), `ATLAS_ONNX_MODEL_DIR`, `ATLAS_EMBED_THREADS`,
+/// manifest, e.g. `quality`), `ATLAS_ONNX_MODEL_DIR`, `ATLAS_ONNX_DIMENSIONS`, `ATLAS_EMBED_THREADS`,
 /// `ATLAS_HTTP_URL`, `ATLAS_HTTP_MODEL`, `ATLAS_HTTP_DIMENSIONS`.
 pub(crate) fn apply_env(config: &mut crate::Config, env: &impl Fn(&str) -> Option<String>) -> Result<()> {
     if let Some(v) = env("ATLAS_EMBEDDER") {
@@ -156,6 +162,9 @@ pub(crate) fn apply_env(config: &mut crate::Config, env: &impl Fn(&str) -> Optio
             .filter(|n| *n > 0)
             .ok_or_else(|| AtlasError::Config(format!("{key}: expected a positive number, got {v:?}")))
     };
+    if let Some(v) = env("ATLAS_ONNX_DIMENSIONS") {
+        config.onnx.dimensions = Some(positive("ATLAS_ONNX_DIMENSIONS", v)?);
+    }
     if let Some(v) = env("ATLAS_EMBED_THREADS") {
         config.onnx.threads = Some(positive("ATLAS_EMBED_THREADS", v)?);
     }
@@ -198,6 +207,13 @@ mod tests {
         let mut config = Config::default();
         config.apply_env(|k| (k == "ATLAS_ONNX_MODEL").then(|| " quality ".into())).unwrap();
         assert_eq!(config.onnx.model.as_deref(), Some("quality"));
+        let mut config = Config::default();
+        config.apply_env(|k| (k == "ATLAS_ONNX_DIMENSIONS").then(|| "256".into())).unwrap();
+        assert_eq!(config.onnx.dimensions, Some(256));
+        let err = Config::default().apply_env(|k| (k == "ATLAS_ONNX_DIMENSIONS").then(|| "wide".into())).unwrap_err();
+        assert!(err.to_string().contains("ATLAS_ONNX_DIMENSIONS"), "{err}");
+        let config = Config::from_toml("[onnx]\nmodel = \"nomic\"\ndimensions = 512\n", "atlas.toml").unwrap();
+        assert_eq!(config.onnx.dimensions, Some(512));
         let err = Config::default().apply_env(|k| (k == "ATLAS_HTTP_DIMENSIONS").then(|| "wide".into())).unwrap_err();
         assert!(err.to_string().contains("ATLAS_HTTP_DIMENSIONS"), "{err}");
         let err = Config::from_toml("[http]\nurl = 3\n", "atlas.toml").unwrap_err().to_string();

@@ -30,7 +30,6 @@ mod recall;
 pub mod wire;
 
 pub use mem0_config::apply_mem0_config;
-use model_adapters::manifest_has_model;
 pub use model_adapters::{open_embedder, open_llm};
 
 pub use backup::{ImportOptions, Imported, import_key, parse_trajectories, tenant_label};
@@ -181,17 +180,22 @@ impl Atlas {
     pub async fn open(config: Config) -> Result<Atlas> {
         let parts = open_parts(&config).await?;
         match Atlas::from_parts(parts, config.clone()).await {
-            // A store embedded with another model of the manifest keeps it unless a model is
-            // configured: a new default model never forces a re-embedding.
-            Err(AtlasError::ModelMismatch { stored_model, .. })
-                if config.embedder == config::EmbedderKind::Onnx
-                    && config.onnx.model.is_none()
-                    && config.onnx.model_dir.is_none()
-                    && manifest_has_model(&stored_model) =>
+            // A store embedded with another model of the manifest (or another width of its
+            // Matryoshka model) keeps it unless one is configured: a new default model never
+            // forces a re-embedding.
+            Err(AtlasError::ModelMismatch { stored_model, stored_dim, configured_model, configured_dim })
+                if config.embedder == config::EmbedderKind::Onnx =>
             {
-                tracing::info!(model = %stored_model, "embedding with the model the store was embedded with");
-                let config =
-                    Config { onnx: config::OnnxConfig { model: Some(stored_model), ..config.onnx.clone() }, ..config };
+                let Some(onnx) = model_adapters::stored_onnx_settings(&config.onnx, &stored_model, stored_dim) else {
+                    return Err(AtlasError::ModelMismatch {
+                        stored_model,
+                        stored_dim,
+                        configured_model,
+                        configured_dim,
+                    });
+                };
+                tracing::info!(model = %stored_model, dimensions = stored_dim, "embedding with the model the store was embedded with");
+                let config = Config { onnx, ..config };
                 let parts = open_parts(&config).await?;
                 Atlas::from_parts(parts, config).await
             }

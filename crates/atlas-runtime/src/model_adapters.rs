@@ -112,19 +112,20 @@ pub async fn open_embedder_recorded(
 async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
     let defaults = atlas_embed_onnx::OnnxOptions::default();
     let named = config.onnx.model.clone().unwrap_or(defaults.model);
-    let members: Vec<String> = match config.onnx.model_dir {
-        Some(_) => vec![named],
-        None => atlas_embed_onnx::manifest::Manifest::builtin()?
-            .members(&named)?
-            .into_iter()
-            .map(|m| m.name.clone())
-            .collect(),
+    let members: Vec<MemberSettings> = match config.onnx.model_dir {
+        Some(_) => vec![MemberSettings {
+            model: named,
+            dimensions: config.onnx.dimensions,
+            max_length: config.onnx.max_length,
+        }],
+        None => member_settings(&atlas_embed_onnx::manifest::Manifest::builtin()?.members(&named)?, &config.onnx)?,
     };
     let mut loaded: Vec<Arc<dyn Embedder>> = Vec::with_capacity(members.len());
-    for model in members {
+    for MemberSettings { model, dimensions, max_length } in members {
         let options = atlas_embed_onnx::OnnxOptions {
             model,
-            max_length: config.onnx.max_length,
+            max_length,
+            dimensions,
             threads: config.onnx.threads.unwrap_or(defaults.threads),
             batch_size: config.onnx.batch_size,
             spinning: config.onnx.spinning,
@@ -143,15 +144,101 @@ async fn open_onnx(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
     Ok(Some(Arc::new(crate::joined_embedder::JoinedEmbedder::new(loaded)?)))
 }
 
-/// Whether models/manifest.toml (as compiled in) names `model`, or every model a join names.
+/// What one model of the configured ones is loaded with.
 #[cfg(feature = "embed-onnx")]
-pub(crate) fn manifest_has_model(model: &str) -> bool {
-    atlas_embed_onnx::manifest::Manifest::builtin().is_ok_and(|m| m.members(model).is_ok())
+struct MemberSettings {
+    model: String,
+    dimensions: Option<usize>,
+    max_length: Option<usize>,
+}
+
+/// Each member of the configured model with its settings. One model takes `[onnx] dimensions`
+/// and `max_length` as they are (and refuses a width it cannot give, by name). Among models side
+/// by side:
+/// - the width cuts the Matryoshka-trained members and leaves the others whole, and at least one
+///   must take it;
+/// - the window is a bound: each member reads at most its own trained window (MiniLM's 256
+///   tokens beside nomic's 2,048 cut to 512), since a shared setting that stretched one model
+///   past the window it was trained on would change what its vectors mean.
+#[cfg(feature = "embed-onnx")]
+fn member_settings(
+    members: &[&atlas_embed_onnx::manifest::Model],
+    onnx: &config::OnnxConfig,
+) -> Result<Vec<MemberSettings>> {
+    let alone = members.len() == 1;
+    let takes_width = |m: &atlas_embed_onnx::manifest::Model| alone || !m.matryoshka.is_empty();
+    if let Some(width) = onnx.dimensions {
+        if !members.iter().any(|m| takes_width(m)) {
+            let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+            return Err(AtlasError::Config(format!(
+                "[onnx] dimensions = {width}: none of {} was trained to be cut (Matryoshka)",
+                names.join(", ")
+            )));
+        }
+        for m in members.iter().filter(|m| takes_width(m)) {
+            m.check_width(width)?;
+        }
+    }
+    Ok(members
+        .iter()
+        .map(|m| MemberSettings {
+            model: m.name.clone(),
+            dimensions: onnx.dimensions.filter(|_| takes_width(m)),
+            max_length: onnx.max_length.map(|window| if alone { window } else { window.min(m.max_length) }),
+        })
+        .collect())
+}
+
+/// The `[onnx]` settings that open a store embedded with `stored_model` at `stored_dim` when the
+/// configured ones do not, if the configuration leaves them open: the stored model when none is
+/// configured (a new default never forces a re-embedding), and the stored Matryoshka width when
+/// no width is configured (a space cut to 256 reopens at 256). `None` when nothing is left open
+/// that would match.
+#[cfg(feature = "embed-onnx")]
+pub(crate) fn stored_onnx_settings(
+    configured: &config::OnnxConfig,
+    stored_model: &str,
+    stored_dim: usize,
+) -> Option<config::OnnxConfig> {
+    let manifest = atlas_embed_onnx::manifest::Manifest::builtin().ok()?;
+    let stored = manifest.members(stored_model).ok()?;
+    let joined_name = |members: &[&atlas_embed_onnx::manifest::Model]| {
+        members.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(&atlas_embed_onnx::manifest::JOIN.to_string())
+    };
+    let same_model = match &configured.model {
+        None => true,
+        Some(model) => manifest.members(model).is_ok_and(|m| joined_name(&m) == joined_name(&stored)),
+    };
+    if configured.model_dir.is_some() || !same_model {
+        return None;
+    }
+    let dimensions = match configured.dimensions {
+        Some(width) => Some(width),
+        None => stored_width(&stored, stored_dim),
+    };
+    let adopted = config::OnnxConfig { model: Some(stored_model.to_owned()), dimensions, ..configured.clone() };
+    (adopted != *configured).then_some(adopted)
+}
+
+/// The Matryoshka width at which `members` give vectors of `dimension` in all, if one does (and
+/// is not their full width).
+#[cfg(feature = "embed-onnx")]
+fn stored_width(members: &[&atlas_embed_onnx::manifest::Model], dimension: usize) -> Option<usize> {
+    if members.iter().map(|m| m.dimension).sum::<usize>() == dimension {
+        return None;
+    }
+    members.iter().flat_map(|m| m.matryoshka.iter().copied()).find(|&width| {
+        let onnx = config::OnnxConfig { dimensions: Some(width), ..config::OnnxConfig::default() };
+        member_settings(members, &onnx).is_ok_and(|cut| {
+            let total: usize = members.iter().zip(&cut).map(|(m, c)| c.dimensions.unwrap_or(m.dimension)).sum();
+            total == dimension
+        })
+    })
 }
 
 #[cfg(not(feature = "embed-onnx"))]
-pub(crate) fn manifest_has_model(_: &str) -> bool {
-    false
+pub(crate) fn stored_onnx_settings(_: &config::OnnxConfig, _: &str, _: usize) -> Option<config::OnnxConfig> {
+    None
 }
 
 #[cfg(not(feature = "embed-onnx"))]

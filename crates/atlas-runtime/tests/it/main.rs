@@ -14,6 +14,8 @@ mod files_hostile;
 mod files_support;
 mod forgetting;
 mod inspect;
+#[cfg(feature = "embed-onnx")]
+mod matryoshka;
 mod migrate;
 mod question;
 mod runtime;
