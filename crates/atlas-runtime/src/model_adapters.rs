@@ -192,8 +192,8 @@ fn member_settings(
 /// The `[onnx]` settings that open a store embedded with `stored_model` at `stored_dim` when the
 /// configured ones do not, if the configuration leaves them open: the stored model when none is
 /// configured (a new default never forces a re-embedding), and the stored Matryoshka width when
-/// no width is configured (a space cut to 256 reopens at 256). `None` when nothing is left open
-/// that would match.
+/// no width is configured (a space cut to 256 reopens at 256). `None` when nothing left open
+/// would change.
 #[cfg(feature = "embed-onnx")]
 pub(crate) fn stored_onnx_settings(
     configured: &config::OnnxConfig,
@@ -216,8 +216,10 @@ pub(crate) fn stored_onnx_settings(
         Some(width) => Some(width),
         None => stored_width(&stored, stored_dim),
     };
-    let adopted = config::OnnxConfig { model: Some(stored_model.to_owned()), dimensions, ..configured.clone() };
-    (adopted != *configured).then_some(adopted)
+    // Only what the configuration left open is taken: a width it sets stays, and the error it
+    // meets is the store's answer, not a second open with the same settings.
+    let adopts = configured.model.is_none() || dimensions != configured.dimensions;
+    adopts.then(|| config::OnnxConfig { model: Some(stored_model.to_owned()), dimensions, ..configured.clone() })
 }
 
 /// The Matryoshka width at which `members` give vectors of `dimension` in all, if one does (and
