@@ -235,11 +235,13 @@ async fn bench_size(n: usize, qdrant_url: Option<&str>, model: Option<&str>) -> 
     let dir = tempfile::tempdir()?;
     let Space { db, config: onnx, queries, floor, dim, real } = populate_with(dir.path(), n, model).await?;
     let default_model = atlas_embed_onnx::OnnxOptions::default().model;
-    let named = onnx.onnx.model.as_deref().unwrap_or(&default_model);
     // The default run's rows read as they always have; another model's say whose queries they are.
-    let random = model.map_or_else(|| "random unit".to_owned(), |m| format!("random unit, queries by {m}"));
-    let model = named;
-    let label = if real { model } else { random.as_str() };
+    let label = match (real, model) {
+        (true, _) => onnx.onnx.model.clone().unwrap_or(default_model),
+        (false, None) => "random unit".to_owned(),
+        (false, Some(model)) => format!("random unit, queries by {model}"),
+    };
+    let label = label.as_str();
     let (rebuilt_ms, sqlite_profile) =
         measure("sqlite", Atlas::open(onnx.clone()).await?, n, label, &queries, &floor, dim).await?;
     let mut profiles = vec![(format!("sqlite, {n} memories ({label} vectors): stage profile"), sqlite_profile)];

@@ -150,10 +150,9 @@ struct Inner {
     document_prefix: String,
     batch_size: usize,
     max_length: usize,
-    /// The width of the graph's vectors, before any Matryoshka cut.
+    /// The width of the graph's vectors; `model.dimension` is narrower when they are cut
+    /// (Matryoshka).
     graph_dimension: usize,
-    /// The Matryoshka width vectors are cut to; `None` keeps the graph's.
-    cut_to: Option<usize>,
 }
 
 /// The process-wide ONNX Runtime environment; sessions need it alive.
@@ -261,7 +260,6 @@ impl OnnxEmbedder {
             batch_size: options.batch_size.max(1),
             max_length,
             graph_dimension: output.dimension.unwrap_or(0),
-            cut_to: None,
         };
         if output.dimension.is_none() {
             // A dimension the graph leaves open is learnt from one text.
@@ -280,7 +278,6 @@ impl OnnxEmbedder {
         }
         if let Some(width) = options.dimensions.filter(|&w| w < inner.model.dimension) {
             // The space records the cut width: a space embedded at 256 refuses 768-wide vectors.
-            inner.cut_to = Some(width);
             inner.model.dimension = width;
         }
         Ok(OnnxEmbedder { inner: Arc::new(inner) })
@@ -443,10 +440,8 @@ impl Inner {
                 })
                 .collect()
         };
-        Ok(match self.cut_to {
-            Some(cut) => vectors.iter().map(|v| matryoshka_cut(v, cut)).collect(),
-            None => vectors,
-        })
+        let width = self.model.dimension;
+        Ok(if width < dim { vectors.iter().map(|v| matryoshka_cut(v, width)).collect() } else { vectors })
     }
 }
 

@@ -153,8 +153,8 @@ struct MemberSettings {
 }
 
 /// Each member of the configured model with its settings. One model takes `[onnx] dimensions`
-/// and `max_length` as they are (and refuses a width it cannot give, by name). Among models side
-/// by side:
+/// and `max_length` as they are (the embedder refuses a width it cannot give, by name). Among
+/// models side by side:
 /// - the width cuts the Matryoshka-trained members and leaves the others whole, and at least one
 ///   must take it;
 /// - the window is a bound: each member reads at most its own trained window (MiniLM's 256
@@ -167,17 +167,14 @@ fn member_settings(
 ) -> Result<Vec<MemberSettings>> {
     let alone = members.len() == 1;
     let takes_width = |m: &atlas_embed_onnx::manifest::Model| alone || !m.matryoshka.is_empty();
-    if let Some(width) = onnx.dimensions {
-        if !members.iter().any(|m| takes_width(m)) {
-            let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-            return Err(AtlasError::Config(format!(
-                "[onnx] dimensions = {width}: none of {} was trained to be cut (Matryoshka)",
-                names.join(", ")
-            )));
-        }
-        for m in members.iter().filter(|m| takes_width(m)) {
-            m.check_width(width)?;
-        }
+    if let Some(width) = onnx.dimensions
+        && !members.iter().any(|m| takes_width(m))
+    {
+        let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+        return Err(AtlasError::Config(format!(
+            "[onnx] dimensions = {width}: none of {} was trained to be cut (Matryoshka)",
+            names.join(", ")
+        )));
     }
     Ok(members
         .iter()
@@ -229,13 +226,12 @@ fn stored_width(members: &[&atlas_embed_onnx::manifest::Model], dimension: usize
     if members.iter().map(|m| m.dimension).sum::<usize>() == dimension {
         return None;
     }
-    members.iter().flat_map(|m| m.matryoshka.iter().copied()).find(|&width| {
-        let onnx = config::OnnxConfig { dimensions: Some(width), ..config::OnnxConfig::default() };
-        member_settings(members, &onnx).is_ok_and(|cut| {
-            let total: usize = members.iter().zip(&cut).map(|(m, c)| c.dimensions.unwrap_or(m.dimension)).sum();
-            total == dimension
-        })
-    })
+    // A width cuts every Matryoshka member and leaves the others whole (`member_settings`).
+    let total_at = |width: usize| -> usize {
+        members.iter().map(|m| if m.matryoshka.is_empty() { m.dimension } else { width }).sum()
+    };
+    let trained_at = |width: usize| members.iter().all(|m| m.matryoshka.is_empty() || m.matryoshka.contains(&width));
+    members.iter().flat_map(|m| m.matryoshka.iter().copied()).find(|&w| trained_at(w) && total_at(w) == dimension)
 }
 
 #[cfg(not(feature = "embed-onnx"))]
